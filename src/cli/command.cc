@@ -1,0 +1,154 @@
+// Command registry and ArgParser.
+#include "cli/command.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace llmserve::cli {
+
+std::map<std::string, Command>& command_registry() {
+  static std::map<std::string, Command> registry;
+  return registry;
+}
+
+CommandRegistrar::CommandRegistrar(std::string name, std::string summary, CommandFn fn) {
+  Command command{name, std::move(summary), std::move(fn)};
+  command_registry()[name] = std::move(command);
+}
+
+ArgParser::ArgParser(std::string command, std::string description)
+    : command_(std::move(command)), description_(std::move(description)) {}
+
+void ArgParser::add_string(const std::string& name, std::string* out, const std::string& help) {
+  flags_[name] = {Kind::kString, out, help};
+  order_.push_back(name);
+}
+void ArgParser::add_strings(const std::string& name, std::vector<std::string>* out, const std::string& help) {
+  flags_[name] = {Kind::kStrings, out, help};
+  order_.push_back(name);
+}
+void ArgParser::add_int(const std::string& name, int64_t* out, const std::string& help) {
+  flags_[name] = {Kind::kInt, out, help};
+  order_.push_back(name);
+}
+void ArgParser::add_float(const std::string& name, double* out, const std::string& help) {
+  flags_[name] = {Kind::kFloat, out, help};
+  order_.push_back(name);
+}
+void ArgParser::add_bool(const std::string& name, bool* out, const std::string& help) {
+  flags_[name] = {Kind::kBool, out, help};
+  order_.push_back(name);
+}
+void ArgParser::set_positional(const std::string& usage_name, std::vector<std::string>* out) {
+  positional_name_ = usage_name;
+  positional_ = out;
+}
+
+Status ArgParser::assign(const std::string& name, Flag& flag, const std::string& value) {
+  switch (flag.kind) {
+    case Kind::kString: *static_cast<std::string*>(flag.out) = value; return ok_status();
+    case Kind::kStrings: static_cast<std::vector<std::string>*>(flag.out)->push_back(value); return ok_status();
+    case Kind::kInt: {
+      char* end = nullptr;
+      errno = 0;
+      long long v = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno != 0) {
+        return invalid_argument("--" + name + " expects an integer, got '" + value + "'");
+      }
+      *static_cast<int64_t*>(flag.out) = v;
+      return ok_status();
+    }
+    case Kind::kFloat: {
+      char* end = nullptr;
+      errno = 0;
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || errno != 0) {
+        return invalid_argument("--" + name + " expects a number, got '" + value + "'");
+      }
+      *static_cast<double*>(flag.out) = v;
+      return ok_status();
+    }
+    case Kind::kBool: {
+      bool* out = static_cast<bool*>(flag.out);
+      if (value == "true" || value == "1") *out = true;
+      else if (value == "false" || value == "0") *out = false;
+      else return invalid_argument("--" + name + " expects true or false, got '" + value + "'");
+      return ok_status();
+    }
+  }
+  return internal_error("unreachable");
+}
+
+Status ArgParser::parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      help_requested_ = true;
+      std::fputs(usage().c_str(), stdout);
+      return ok_status();
+    }
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      if (positional_ == nullptr) return invalid_argument("unexpected argument '" + arg + "'");
+      positional_->push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto it = flags_.find(name);
+    if (it == flags_.end() && name.rfind("no-", 0) == 0 && !has_value) {
+      auto neg = flags_.find(name.substr(3));
+      if (neg != flags_.end() && neg->second.kind == Kind::kBool) {
+        *static_cast<bool*>(neg->second.out) = false;
+        continue;
+      }
+    }
+    if (it == flags_.end()) return invalid_argument("unknown flag --" + name + " for '" + command_ + "'");
+    Flag& flag = it->second;
+    if (flag.kind == Kind::kBool && !has_value) {
+      *static_cast<bool*>(flag.out) = true;
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return invalid_argument("--" + name + " needs a value");
+      value = args[++i];
+    }
+    RETURN_IF_ERROR(assign(name, flag, value));
+  }
+  return ok_status();
+}
+
+std::string ArgParser::usage() const {
+  std::ostringstream os;
+  os << "usage: llmserve " << command_ << " [options]";
+  if (positional_ != nullptr) os << ' ' << positional_name_;
+  os << "\n\n" << description_ << "\n\noptions:\n";
+  for (const std::string& name : order_) {
+    const Flag& f = flags_.at(name);
+    std::string left = "  --" + name;
+    if (f.kind == Kind::kInt) left += " N";
+    if (f.kind == Kind::kFloat) left += " X";
+    if (f.kind == Kind::kString || f.kind == Kind::kStrings) left += " VALUE";
+    if (left.size() < 30) left.resize(30, ' ');
+    os << left << ' ' << f.help << '\n';
+  }
+  return os.str();
+}
+
+int parse_or_exit_code(ArgParser& parser, const std::vector<std::string>& args) {
+  Status s = parser.parse(args);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n%s", s.message().c_str(), parser.usage().c_str());
+    return 2;
+  }
+  return parser.help_requested() ? 0 : -1;
+}
+
+}  // namespace llmserve::cli

@@ -1,0 +1,84 @@
+// Every numeric op llmserve runs, declared once. Each op dispatches on the device of its tensors to the CPU
+// implementation (src/kernels/cpu) or the CUDA one (src/kernels/cuda). Shape, dtype and device mismatches are
+// programming errors and abort through CHECK; ops never allocate their outputs (graph-safe on CUDA).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace llmserve::ops {
+
+// ---- elementwise and normalisation (activations: f32 on CPU) ----
+
+// out[t, :] = table[ids[t], :] converted to out's dtype. ids [num_tokens] i32; table [vocab, hidden];
+// out [num_tokens, hidden]. Ids outside [0, vocab) abort (the frontend validates prompt ids).
+void embedding(Tensor& out, const Tensor& ids, const Tensor& table);
+
+// out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, d] (may alias); weight [d].
+void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps);
+
+// In place, vLLM's fused form: residual += x; x = rms_norm(residual) * weight. x, residual [n, d].
+void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps);
+
+// out[i, :] = silu(x[i, :d]) * x[i, d:]. x [n, 2d]; out [n, d].
+void silu_and_mul(Tensor& out, const Tensor& x);
+
+// In place: a += b (same shape).
+void add(Tensor& a, const Tensor& b);
+
+// Rotary position embedding, rotate-half (GPT-NeoX / HF Llama) layout, in place on every head.
+// positions [n] i64; query [n, num_heads * head_dim]; key [n, num_kv_heads * head_dim];
+// cos_sin_cache [max_position, head_dim] f32: columns [0, head_dim/2) hold cos, [head_dim/2, head_dim) sin
+// (any rope_scaling and attention factor already folded in). Positions past the cache abort.
+void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
+                      const Tensor& cos_sin_cache);
+
+// ---- GEMM ----
+
+// out [m, n] = x [m, k] @ weight[n, k]^T (+ bias [n] if bias != nullptr). x and out f32 (CPU); weight f32
+// or bf16 (layout as stored in HF checkpoints).
+void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
+
+// ---- paged KV cache and attention ----
+
+// Cache layout: [num_blocks, block_size, num_kv_heads, head_dim]; slot s lives at block s / block_size,
+// offset s % block_size.
+// key, value [n, num_kv_heads, head_dim] are written at slot_mapping [n] (i64); a negative slot is skipped
+// (padding tokens).
+void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
+                       const Tensor& slot_mapping);
+
+// What the attention kernels need to know about a mixed prefill + decode batch. Requests are laid out in
+// the token dimension one after another; request r owns tokens [query_start_loc[r], query_start_loc[r+1]).
+struct AttentionMetadata {
+  Tensor query_start_loc;  // [num_reqs + 1] i32, on the op's device
+  Tensor seq_lens;         // [num_reqs] i32: context length after this step (cached + new tokens)
+  Tensor block_table;      // [num_reqs, max_blocks_per_seq] i32: physical block ids
+  Tensor slot_mapping;     // [num_tokens] i64
+  int64_t num_reqs = 0;
+  int64_t num_decode_tokens = 0;  // requests with one query token come first (a runner convention)
+  int64_t max_query_len = 0;
+  int64_t max_seq_len = 0;
+};
+
+// Causal attention of each query token over its request's cached keys/values (the new tokens' K/V must be in
+// the cache already). Query token j of request r sits at position seq_lens[r] - query_len(r) + j and attends to
+// positions [max(0, pos - sliding_window + 1), pos] (sliding_window <= 0: unlimited). GQA: query head h uses
+// kv head h / (num_heads / num_kv_heads). query, out [n, num_heads, head_dim]; caches as above.
+void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
+                     const AttentionMetadata& metadata, float scale, int64_t sliding_window);
+
+// ---- logits ----
+
+// out [n, vocab] = log_softmax(logits [n, vocab]) row-wise (f32; out may alias logits).
+void log_softmax(Tensor& out, const Tensor& logits);
+
+// The k largest values of each row, descending; ties keep the lower id first.
+// x [n, vocab] f32; values [n, k] f32; ids [n, k] i32.
+void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
+
+// out_ids [n] i32 = argmax of each row of logits [n, vocab]; ties pick the lowest id.
+void argmax(Tensor& out_ids, const Tensor& logits);
+
+}  // namespace llmserve::ops
