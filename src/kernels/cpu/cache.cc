@@ -1,0 +1,26 @@
+// Paged KV-cache write on CPU: token t's key/value go to slot slot_mapping[t] of the
+// [num_blocks, block_size, num_kv_heads, head_dim] caches; negative slots (padding) are skipped.
+#include <cstring>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace llmserve::cpu {
+
+void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
+                       const Tensor& slot_mapping) {
+  const int64_t n = key.size(0);
+  const int64_t num_slots = key_cache.size(0) * key_cache.size(1);
+  const int64_t slot_elems = key_cache.size(2) * key_cache.size(3);
+  const size_t bytes = static_cast<size_t>(slot_elems) * sizeof(float);
+  const int64_t* slots = slot_mapping.data<int64_t>();
+  // Small copies (one token's heads each): a serial loop is faster than waking the pool.
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t s = slots[t];
+    if (s < 0) continue;
+    CHECK_LT(s, num_slots) << "reshape_and_cache: slot of token " << t << " past the cache";
+    std::memcpy(key_cache.data<float>() + s * slot_elems, row_ptr<float>(key, t), bytes);
+    std::memcpy(value_cache.data<float>() + s * slot_elems, row_ptr<float>(value, t), bytes);
+  }
+}
+
+}  // namespace llmserve::cpu

@@ -1,0 +1,46 @@
+// RMSNorm and vLLM's fused residual-add + RMSNorm on CPU (f32 activations; f32 or bf16 weight).
+// Each row is independent: rows are split across the thread pool; sums are accumulated in f32 lanes.
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec.h"
+
+namespace llmserve::cpu {
+namespace {
+
+// out = row * rsqrt(mean(row^2) + eps) * weight; out may alias row.
+void normalize_row(const float* row, const Tensor& weight, float eps, float* out, int64_t d) {
+  const float ms = sum_squares_f32(row, d) / static_cast<float>(d);
+  const float r = 1.0f / std::sqrt(ms + eps);
+  if (weight.dtype() == DType::kBF16) {
+    scale_mul_bf16(row, r, weight.data<bf16_t>(), out, d);
+  } else {
+    scale_mul_f32(row, r, weight.data<float>(), out, d);
+  }
+}
+
+int64_t rows_per_chunk(int64_t d) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, d)); }
+
+}  // namespace
+
+void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+  const int64_t n = x.size(0), d = x.size(1);
+  parallel_for(n, rows_per_chunk(d), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) normalize_row(row_ptr<float>(x, i), weight, eps, row_ptr<float>(out, i), d);
+  });
+}
+
+void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
+  const int64_t n = x.size(0), d = x.size(1);
+  parallel_for(n, rows_per_chunk(d), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* xr = row_ptr<float>(x, i);
+      float* rr = row_ptr<float>(residual, i);
+      axpy_f32(1.0f, xr, rr, d);
+      normalize_row(rr, weight, eps, xr, d);
+    }
+  });
+}
+
+}  // namespace llmserve::cpu

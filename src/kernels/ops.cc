@@ -1,0 +1,314 @@
+// ops.h entry points: check shapes, dtypes and devices (CHECK: a mismatch is a caller bug), then dispatch on
+// the device to the CPU kernels (kernels/cpu) or, in CUDA builds, to the CUDA ones (kernels/cuda).
+// Every op accepts row-strided tensors (dimension 0 any stride, the rest contiguous) where it reads rows.
+#include "kernels/ops.h"
+
+#include <cmath>
+#include <initializer_list>
+
+#include "kernels/cpu/cpu_ops.h"
+#ifdef LLMSERVE_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace llmserve::ops {
+namespace {
+
+// Dimensions 1.. of t are laid out contiguously (dimension 0 may be strided, e.g. a column slice of a fused
+// QKV output).
+void check_rows(const Tensor& t, const char* op, const char* name) {
+  CHECK(t.defined()) << op << ": " << name << " is undefined";
+  CHECK_GE(t.dim(), 1) << op << ": " << name << " " << t.to_string();
+  int64_t expect = 1;
+  for (int d = t.dim() - 1; d >= 1; --d) {
+    CHECK(t.size(d) <= 1 || t.stride(d) == expect)
+        << op << ": " << name << " " << t.to_string() << " must be contiguous past its first dimension";
+    expect *= t.size(d);
+  }
+}
+
+void check_contiguous(const Tensor& t, const char* op, const char* name) {
+  CHECK(t.defined()) << op << ": " << name << " is undefined";
+  CHECK(t.is_contiguous()) << op << ": " << name << " " << t.to_string() << " must be contiguous";
+}
+
+void check_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
+  CHECK(t.dtype() == dtype) << op << ": " << name << " " << t.to_string() << " must be " << dtype_name(dtype);
+}
+
+void check_f32_or_bf16(const Tensor& t, const char* op, const char* name) {
+  CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16)
+      << op << ": " << name << " " << t.to_string() << " must be f32 or bf16";
+}
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  CHECK(a.device() == b.device()) << op << ": tensors on different devices: " << a.to_string() << " and "
+                                  << b.to_string();
+}
+
+[[noreturn]] void not_on_cuda(const char* op) {
+  LOG(FATAL) << op << ": not implemented on cuda yet";
+  __builtin_unreachable();
+}
+
+// Normalisation operands: x, out [n, d] (activations f32 on CPU; f32 or bf16 on CUDA); weight [d].
+void check_norm_operands(const Tensor& out, const Tensor& x, const Tensor& weight, const char* op) {
+  check_rows(x, op, "x");
+  check_rows(out, op, "out");
+  check_contiguous(weight, op, "weight");
+  CHECK_EQ(x.dim(), 2) << op << ": x " << x.to_string();
+  CHECK(out.shape() == x.shape()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
+  CHECK(weight.dim() == 1 && weight.size(0) == x.size(1)) << op << ": weight " << weight.to_string() << " for x "
+                                                         << x.to_string();
+  check_same_device(x, out, op);
+  check_same_device(x, weight, op);
+  check_f32_or_bf16(weight, op, "weight");
+  CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
+  if (x.device().is_cpu()) {
+    check_dtype(x, DType::kF32, op, "x");
+  } else {
+    check_f32_or_bf16(x, op, "x");
+  }
+}
+
+void check_cache(const Tensor& key_cache, const Tensor& value_cache, const char* op) {
+  check_contiguous(key_cache, op, "key_cache");
+  check_contiguous(value_cache, op, "value_cache");
+  CHECK_EQ(key_cache.dim(), 4) << op << ": key_cache " << key_cache.to_string();
+  CHECK(key_cache.shape() == value_cache.shape())
+      << op << ": key_cache " << key_cache.to_string() << " vs value_cache " << value_cache.to_string();
+  check_dtype(key_cache, DType::kF32, op, "key_cache");
+  check_dtype(value_cache, DType::kF32, op, "value_cache");
+  CHECK_GT(key_cache.size(1), 0) << op << ": block_size";
+}
+
+}  // namespace
+
+void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
+  constexpr const char* op = "embedding";
+  check_contiguous(ids, op, "ids");
+  check_contiguous(table, op, "table");
+  check_rows(out, op, "out");
+  check_dtype(ids, DType::kI32, op, "ids");
+  CHECK(ids.dim() == 1 && table.dim() == 2) << op << ": ids " << ids.to_string() << ", table " << table.to_string();
+  CHECK(out.dim() == 2 && out.size(0) == ids.size(0) && out.size(1) == table.size(1))
+      << op << ": out " << out.to_string() << " for ids " << ids.to_string() << ", table " << table.to_string();
+  CHECK(dtype_is_float(table.dtype()) && dtype_is_float(out.dtype())) << op << ": float table and out expected";
+  check_same_device(out, ids, op);
+  check_same_device(out, table, op);
+  if (!out.device().is_cpu()) not_on_cuda(op);
+  cpu::embedding(out, ids, table);
+}
+
+void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+  check_norm_operands(out, x, weight, "rms_norm");
+  if (x.device().is_cpu()) return cpu::rms_norm(out, x, weight, eps);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::rms_norm(out, x, weight, eps);
+#else
+  not_on_cuda("rms_norm");
+#endif
+}
+
+void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
+  constexpr const char* op = "fused_add_rms_norm";
+  check_norm_operands(residual, x, weight, op);
+  if (x.device().is_cpu()) return cpu::fused_add_rms_norm(x, residual, weight, eps);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::fused_add_rms_norm(x, residual, weight, eps);
+#else
+  not_on_cuda(op);
+#endif
+}
+
+void silu_and_mul(Tensor& out, const Tensor& x) {
+  constexpr const char* op = "silu_and_mul";
+  check_rows(x, op, "x");
+  check_rows(out, op, "out");
+  CHECK(x.dim() == 2 && out.dim() == 2 && x.size(0) == out.size(0) && x.size(1) == 2 * out.size(1))
+      << op << ": out " << out.to_string() << " for x " << x.to_string() << " (want out [n, d], x [n, 2d])";
+  check_same_device(x, out, op);
+  CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
+  if (x.device().is_cpu()) {
+    check_dtype(x, DType::kF32, op, "x");
+    return cpu::silu_and_mul(out, x);
+  }
+  check_f32_or_bf16(x, op, "x");
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::silu_and_mul(out, x);
+#else
+  not_on_cuda(op);
+#endif
+}
+
+void add(Tensor& a, const Tensor& b) {
+  constexpr const char* op = "add";
+  check_rows(a, op, "a");
+  check_rows(b, op, "b");
+  CHECK(a.shape() == b.shape()) << op << ": a " << a.to_string() << " vs b " << b.to_string();
+  check_same_device(a, b, op);
+  check_dtype(a, DType::kF32, op, "a");
+  check_dtype(b, DType::kF32, op, "b");
+  if (!a.device().is_cpu()) not_on_cuda(op);
+  cpu::add(a, b);
+}
+
+void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
+                      const Tensor& cos_sin_cache) {
+  constexpr const char* op = "rotary_embedding";
+  check_contiguous(positions, op, "positions");
+  check_rows(query, op, "query");
+  check_rows(key, op, "key");
+  check_contiguous(cos_sin_cache, op, "cos_sin_cache");
+  check_dtype(positions, DType::kI64, op, "positions");
+  check_dtype(query, DType::kF32, op, "query");
+  check_dtype(key, DType::kF32, op, "key");
+  check_dtype(cos_sin_cache, DType::kF32, op, "cos_sin_cache");
+  CHECK(head_dim > 0 && head_dim % 2 == 0) << op << ": head_dim " << head_dim << " must be even and positive";
+  CHECK_EQ(positions.dim(), 1) << op << ": positions " << positions.to_string();
+  const int64_t n = positions.size(0);
+  CHECK(query.size(0) == n && key.size(0) == n)
+      << op << ": query " << query.to_string() << ", key " << key.to_string() << " for " << n << " positions";
+  CHECK(cpu::row_numel(query) % head_dim == 0 && cpu::row_numel(key) % head_dim == 0)
+      << op << ": query " << query.to_string() << " / key " << key.to_string() << " not whole heads of " << head_dim;
+  CHECK(cos_sin_cache.dim() == 2 && cos_sin_cache.size(1) == head_dim)
+      << op << ": cos_sin_cache " << cos_sin_cache.to_string() << " for head_dim " << head_dim;
+  check_same_device(positions, query, op);
+  check_same_device(positions, key, op);
+  check_same_device(positions, cos_sin_cache, op);
+  if (!query.device().is_cpu()) not_on_cuda(op);
+  cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+}
+
+void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  constexpr const char* op = "linear";
+  check_rows(x, op, "x");
+  check_rows(out, op, "out");
+  check_contiguous(weight, op, "weight");
+  CHECK(x.dim() == 2 && weight.dim() == 2 && out.dim() == 2)
+      << op << ": x " << x.to_string() << ", weight " << weight.to_string() << ", out " << out.to_string();
+  CHECK_EQ(x.size(1), weight.size(1)) << op << ": x " << x.to_string() << " vs weight " << weight.to_string();
+  CHECK(out.size(0) == x.size(0) && out.size(1) == weight.size(0))
+      << op << ": out " << out.to_string() << " for x " << x.to_string() << ", weight " << weight.to_string();
+  CHECK(out.raw_data() != x.raw_data() || out.numel() == 0) << op << ": out must not alias x";
+  check_same_device(x, out, op);
+  check_same_device(x, weight, op);
+  check_f32_or_bf16(weight, op, "weight");
+  if (bias != nullptr) {
+    check_contiguous(*bias, op, "bias");
+    CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0))
+        << op << ": bias " << bias->to_string() << " for weight " << weight.to_string();
+    check_f32_or_bf16(*bias, op, "bias");
+    check_same_device(x, *bias, op);
+  }
+  if (!x.device().is_cpu()) not_on_cuda(op);
+  check_dtype(x, DType::kF32, op, "x");
+  check_dtype(out, DType::kF32, op, "out");
+  cpu::linear(out, x, weight, bias);
+}
+
+void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
+                       const Tensor& slot_mapping) {
+  constexpr const char* op = "reshape_and_cache";
+  check_rows(key, op, "key");
+  check_rows(value, op, "value");
+  check_contiguous(slot_mapping, op, "slot_mapping");
+  check_cache(key_cache, value_cache, op);
+  CHECK(key.dim() == 3 && key.shape() == value.shape())
+      << op << ": key " << key.to_string() << ", value " << value.to_string() << " (want [n, num_kv_heads, head_dim])";
+  CHECK(key.size(1) == key_cache.size(2) && key.size(2) == key_cache.size(3))
+      << op << ": key " << key.to_string() << " vs cache " << key_cache.to_string();
+  CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == key.size(0))
+      << op << ": slot_mapping " << slot_mapping.to_string() << " for key " << key.to_string();
+  check_dtype(slot_mapping, DType::kI64, op, "slot_mapping");
+  check_dtype(key, DType::kF32, op, "key");
+  check_dtype(value, DType::kF32, op, "value");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&value, &key_cache, &value_cache, &slot_mapping}) check_same_device(key, *t, op);
+  if (!key.device().is_cpu()) not_on_cuda(op);
+  cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+}
+
+void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
+                     const AttentionMetadata& metadata, float scale, int64_t sliding_window) {
+  constexpr const char* op = "paged_attention";
+  check_rows(query, op, "query");
+  check_rows(out, op, "out");
+  check_cache(key_cache, value_cache, op);
+  CHECK(query.dim() == 3 && out.shape() == query.shape())
+      << op << ": query " << query.to_string() << ", out " << out.to_string() << " (want [n, num_heads, head_dim])";
+  CHECK_EQ(query.size(2), key_cache.size(3)) << op << ": head_dim of query " << query.to_string() << " vs cache "
+                                             << key_cache.to_string();
+  CHECK(key_cache.size(2) > 0 && query.size(1) % key_cache.size(2) == 0)
+      << op << ": num_heads " << query.size(1) << " not a multiple of num_kv_heads " << key_cache.size(2);
+  check_dtype(query, DType::kF32, op, "query");
+  check_dtype(out, DType::kF32, op, "out");
+  CHECK(std::isfinite(scale)) << op << ": scale " << scale;
+  const AttentionMetadata& md = metadata;
+  CHECK_GE(md.num_reqs, 0) << op << ": num_reqs";
+  check_contiguous(md.query_start_loc, op, "query_start_loc");
+  check_contiguous(md.seq_lens, op, "seq_lens");
+  check_rows(md.block_table, op, "block_table");
+  check_dtype(md.query_start_loc, DType::kI32, op, "query_start_loc");
+  check_dtype(md.seq_lens, DType::kI32, op, "seq_lens");
+  check_dtype(md.block_table, DType::kI32, op, "block_table");
+  CHECK(md.query_start_loc.dim() == 1 && md.query_start_loc.size(0) >= md.num_reqs + 1)
+      << op << ": query_start_loc " << md.query_start_loc.to_string() << " for " << md.num_reqs << " requests";
+  CHECK(md.seq_lens.dim() == 1 && md.seq_lens.size(0) >= md.num_reqs)
+      << op << ": seq_lens " << md.seq_lens.to_string() << " for " << md.num_reqs << " requests";
+  CHECK(md.block_table.dim() == 2 && md.block_table.size(0) >= md.num_reqs)
+      << op << ": block_table " << md.block_table.to_string() << " for " << md.num_reqs << " requests";
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &key_cache, &value_cache, &md.query_start_loc, &md.seq_lens, &md.block_table}) {
+    check_same_device(query, *t, op);
+  }
+  if (!query.device().is_cpu()) not_on_cuda(op);
+  cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
+}
+
+void log_softmax(Tensor& out, const Tensor& logits) {
+  constexpr const char* op = "log_softmax";
+  check_rows(logits, op, "logits");
+  check_rows(out, op, "out");
+  CHECK(logits.dim() == 2 && out.shape() == logits.shape())
+      << op << ": out " << out.to_string() << " vs logits " << logits.to_string();
+  check_dtype(logits, DType::kF32, op, "logits");
+  check_dtype(out, DType::kF32, op, "out");
+  check_same_device(out, logits, op);
+  if (!out.device().is_cpu()) not_on_cuda(op);
+  cpu::log_softmax(out, logits);
+}
+
+void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
+  constexpr const char* op = "top_k";
+  check_rows(x, op, "x");
+  check_rows(values, op, "values");
+  check_rows(ids, op, "ids");
+  CHECK_EQ(x.dim(), 2) << op << ": x " << x.to_string();
+  CHECK(k >= 0 && k <= x.size(1)) << op << ": k " << k << " for x " << x.to_string();
+  const Shape want{x.size(0), k};
+  CHECK(values.shape() == want && ids.shape() == want)
+      << op << ": values " << values.to_string() << ", ids " << ids.to_string() << " for x " << x.to_string()
+      << ", k " << k;
+  check_dtype(x, DType::kF32, op, "x");
+  check_dtype(values, DType::kF32, op, "values");
+  check_dtype(ids, DType::kI32, op, "ids");
+  check_same_device(x, values, op);
+  check_same_device(x, ids, op);
+  if (!x.device().is_cpu()) not_on_cuda(op);
+  cpu::top_k(values, ids, x, k);
+}
+
+void argmax(Tensor& out_ids, const Tensor& logits) {
+  constexpr const char* op = "argmax";
+  check_rows(logits, op, "logits");
+  check_contiguous(out_ids, op, "out_ids");
+  CHECK(logits.dim() == 2 && logits.size(1) > 0) << op << ": logits " << logits.to_string();
+  CHECK(out_ids.dim() == 1 && out_ids.size(0) == logits.size(0))
+      << op << ": out_ids " << out_ids.to_string() << " for logits " << logits.to_string();
+  check_dtype(logits, DType::kF32, op, "logits");
+  check_dtype(out_ids, DType::kI32, op, "out_ids");
+  check_same_device(out_ids, logits, op);
+  if (!logits.device().is_cpu()) not_on_cuda(op);
+  cpu::argmax(out_ids, logits);
+}
+
+}  // namespace llmserve::ops
