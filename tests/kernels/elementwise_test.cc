@@ -1,0 +1,187 @@
+// Elementwise and normalisation ops (embedding, rms_norm, fused_add_rms_norm, silu_and_mul, add, rotary) against
+// double-precision references on seeded random inputs of several shapes, including row-strided views.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/ops.h"
+#include "test_util.h"
+
+namespace llmserve {
+namespace {
+
+using testing::expect_close;
+using testing::random_tensor;
+using testing::to_doubles;
+
+TEST(Embedding, MatchesTableRowsForF32AndBf16Tables) {
+  for (DType table_dtype : {DType::kF32, DType::kBF16}) {
+    Tensor table = random_tensor({50, 24}, 1, table_dtype);
+    std::vector<int32_t> id_values = {3, 0, 49, 3, 17, 25, 1};
+    Tensor ids = Tensor::from_i32(id_values, {7});
+    Tensor out = Tensor::empty({7, 24}, DType::kF32);
+    out.fill(NAN);
+    ops::embedding(out, ids, table);
+    std::vector<double> t = to_doubles(table), want;
+    for (int32_t id : id_values) want.insert(want.end(), t.begin() + id * 24, t.begin() + (id + 1) * 24);
+    expect_close(out, want, 0, 0, std::string(dtype_name(table_dtype)));
+  }
+}
+
+// out = x / sqrt(mean(x^2) + eps) * w, in double.
+std::vector<double> rms_norm_ref(const std::vector<double>& x, const std::vector<double>& w, int64_t n, int64_t d,
+                                 double eps) {
+  std::vector<double> out(x.size());
+  for (int64_t i = 0; i < n; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += x[i * d + j] * x[i * d + j];
+    const double r = 1.0 / std::sqrt(ss / d + eps);
+    for (int64_t j = 0; j < d; ++j) out[i * d + j] = x[i * d + j] * r * w[j];
+  }
+  return out;
+}
+
+TEST(RmsNorm, MatchesReferenceOnShapesAndWeightDtypes) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 16}, {7, 768}, {33, 100}, {130, 64}};
+  uint32_t seed = 10;
+  for (auto [n, d] : shapes) {
+    for (DType wd : {DType::kF32, DType::kBF16}) {
+      Tensor x = random_tensor({n, d}, seed++, DType::kF32, -3.f, 3.f);
+      Tensor w = random_tensor({d}, seed++, wd, 0.5f, 1.5f);
+      std::vector<double> want = rms_norm_ref(to_doubles(x), to_doubles(w), n, d, 1e-5);
+      Tensor out = Tensor::empty({n, d}, DType::kF32);
+      out.fill(NAN);
+      ops::rms_norm(out, x, w, 1e-5f);
+      expect_close(out, want, 1e-5, 1e-5, "rms_norm " + std::to_string(n) + "x" + std::to_string(d));
+      ops::rms_norm(x, x, w, 1e-5f);  // in place
+      expect_close(x, want, 1e-5, 1e-5, "rms_norm in place");
+    }
+  }
+}
+
+TEST(RmsNorm, ReadsRowStridedInput) {
+  Tensor wide = random_tensor({9, 96}, 3);
+  Tensor x = wide.slice(1, 32, 96);  // [9, 64] with row stride 96
+  Tensor w = random_tensor({64}, 4, DType::kF32, 0.5f, 1.5f);
+  std::vector<double> want = rms_norm_ref(to_doubles(x), to_doubles(w), 9, 64, 1e-6);
+  Tensor out = Tensor::empty({9, 64}, DType::kF32);
+  ops::rms_norm(out, x, w, 1e-6f);
+  expect_close(out, want, 1e-5, 1e-5);
+}
+
+TEST(FusedAddRmsNorm, UpdatesResidualAndNormalises) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 16}, {5, 768}, {40, 96}};
+  uint32_t seed = 100;
+  for (auto [n, d] : shapes) {
+    for (DType wd : {DType::kF32, DType::kBF16}) {
+      Tensor x = random_tensor({n, d}, seed++, DType::kF32, -2.f, 2.f);
+      Tensor res = random_tensor({n, d}, seed++, DType::kF32, -2.f, 2.f);
+      Tensor w = random_tensor({d}, seed++, wd, 0.5f, 1.5f);
+      std::vector<double> xs = to_doubles(x), rs = to_doubles(res);
+      for (size_t i = 0; i < rs.size(); ++i) rs[i] += xs[i];
+      std::vector<double> want = rms_norm_ref(rs, to_doubles(w), n, d, 1e-6);
+      ops::fused_add_rms_norm(x, res, w, 1e-6f);
+      expect_close(res, rs, 1e-6, 1e-6, "residual");
+      expect_close(x, want, 1e-5, 1e-5, "x");
+    }
+  }
+}
+
+TEST(SiluAndMul, MatchesReference) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8}, {6, 2048}, {17, 100}};
+  uint32_t seed = 200;
+  for (auto [n, d] : shapes) {
+    Tensor x = random_tensor({n, 2 * d}, seed++, DType::kF32, -8.f, 8.f);
+    std::vector<double> xs = to_doubles(x), want(static_cast<size_t>(n * d));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < d; ++j) {
+        const double g = xs[i * 2 * d + j], u = xs[i * 2 * d + d + j];
+        want[i * d + j] = g / (1.0 + std::exp(-g)) * u;
+      }
+    }
+    Tensor out = Tensor::empty({n, d}, DType::kF32);
+    out.fill(NAN);
+    ops::silu_and_mul(out, x);
+    expect_close(out, want, 1e-6, 1e-5, "silu_and_mul d=" + std::to_string(d));
+  }
+}
+
+TEST(Add, AddsInPlace) {
+  Tensor a = random_tensor({13, 77}, 300), b = random_tensor({13, 77}, 301);
+  std::vector<double> want = to_doubles(a), bs = to_doubles(b);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += bs[i];
+  ops::add(a, b);
+  expect_close(a, want, 1e-7, 1e-7);
+}
+
+// cos_sin_cache [max_pos, head_dim] for RoPE base theta (cos in the first half, sin in the second).
+Tensor make_cos_sin_cache(int64_t max_pos, int64_t head_dim, double theta) {
+  std::vector<float> v(static_cast<size_t>(max_pos * head_dim));
+  const int64_t half = head_dim / 2;
+  for (int64_t p = 0; p < max_pos; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = p * std::pow(theta, -2.0 * i / head_dim);
+      v[p * head_dim + i] = static_cast<float>(std::cos(angle));
+      v[p * head_dim + half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return Tensor::from_f32(v, {max_pos, head_dim});
+}
+
+// Rotate-half RoPE of a [n, heads * head_dim] block in double, angles computed directly from theta.
+std::vector<double> rope_ref(std::vector<double> x, const std::vector<int64_t>& pos, int64_t heads,
+                             int64_t head_dim, double theta) {
+  const int64_t half = head_dim / 2;
+  for (size_t t = 0; t < pos.size(); ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      double* v = x.data() + (t * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos[t] * std::pow(theta, -2.0 * i / head_dim);
+        const double a = v[i], b = v[i + half];
+        v[i] = a * std::cos(angle) - b * std::sin(angle);
+        v[i + half] = b * std::cos(angle) + a * std::sin(angle);
+      }
+    }
+  }
+  return x;
+}
+
+TEST(Rotary, RotatesQueryAndKeySlicesOfFusedQkv) {
+  struct Case {
+    int64_t heads, kv_heads, head_dim;
+  };
+  const Case cases[] = {{4, 4, 64}, {8, 2, 128}, {3, 1, 16}};
+  const double theta = 10000.0;
+  uint32_t seed = 400;
+  for (const Case& c : cases) {
+    const std::vector<int64_t> pos = {0, 1, 5, 99, 42, 7, 250};
+    const int64_t n = static_cast<int64_t>(pos.size());
+    const int64_t q_width = c.heads * c.head_dim, kv_width = c.kv_heads * c.head_dim;
+    Tensor qkv = random_tensor({n, q_width + 2 * kv_width}, seed++);
+    std::vector<double> before = to_doubles(qkv);
+    Tensor q = qkv.slice(1, 0, q_width), k = qkv.slice(1, q_width, q_width + kv_width);
+    Tensor v = qkv.slice(1, q_width + kv_width, q_width + 2 * kv_width);
+    std::vector<double> want_q = rope_ref(to_doubles(q), pos, c.heads, c.head_dim, theta);
+    std::vector<double> want_k = rope_ref(to_doubles(k), pos, c.kv_heads, c.head_dim, theta);
+    std::vector<double> want_v = to_doubles(v);
+    Tensor cache = make_cos_sin_cache(256, c.head_dim, theta);
+    ops::rotary_embedding(Tensor::from_i64(pos, {n}), q, k, c.head_dim, cache);
+    const std::string what = "head_dim " + std::to_string(c.head_dim);
+    expect_close(q, want_q, 2e-5, 2e-5, what + " q");
+    expect_close(k, want_k, 2e-5, 2e-5, what + " k");
+    expect_close(v, want_v, 0, 0, what + " v untouched");
+  }
+}
+
+TEST(Rotary, AcceptsThreeDimensionalHeads) {
+  Tensor q = random_tensor({3, 2, 32}, 500), k = random_tensor({3, 1, 32}, 501);
+  const std::vector<int64_t> pos = {4, 0, 9};
+  std::vector<double> want_q = rope_ref(to_doubles(q), pos, 2, 32, 500000.0);
+  std::vector<double> want_k = rope_ref(to_doubles(k), pos, 1, 32, 500000.0);
+  ops::rotary_embedding(Tensor::from_i64(pos, {3}), q, k, 32, make_cos_sin_cache(16, 32, 500000.0));
+  expect_close(q, want_q, 2e-5, 2e-5, "q");
+  expect_close(k, want_k, 2e-5, 2e-5, "k");
+}
+
+}  // namespace
+}  // namespace llmserve
