@@ -1,0 +1,464 @@
+// config.json / generation_config.json parsing. Field reads check the JSON type first, so nlohmann never throws
+// from here; the JSON text itself is parsed inside a try block whose error carries the byte position.
+#include "model/model_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace llmserve {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string field_error_text(const std::string& key, const json& v, const char* want) {
+  return "field '" + key + "' must be " + want + ", got " + v.dump();
+}
+
+// Each getter leaves `out` untouched when the key is absent or null.
+Status get_int(const json& j, const std::string& key, std::optional<int64_t>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return invalid_argument(field_error_text(key, *it, "an integer that fits in 64 bits"));
+  }
+  if (it->is_number_integer()) {
+    *out = it->get<int64_t>();
+    return ok_status();
+  }
+  if (it->is_number_float()) {  // "4096.0" appears in some hand-written configs
+    double d = it->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) {
+      *out = static_cast<int64_t>(d);
+      return ok_status();
+    }
+  }
+  return invalid_argument(field_error_text(key, *it, "an integer"));
+}
+
+Status get_double(const json& j, const std::string& key, std::optional<double>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  if (!it->is_number()) return invalid_argument(field_error_text(key, *it, "a number"));
+  *out = it->get<double>();
+  if (!std::isfinite(**out)) return invalid_argument(field_error_text(key, *it, "a finite number"));
+  return ok_status();
+}
+
+Status get_bool(const json& j, const std::string& key, std::optional<bool>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  if (!it->is_boolean()) return invalid_argument(field_error_text(key, *it, "true or false"));
+  *out = it->get<bool>();
+  return ok_status();
+}
+
+Status get_string(const json& j, const std::string& key, std::optional<std::string>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  if (!it->is_string()) return invalid_argument(field_error_text(key, *it, "a string"));
+  *out = it->get<std::string>();
+  return ok_status();
+}
+
+// An id or a list of ids (eos_token_id).
+Status get_id_list(const json& j, const std::string& key, std::optional<std::vector<int64_t>>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  std::vector<int64_t> ids;
+  json list = it->is_array() ? *it : json::array({*it});
+  for (const json& v : list) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return invalid_argument(field_error_text(key, *it, "a token id or a list of token ids"));
+    }
+    ids.push_back(v.get<int64_t>());
+  }
+  *out = std::move(ids);
+  return ok_status();
+}
+
+// Reads `key` into `*out`; absent keeps the default already in *out.
+template <typename T>
+Status read_or_keep(const json& j, const std::string& key, T* out) {
+  if constexpr (std::is_same_v<T, int64_t>) {
+    std::optional<int64_t> v;
+    RETURN_IF_ERROR(get_int(j, key, &v));
+    if (v) *out = *v;
+  } else if constexpr (std::is_same_v<T, double>) {
+    std::optional<double> v;
+    RETURN_IF_ERROR(get_double(j, key, &v));
+    if (v) *out = *v;
+  } else {
+    std::optional<bool> v;
+    RETURN_IF_ERROR(get_bool(j, key, &v));
+    if (v) *out = *v;
+  }
+  return ok_status();
+}
+
+Status require_int(const json& j, const std::string& key, int64_t* out) {
+  std::optional<int64_t> v;
+  RETURN_IF_ERROR(get_int(j, key, &v));
+  if (!v) return invalid_argument("required field '" + key + "' is missing");
+  *out = *v;
+  return ok_status();
+}
+
+enum class SlidingStyle { kNone, kAllLayers, kQwen };
+
+struct ArchSpec {
+  const char* architecture;
+  const char* model_type;
+  int64_t default_max_position_embeddings;
+  bool qkv_bias_always;    // Qwen2
+  bool attention_bias_flag;  // `attention_bias` adds q/k/v/o biases
+  bool mlp_bias_flag;
+  bool qk_norm;
+  SlidingStyle sliding;
+};
+
+constexpr ArchSpec kArchSpecs[] = {
+    {"LlamaForCausalLM", "llama", 2048, false, true, true, false, SlidingStyle::kNone},
+    {"MistralForCausalLM", "mistral", 4096 * 32, false, false, false, false, SlidingStyle::kAllLayers},
+    {"Qwen2ForCausalLM", "qwen2", 32768, true, false, false, false, SlidingStyle::kQwen},
+    {"Qwen3ForCausalLM", "qwen3", 32768, false, true, false, true, SlidingStyle::kQwen},
+};
+
+std::string supported_architecture_list() {
+  std::string out;
+  for (const std::string& a : supported_architectures()) out += (out.empty() ? "" : ", ") + a;
+  return out;
+}
+
+StatusOr<const ArchSpec*> find_arch(const json& config, ModelConfig* cfg) {
+  std::optional<std::string> model_type;
+  RETURN_IF_ERROR(get_string(config, "model_type", &model_type));
+  cfg->model_type = model_type.value_or("");
+  auto it = config.find("architectures");
+  if (it != config.end() && !it->is_null()) {
+    if (!it->is_array() || it->empty() || !(*it)[0].is_string()) {
+      return invalid_argument(field_error_text("architectures", *it, "a non-empty list of strings"));
+    }
+    cfg->architecture = (*it)[0].get<std::string>();
+  } else {
+    for (const ArchSpec& s : kArchSpecs) {
+      if (cfg->model_type == s.model_type) cfg->architecture = s.architecture;
+    }
+    if (cfg->architecture.empty()) {
+      return invalid_argument("no 'architectures' field and model_type '" + cfg->model_type +
+                              "' is not supported (supported: " + supported_architecture_list() + ")");
+    }
+  }
+  for (const ArchSpec& s : kArchSpecs) {
+    if (cfg->architecture == s.architecture) return &s;
+  }
+  return invalid_argument("architecture '" + cfg->architecture + "' is not supported (supported: " +
+                          supported_architecture_list() + ")");
+}
+
+// The rope parameter object: transformers 5's `rope_parameters`, else 4's `rope_scaling`; nullptr when neither.
+StatusOr<const json*> rope_object(const json& config) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = config.find(key);
+    if (it == config.end() || it->is_null()) continue;
+    if (!it->is_object()) return invalid_argument(field_error_text(key, *it, "an object"));
+    for (const char* layer_type : {"full_attention", "sliding_attention"}) {
+      if (it->contains(layer_type)) {
+        return invalid_argument(std::string("field '") + key + "' has per-layer-type RoPE parameters, which are " +
+                                "not supported");
+      }
+    }
+    return &*it;
+  }
+  return static_cast<const json*>(nullptr);
+}
+
+Status parse_rope(const json& config, ModelConfig* cfg) {
+  ASSIGN_OR_RETURN(const json* rp, rope_object(config));
+  std::optional<double> theta;
+  RETURN_IF_ERROR(get_double(config, "rope_theta", &theta));
+  if (!theta && rp != nullptr) RETURN_IF_ERROR(get_double(*rp, "rope_theta", &theta).with_context("rope_scaling"));
+  if (theta) cfg->rope_theta = *theta;
+  if (!(cfg->rope_theta > 0)) return invalid_argument("field 'rope_theta' must be positive");
+  std::optional<double> partial;
+  RETURN_IF_ERROR(get_double(config, "partial_rotary_factor", &partial));
+  if (rp != nullptr && !partial) RETURN_IF_ERROR(get_double(*rp, "partial_rotary_factor", &partial));
+  if (partial && *partial != 1.0) return invalid_argument("partial_rotary_factor != 1 is not supported");
+  if (rp == nullptr) return ok_status();
+
+  RopeScaling& rs = cfg->rope_scaling;
+  const json& r = *rp;
+  auto ctx = [](Status s) { return s.with_context("rope_scaling"); };
+  std::optional<std::string> type;
+  RETURN_IF_ERROR(ctx(get_string(r, "rope_type", &type)));
+  if (!type) RETURN_IF_ERROR(ctx(get_string(r, "type", &type)));
+  const std::string t = type.value_or("default");
+  if (t == "default") rs.type = RopeType::kDefault;
+  else if (t == "linear") rs.type = RopeType::kLinear;
+  else if (t == "llama3") rs.type = RopeType::kLlama3;
+  else if (t == "yarn") rs.type = RopeType::kYarn;
+  else return invalid_argument("rope_scaling type '" + t + "' is not supported (supported: default, linear, llama3, yarn)");
+  if (rs.type == RopeType::kDefault) return ok_status();
+
+  std::optional<double> factor;
+  RETURN_IF_ERROR(ctx(get_double(r, "factor", &factor)));
+  std::optional<int64_t> orig;
+  RETURN_IF_ERROR(ctx(get_int(r, "original_max_position_embeddings", &orig)));
+  if (!orig) RETURN_IF_ERROR(get_int(config, "original_max_position_embeddings", &orig));
+  rs.original_max_position_embeddings = orig.value_or(cfg->max_position_embeddings);
+  if (rs.original_max_position_embeddings <= 0) {
+    return invalid_argument("rope_scaling: original_max_position_embeddings must be positive");
+  }
+  // YaRN without a factor derives it from the context extension (transformers 5 rule).
+  if (!factor && rs.type == RopeType::kYarn) {
+    factor = static_cast<double>(cfg->max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings);
+  }
+  if (!factor) return invalid_argument("rope_scaling type '" + t + "' needs field 'factor'");
+  if (!(*factor > 0)) return invalid_argument("rope_scaling: field 'factor' must be positive");
+  rs.factor = *factor;
+
+  if (rs.type == RopeType::kLlama3) {
+    std::optional<double> low, high;
+    RETURN_IF_ERROR(ctx(get_double(r, "low_freq_factor", &low)));
+    RETURN_IF_ERROR(ctx(get_double(r, "high_freq_factor", &high)));
+    if (!low || !high) return invalid_argument("rope_scaling type 'llama3' needs low_freq_factor and high_freq_factor");
+    if (!(*high > *low) || !(*low > 0)) {
+      return invalid_argument("rope_scaling: need 0 < low_freq_factor < high_freq_factor");
+    }
+    rs.low_freq_factor = *low;
+    rs.high_freq_factor = *high;
+  } else if (rs.type == RopeType::kYarn) {
+    std::optional<double> beta_fast, beta_slow;
+    std::optional<bool> truncate;
+    RETURN_IF_ERROR(ctx(get_double(r, "beta_fast", &beta_fast)));
+    RETURN_IF_ERROR(ctx(get_double(r, "beta_slow", &beta_slow)));
+    RETURN_IF_ERROR(ctx(get_double(r, "mscale", &rs.mscale)));
+    RETURN_IF_ERROR(ctx(get_double(r, "mscale_all_dim", &rs.mscale_all_dim)));
+    RETURN_IF_ERROR(ctx(get_double(r, "attention_factor", &rs.attention_factor)));
+    RETURN_IF_ERROR(ctx(get_bool(r, "truncate", &truncate)));
+    // HF reads these as `x or default`: 0 and null both mean the default.
+    if (beta_fast && *beta_fast != 0) rs.beta_fast = *beta_fast;
+    if (beta_slow && *beta_slow != 0) rs.beta_slow = *beta_slow;
+    if (!(rs.beta_fast > 0) || !(rs.beta_slow > 0)) return invalid_argument("rope_scaling: beta_fast/beta_slow must be positive");
+    if (rs.attention_factor && !(*rs.attention_factor > 0)) {
+      return invalid_argument("rope_scaling: attention_factor must be positive");
+    }
+    rs.truncate = truncate.value_or(true);
+  }
+  return ok_status();
+}
+
+Status parse_sliding_window(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
+  cfg->sliding_window_layers.assign(static_cast<size_t>(cfg->num_hidden_layers), false);
+  if (spec.sliding == SlidingStyle::kNone) return ok_status();
+  std::optional<int64_t> window;
+  RETURN_IF_ERROR(get_int(config, "sliding_window", &window));
+  if (spec.sliding == SlidingStyle::kQwen) {
+    std::optional<bool> use;
+    RETURN_IF_ERROR(get_bool(config, "use_sliding_window", &use));
+    if (!use.value_or(false)) window.reset();  // Qwen2/3 ignore sliding_window unless use_sliding_window
+  }
+  if (!window) return ok_status();
+  if (*window <= 0) return invalid_argument("field 'sliding_window' must be positive");
+  cfg->sliding_window = window;
+  auto lt = config.find("layer_types");
+  if (lt != config.end() && !lt->is_null()) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != cfg->num_hidden_layers) {
+      return invalid_argument(field_error_text("layer_types", *lt, "a list with one entry per layer"));
+    }
+    for (size_t i = 0; i < lt->size(); ++i) {
+      const json& v = (*lt)[i];
+      if (v == "sliding_attention") cfg->sliding_window_layers[i] = true;
+      else if (v != "full_attention") {
+        return invalid_argument(field_error_text("layer_types", v, "\"full_attention\" or \"sliding_attention\""));
+      }
+    }
+    return ok_status();
+  }
+  int64_t first_sliding = 0;
+  if (spec.sliding == SlidingStyle::kQwen) {
+    first_sliding = 28;  // Qwen2Config's default max_window_layers
+    RETURN_IF_ERROR(read_or_keep(config, "max_window_layers", &first_sliding));
+  }
+  for (int64_t i = std::max<int64_t>(first_sliding, 0); i < cfg->num_hidden_layers; ++i) {
+    cfg->sliding_window_layers[static_cast<size_t>(i)] = true;
+  }
+  return ok_status();
+}
+
+Status parse_sizes(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
+  RETURN_IF_ERROR(require_int(config, "vocab_size", &cfg->vocab_size));
+  RETURN_IF_ERROR(require_int(config, "hidden_size", &cfg->hidden_size));
+  RETURN_IF_ERROR(require_int(config, "intermediate_size", &cfg->intermediate_size));
+  RETURN_IF_ERROR(require_int(config, "num_hidden_layers", &cfg->num_hidden_layers));
+  RETURN_IF_ERROR(require_int(config, "num_attention_heads", &cfg->num_attention_heads));
+  cfg->max_position_embeddings = spec.default_max_position_embeddings;
+  RETURN_IF_ERROR(read_or_keep(config, "max_position_embeddings", &cfg->max_position_embeddings));
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", cfg->vocab_size},
+                         {"hidden_size", cfg->hidden_size},
+                         {"intermediate_size", cfg->intermediate_size},
+                         {"num_hidden_layers", cfg->num_hidden_layers},
+                         {"num_attention_heads", cfg->num_attention_heads},
+                         {"max_position_embeddings", cfg->max_position_embeddings}}) {
+    if (v <= 0) return invalid_argument(std::string("field '") + name + "' must be positive, got " + std::to_string(v));
+  }
+  cfg->num_key_value_heads = cfg->num_attention_heads;
+  RETURN_IF_ERROR(read_or_keep(config, "num_key_value_heads", &cfg->num_key_value_heads));
+  if (cfg->num_key_value_heads <= 0 || cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
+    return invalid_argument("num_attention_heads (" + std::to_string(cfg->num_attention_heads) +
+                            ") must be a positive multiple of num_key_value_heads (" +
+                            std::to_string(cfg->num_key_value_heads) + ")");
+  }
+  std::optional<int64_t> head_dim;
+  RETURN_IF_ERROR(get_int(config, "head_dim", &head_dim));
+  if (!head_dim) {
+    if (cfg->hidden_size % cfg->num_attention_heads != 0) {
+      return invalid_argument("hidden_size (" + std::to_string(cfg->hidden_size) +
+                              ") is not divisible by num_attention_heads (" +
+                              std::to_string(cfg->num_attention_heads) + ") and no head_dim is given");
+    }
+    head_dim = cfg->hidden_size / cfg->num_attention_heads;
+  }
+  if (*head_dim <= 0 || *head_dim % 2 != 0) {
+    return invalid_argument("head_dim must be positive and even (RoPE), got " + std::to_string(*head_dim));
+  }
+  cfg->head_dim = *head_dim;
+  return ok_status();
+}
+
+Status parse_flags(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
+  RETURN_IF_ERROR(read_or_keep(config, "rms_norm_eps", &cfg->rms_norm_eps));
+  if (!(cfg->rms_norm_eps > 0)) return invalid_argument("field 'rms_norm_eps' must be positive");
+  RETURN_IF_ERROR(read_or_keep(config, "tie_word_embeddings", &cfg->tie_word_embeddings));
+  bool attention_bias = false, mlp_bias = false;
+  RETURN_IF_ERROR(read_or_keep(config, "attention_bias", &attention_bias));
+  RETURN_IF_ERROR(read_or_keep(config, "mlp_bias", &mlp_bias));
+  cfg->attention_qkv_bias = spec.qkv_bias_always || (spec.attention_bias_flag && attention_bias);
+  cfg->attention_out_bias = spec.attention_bias_flag && attention_bias;
+  cfg->mlp_bias = spec.mlp_bias_flag && mlp_bias;
+  cfg->qk_norm = spec.qk_norm;
+
+  std::optional<std::string> act;
+  RETURN_IF_ERROR(get_string(config, "hidden_act", &act));
+  if (act && *act != "silu" && *act != "swish") {
+    return invalid_argument("hidden_act '" + *act + "' is not supported (supported: silu)");
+  }
+  std::optional<std::string> dtype;
+  RETURN_IF_ERROR(get_string(config, "dtype", &dtype));  // transformers >= 4.56 writes `dtype`
+  if (!dtype) RETURN_IF_ERROR(get_string(config, "torch_dtype", &dtype));
+  if (dtype && (!parse_dtype(*dtype, &cfg->dtype) || !dtype_is_float(cfg->dtype) || cfg->dtype == DType::kFP8E4M3)) {
+    return invalid_argument("dtype '" + *dtype + "' is not supported (supported: float32, float16, bfloat16)");
+  }
+  auto quant = config.find("quantization_config");
+  if (quant != config.end() && !quant->is_null()) {
+    auto method_it = quant->is_object() ? quant->find("quant_method") : quant->end();
+    std::string method = method_it != quant->end() && method_it->is_string() ? method_it->get<std::string>() : "?";
+    return invalid_argument("quantized checkpoints (quantization_config.quant_method '" + method +
+                            "') are not supported yet");
+  }
+  std::optional<int64_t> bos;
+  RETURN_IF_ERROR(get_int(config, "bos_token_id", &bos));
+  if (bos && *bos < 0) return invalid_argument("field 'bos_token_id' must be non-negative");
+  cfg->bos_token_id = bos;
+  std::optional<std::vector<int64_t>> eos;
+  RETURN_IF_ERROR(get_id_list(config, "eos_token_id", &eos));
+  cfg->eos_token_ids = eos.value_or(std::vector<int64_t>{});
+  return ok_status();
+}
+
+StatusOr<json> read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(path + ": cannot read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {
+    return invalid_argument(path + ": not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+std::string_view rope_type_name(RopeType type) {
+  switch (type) {
+    case RopeType::kDefault: return "default";
+    case RopeType::kLinear: return "linear";
+    case RopeType::kLlama3: return "llama3";
+    case RopeType::kYarn: return "yarn";
+  }
+  return "?";
+}
+
+std::optional<int64_t> ModelConfig::sliding_window_for_layer(int64_t layer) const {
+  if (!sliding_window || layer < 0 || layer >= static_cast<int64_t>(sliding_window_layers.size())) return {};
+  return sliding_window_layers[static_cast<size_t>(layer)] ? sliding_window : std::nullopt;
+}
+
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> v;
+    for (const ArchSpec& s : kArchSpecs) v.emplace_back(s.architecture);
+    return v;
+  }();
+  return kNames;
+}
+
+StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config) {
+  if (!config.is_object()) return invalid_argument("config is not a JSON object");
+  try {
+    ModelConfig cfg;
+    ASSIGN_OR_RETURN(const ArchSpec* spec, find_arch(config, &cfg));
+    RETURN_IF_ERROR(parse_sizes(config, *spec, &cfg));
+    RETURN_IF_ERROR(parse_flags(config, *spec, &cfg));
+    RETURN_IF_ERROR(parse_rope(config, &cfg));
+    RETURN_IF_ERROR(parse_sliding_window(config, *spec, &cfg));
+    return cfg;
+  } catch (const json::exception& e) {  // a safety net: every read above checks types first
+    return invalid_argument(std::string("config: ") + e.what());
+  }
+}
+
+StatusOr<ModelConfig> load_model_config(const std::string& dir) {
+  std::error_code ec;
+  const std::string path = std::filesystem::is_regular_file(dir, ec) ? dir : dir + "/config.json";
+  ASSIGN_OR_RETURN(json j, read_json_file(path));
+  StatusOr<ModelConfig> cfg = parse_model_config(j);
+  if (!cfg.ok()) return cfg.status().with_context(path);
+  return cfg;
+}
+
+StatusOr<GenerationConfig> parse_generation_config(const nlohmann::json& config) {
+  if (!config.is_object()) return invalid_argument("generation config is not a JSON object");
+  try {
+    GenerationConfig g;
+    RETURN_IF_ERROR(get_double(config, "temperature", &g.temperature));
+    RETURN_IF_ERROR(get_double(config, "top_p", &g.top_p));
+    RETURN_IF_ERROR(get_int(config, "top_k", &g.top_k));
+    RETURN_IF_ERROR(get_double(config, "repetition_penalty", &g.repetition_penalty));
+    RETURN_IF_ERROR(get_int(config, "max_new_tokens", &g.max_new_tokens));
+    RETURN_IF_ERROR(get_int(config, "max_length", &g.max_length));
+    RETURN_IF_ERROR(get_bool(config, "do_sample", &g.do_sample));
+    RETURN_IF_ERROR(get_int(config, "bos_token_id", &g.bos_token_id));
+    RETURN_IF_ERROR(get_id_list(config, "eos_token_id", &g.eos_token_ids));
+    RETURN_IF_ERROR(get_int(config, "pad_token_id", &g.pad_token_id));
+    return g;
+  } catch (const json::exception& e) {
+    return invalid_argument(std::string("generation config: ") + e.what());
+  }
+}
+
+StatusOr<GenerationConfig> load_generation_config(const std::string& dir) {
+  const std::string path = dir + "/generation_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return GenerationConfig{};
+  ASSIGN_OR_RETURN(json j, read_json_file(path));
+  StatusOr<GenerationConfig> g = parse_generation_config(j);
+  if (!g.ok()) return g.status().with_context(path);
+  return g;
+}
+
+}  // namespace llmserve
