@@ -9,11 +9,12 @@
 namespace llmserve {
 namespace {
 
-// Oniguruma (Unicode mode) sets. \s: White_Space; \w: letters, marks, decimal digits, connector punctuation;
+// Oniguruma / Rust-regex Unicode sets. \s: White_Space; \w: Alphabetic, marks, decimal digits, connector
+// punctuation, join controls (UTS #18);
 // \d: decimal digits. PCRE2's own \s/\w differ (e.g. U+180E, marks), hence the rewrite.
 constexpr std::string_view kSpaceSet =
     "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
-constexpr std::string_view kWordSet = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
+constexpr std::string_view kWordSet = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200c}\\x{200d}";
 constexpr std::string_view kDigitSet = "\\p{Nd}";
 
 std::string_view set_for(char c) {

@@ -97,6 +97,16 @@ Status Tokenizer::load_tokenizer_json(const std::string& text) {
       added.push_back(std::move(tok));
     }
   }
+  // HF maps a normalized added token's id back to its normalized content (what decode() then sees).
+  if (normalizer_ != nullptr) {
+    for (auto& tok : added) {
+      if (!tok.normalized) continue;
+      std::string content = tok.content;
+      normalizer_->normalize(content);
+      added_id_to_content_[tok.id] = content;
+    }
+  }
+  for (const auto& tok : added) added_id_to_raw_content_[tok.id] = tok.content;
   added_.build(std::move(added), normalizer_.get());
   return ok_status();
 }
@@ -299,10 +309,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   std::string out;
   for (int32_t id : ids) {
     if (!contributes(id, skip_special_tokens)) continue;
-    if (added_id_to_content_.count(id) != 0) {
+    if (added_id_to_raw_content_.count(id) != 0) {
       out.append(decode_tokens(std::move(tokens)));
       tokens.clear();
-      out.append(added_id_to_content_.at(id));
+      out.append(added_id_to_raw_content_.at(id));
     } else {
       tokens.push_back(*token_of(id));
     }

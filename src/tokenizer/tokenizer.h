@@ -91,7 +91,8 @@ class Tokenizer {
   std::unique_ptr<PostProcessor> post_processor_;
   std::unique_ptr<Decoder> decoder_;
   AddedVocabulary added_;
-  std::unordered_map<int32_t, std::string> added_id_to_content_;
+  std::unordered_map<int32_t, std::string> added_id_to_content_;      // normalized content, as HF decodes it
+  std::unordered_map<int32_t, std::string> added_id_to_raw_content_;  // content as written in the file
   Vocab added_content_to_id_;
   std::unordered_set<int32_t> special_ids_;
   bool byte_fallback_decoder_ = false;

@@ -1,6 +1,8 @@
 // Unigram (SentencePiece): Viterbi best segmentation by piece log-probabilities; characters no piece covers
 // cost min_score - 10 as unk (fused when consecutive), then byte fallback to <0xXX> pieces if enabled.
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tokenizer/model.h"
@@ -12,6 +14,39 @@ namespace {
 using json_util::Json;
 
 constexpr double kUnkPenalty = 10.0;
+
+// HF reads scores with serde_json's default float parser: the decimal digits as a u64, converted to f64, then
+// one multiplication or division by a power of ten. That can be 1 ulp off the correctly rounded value, and
+// Viterbi ties between segmentations with the same pieces hinge on such ulps. The file holds the shortest
+// round-trip digits of each score, which std::to_chars regenerates from our (correctly rounded) double.
+double serde_json_f64(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  uint64_t significand = 0;
+  int exponent = 0;
+  bool negative = false, seen_dot = false;
+  for (char* p = buf; p < res.ptr; ++p) {
+    char c = *p;
+    if (c == '-') {
+      negative = true;
+    } else if (c == '.') {
+      seen_dot = true;
+    } else if (c >= '0' && c <= '9') {
+      significand = significand * 10 + static_cast<uint64_t>(c - '0');
+      if (seen_dot) --exponent;
+    } else if (c == 'e' || c == 'E') {
+      exponent += std::atoi(p + 1);
+      break;
+    }
+  }
+  if (exponent < -308 || exponent > 308) return v;
+  char pow_text[16];
+  std::snprintf(pow_text, sizeof(pow_text), "1e%d", exponent < 0 ? -exponent : exponent);
+  double pow10 = std::strtod(pow_text, nullptr);  // correctly rounded, like Rust's literal table
+  double f = static_cast<double>(significand);
+  f = exponent >= 0 ? f * pow10 : f / pow10;
+  return negative ? -f : f;
+}
 
 class UnigramModel : public Model {
  public:
@@ -27,7 +62,7 @@ class UnigramModel : public Model {
       std::string piece = e[0].get<std::string>();
       max_piece_bytes_ = std::max(max_piece_bytes_, piece.size());
       vocab_.emplace(piece, static_cast<int32_t>(i));  // first occurrence wins
-      scores_.push_back(e[1].get<double>());
+      scores_.push_back(serde_json_f64(e[1].get<double>()));
       min_score_ = std::min(min_score_, scores_.back());
     }
     RETURN_IF_ERROR(index_vocab(path + ".vocab"));

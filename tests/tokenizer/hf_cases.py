@@ -140,3 +140,67 @@ def build_reconstructed(testdata, tmp):
 def llama3_re_pattern(s):
     from tokenizers import Regex
     return Regex(s)
+
+
+def training_corpus(testdata):
+    return llamacpp_inputs(testdata) + vector_inputs(testdata)
+
+
+def build_synthetic(testdata, tmp):
+    """Small tokenizers trained here, each exercising the rarer components and added-token flags."""
+    from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                            processors, trainers)
+    corpus = training_corpus(testdata) * 2
+    built = {}
+
+    # Unigram + NFKC/Replace(regex)/Strip + Metaspace(always, split) + byte fallback.
+    t = Tokenizer(models.Unigram())
+    t.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(r"\s{2,}"), " "),
+                                         normalizers.Strip(left=False, right=True)])
+    t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    t.decoder = decoders.Sequence([decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+                                   decoders.ByteFallback()])
+    tr = trainers.UnigramTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], unk_token="<unk>",
+                                 byte_fallback=True, initial_alphabet=list("abc"))
+    t.train_from_iterator(corpus, tr)
+    t.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
+                                                     special_tokens=[("<s>", 1), ("</s>", 2)])
+    built["synthetic-unigram"] = t
+
+    # BPE with Whitespace/Digits/Punctuation, NFD+StripAccents+Lowercase, BPEDecoder-free decoding via Fuse.
+    t = Tokenizer(models.BPE(unk_token="[UNK]", fuse_unk=True, continuing_subword_prefix="##"))
+    t.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase()])
+    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(True),
+                                               pre_tokenizers.Punctuation("contiguous")])
+    t.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    tr = trainers.BpeTrainer(vocab_size=600, special_tokens=["[UNK]", "[CLS]", "[SEP]"],
+                             continuing_subword_prefix="##")
+    t.train_from_iterator(corpus, tr)
+    t.post_processor = processors.RobertaProcessing(("[SEP]", 2), ("[CLS]", 1))
+    built["synthetic-bpe-words"] = t
+
+    # Split behaviours (every one, with invert), WhitespaceSplit, NFKD, and added-token flags.
+    t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=False))
+    t.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Prepend("_")])
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\d+"), behavior="merged_with_previous"),
+        pre_tokenizers.Split(Regex(r"[,.]"), behavior="merged_with_next"),
+        pre_tokenizers.Split("-", behavior="removed"),
+        pre_tokenizers.Split(Regex(r"\p{Lu}"), behavior="contiguous"),
+        pre_tokenizers.Split(Regex(r"[aeiou]+"), behavior="isolated", invert=True),
+        pre_tokenizers.WhitespaceSplit()])
+    t.decoder = decoders.Sequence([decoders.Replace("_", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tr = trainers.BpeTrainer(vocab_size=500, special_tokens=["<unk>"])
+    t.train_from_iterator(corpus, tr)
+    t.add_tokens([AddedToken("<tool>", lstrip=True, rstrip=True), AddedToken("word", single_word=True),
+                  AddedToken("_norm", normalized=True), AddedToken("hello", special=False)])
+    t.add_special_tokens([AddedToken("<|end|>", special=True, rstrip=True)])
+    built["synthetic-splits"] = t
+
+    out = {}
+    for name, t in built.items():
+        d = pathlib.Path(tmp) / name
+        d.mkdir(parents=True, exist_ok=True)
+        t.save(str(d / "tokenizer.json"))
+        out[name] = d
+    return out
