@@ -1,0 +1,31 @@
+// Normalizers of HF `tokenizers` (NFC/NFD/NFKC/NFKD, Lowercase, Strip, Prepend, Replace, StripAccents,
+// BertNormalizer, Sequence), each a pure function of its input string; built from tokenizer.json.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "tokenizer/json_util.h"
+
+namespace llmserve {
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  // Rewrites `text` (valid UTF-8 in, valid UTF-8 out).
+  virtual void normalize(std::string& text) const = 0;
+};
+
+// Builds the normalizer described by `j` (its "type" field); `path` names it in errors.
+StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const json_util::Json& j, const std::string& path);
+
+}  // namespace llmserve
+
+namespace llmserve {
+class Regex;
+// Parses a {"String": s} / {"Regex": r} pattern object (Replace, Split): returns the compiled regex, or null
+// with *literal set for a String pattern.
+StatusOr<std::unique_ptr<Regex>> make_pattern(const json_util::Json& j, const std::string& path,
+                                              std::string* literal);
+}  // namespace llmserve
