@@ -132,6 +132,22 @@ def conversations():
                             add_generation_prompt=True),
         "consecutive_users": dict(messages=[{"role": "user", "content": "first"}, {"role": "user", "content": "second"}],
                                   add_generation_prompt=True, omit_tools=True),
+        "parallel_tool_calls": dict(
+            messages=[sys_msg, {"role": "user", "content": "Weather in Paris and Oslo, then search news."},
+                      {"role": "assistant", "content": "Let me check.",
+                       "tool_calls": [TOOL_CALL_DICT,
+                                      {"id": "call_0003", "type": "function",
+                                       "function": {"name": "get_weather",
+                                                    "arguments": {"city": "Oslo", "unit": "celsius", "days": 2,
+                                                                  "verbose": True, "threshold": 0.5, "note": None,
+                                                                  "tags": ["ß", "naïve"]}}}]},
+                      {"role": "tool", "tool_call_id": "call_0001", "name": "get_weather", "content": "21.5 C"},
+                      {"role": "tool", "tool_call_id": "call_0003", "name": "get_weather", "content": "-3 C, snow"},
+                      {"role": "assistant", "content": "Paris: 21.5 °C. Oslo: -3 °C with snow."},
+                      {"role": "user", "content": "Thanks!"}],
+            tools=[WEATHER_TOOL, SEARCH_TOOL], add_generation_prompt=True),
+        "thinking_disabled": dict(messages=[{"role": "user", "content": "Quick answer: capital of France?"}],
+                                  add_generation_prompt=True, kwargs={"enable_thinking": False}),
         "content_parts": dict(messages=[{"role": "system", "content": [{"type": "text", "text": "Be concise."}]},
                                         {"role": "user", "content": [{"type": "text", "text": "Describe"},
                                                                      {"type": "text", "text": " this, please."}]}],
@@ -196,7 +212,8 @@ def test_templates_match_jinja2(llmserve_bin, testdata, tmp_path):
         except jinja2.exceptions.TemplateError as e:
             template = e
         for conv_id, conv in convs.items():
-            context = {"messages": conv["messages"], "add_generation_prompt": conv["add_generation_prompt"], **tokens}
+            context = {"messages": conv["messages"], "add_generation_prompt": conv["add_generation_prompt"], **tokens,
+                       **conv.get("kwargs", {})}
             if not conv.get("omit_tools"):
                 # transformers passes tools/documents explicitly (None when absent); other callers leave them out.
                 context.update(tools=conv.get("tools"), documents=conv.get("documents"))
@@ -208,7 +225,7 @@ def test_templates_match_jinja2(llmserve_bin, testdata, tmp_path):
     r = subprocess.run([str(llmserve_bin), "template", "render", "--batch", str(batch)], capture_output=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr.decode()
-    got = [json.loads(line) for line in r.stdout.decode("utf-8").splitlines()]
+    got = [json.loads(line) for line in r.stdout.decode("utf-8").split("\n") if line]
     assert len(got) == len(cases)
 
     mismatches, num_both_raise, num_equal = [], 0, 0

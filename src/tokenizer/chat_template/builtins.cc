@@ -3,6 +3,7 @@
 // including which calls raise (e.g. len() of a generator) and what undefined values turn into.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "tokenizer/chat_template/interpreter.h"
@@ -364,9 +365,20 @@ Value call_builtin_filter(Interpreter& in, const std::string& name, const Value&
   if (name == "round") {
     int64_t precision = a.get(0, "precision", Value(0)).as_int();
     std::string method = a.get(1, "method", Value("common")).to_str();
+    if (method != "common" && method != "ceil" && method != "floor") {
+      throw TemplateError("method must be 'common', 'ceil' or 'floor'");
+    }
+    if (!v.is_number()) throw TemplateError("type " + v.type_name() + " doesn't define __round__ method");
+    double x = v.as_double();
+    if (method == "common" && precision >= 0 && precision < 300 && std::isfinite(x)) {
+      // Python's round() is correctly rounded, half to even: exactly what printf's %.*f does.
+      char buf[512];
+      std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(precision), x);
+      return Value(std::strtod(buf, nullptr));
+    }
     double scale = std::pow(10.0, static_cast<double>(precision));
-    double x = v.as_double() * scale;
-    double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+    double r = method == "ceil" ? std::ceil(x * scale) : method == "floor" ? std::floor(x * scale)
+                                                                           : std::nearbyint(x * scale);
     return Value(r / scale);
   }
   if (name == "reverse") {

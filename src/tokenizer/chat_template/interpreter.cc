@@ -238,7 +238,7 @@ Value Interpreter::invoke_macro(const Stmt& s, const ScopePtr& closure, Args& ar
     if (scope->vars.count(pname)) continue;
     scope->vars[pname] = def ? eval(*def, scope) : Value::undefined(pname);
   }
-  scope->vars["varargs"] = Value::list(std::move(varargs));
+  scope->vars["varargs"] = Value::list(std::move(varargs), /*is_tuple=*/true);
   scope->vars["kwargs"] = Value::dict(kwargs);
   std::string out;
   exec_body(s.body, scope, out);
