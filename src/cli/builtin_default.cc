@@ -1,0 +1,80 @@
+// Built-in default: config and tokenizer JSON for the tiny in-memory model (weights come from the dummy loader).
+#include "cli/builtin_default.h"
+
+#include <nlohmann/json.hpp>
+
+namespace llmserve::cli {
+
+std::string builtin_default_config_json() {
+  nlohmann::ordered_json config = {{"architectures", {"LlamaForCausalLM"}},
+                                   {"model_type", "llama"},
+                                   {"vocab_size", 258},
+                                   {"hidden_size", 64},
+                                   {"intermediate_size", 128},
+                                   {"num_hidden_layers", 2},
+                                   {"num_attention_heads", 4},
+                                   {"num_key_value_heads", 2},
+                                   {"max_position_embeddings", 512},
+                                   {"rms_norm_eps", 1e-5},
+                                   {"rope_theta", 10000.0},
+                                   {"hidden_act", "silu"},
+                                   {"tie_word_embeddings", false},
+                                   {"bos_token_id", 256},
+                                   {"eos_token_id", 257},
+                                   {"torch_dtype", "float32"}};
+  return config.dump();
+}
+
+std::string builtin_default_tokenizer_json() {
+  // GPT-2's byte -> printable character map: printable Latin-1 bytes map to themselves, the rest to U+0100+.
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  int next_code = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const int code = printable ? b : next_code++;
+    std::string utf8;
+    if (code < 0x80) {
+      utf8 = std::string(1, static_cast<char>(code));
+    } else {
+      utf8 += static_cast<char>(0xc0 | (code >> 6));
+      utf8 += static_cast<char>(0x80 | (code & 0x3f));
+    }
+    vocab[utf8] = b;
+  }
+  auto special = [](int id, const char* content) {
+    return nlohmann::ordered_json{{"id", id},         {"content", content}, {"single_word", false},
+                                  {"lstrip", false},  {"rstrip", false},    {"normalized", false},
+                                  {"special", true}};
+  };
+  nlohmann::ordered_json tok = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", {special(256, "<|begin_of_text|>"), special(257, "<|end_of_text|>")}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                         {"use_regex", true}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens",
+         {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {256}}, {"tokens", {"<|begin_of_text|>"}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"},
+                 {"dropout", nullptr},
+                 {"unk_token", nullptr},
+                 {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr},
+                 {"fuse_unk", false},
+                 {"byte_fallback", false},
+                 {"ignore_merges", false},
+                 {"vocab", vocab},
+                 {"merges", nlohmann::ordered_json::array()}}}};
+  return tok.dump();
+}
+
+}  // namespace llmserve::cli

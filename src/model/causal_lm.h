@@ -1,0 +1,40 @@
+// CausalLM: the interface every architecture implements — one forward pass over a flattened mixed
+// prefill + decode batch that writes K/V into the paged cache and returns logits for selected token rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/ops.h"
+#include "model/model_config.h"
+
+namespace llmserve {
+
+// The paged KV cache of one model: per layer, key and value tensors
+// [num_blocks, block_size, num_kv_heads, head_dim] (the layout ops::reshape_and_cache documents).
+struct KVCacheTensors {
+  std::vector<Tensor> key;    // [num_layers]
+  std::vector<Tensor> value;  // [num_layers]
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+};
+
+// One step's inputs, built by the runner. Tokens of each request are contiguous, requests in batch order.
+struct ForwardBatch {
+  Tensor input_ids;       // [num_tokens] i32
+  Tensor positions;       // [num_tokens] i64
+  Tensor logits_indices;  // [num_logits] i64: token rows whose logits are wanted (e.g. each request's last)
+  ops::AttentionMetadata attention;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Runs the model; writes logits [num_logits, vocab_size] (f32). Aborts (CHECK) on inconsistent shapes:
+  // the runner is trusted, user input was validated before it.
+  virtual void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) = 0;
+};
+
+}  // namespace llmserve

@@ -1,0 +1,40 @@
+// Architectures by their HF `architectures` name, and loading a model directory (config + weights) into one.
+// An unknown architecture is an InvalidArgument error that lists the supported names.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/causal_lm.h"
+#include "model/model_config.h"
+#include "model/weight_source.h"
+
+namespace llmserve {
+
+enum class LoadFormat { kAuto, kSafetensors, kDummy };
+// Parses --load-format values: "auto", "safetensors", "dummy".
+bool parse_load_format(const std::string& name, LoadFormat* format);
+
+struct ModelLoadOptions {
+  DType weight_dtype = DType::kF32;  // GEMM weight dtype on CPU (bench/RESULTS.md: f32 + OpenBLAS is fastest)
+  LoadFormat load_format = LoadFormat::kAuto;
+  uint64_t seed = 0;                 // dummy weights
+};
+
+using ModelFactory = std::function<StatusOr<std::unique_ptr<CausalLM>>(
+    const ModelConfig&, WeightSource&, const ModelLoadOptions&)>;
+
+// Builds the model named by config.architecture from `weights`.
+StatusOr<std::unique_ptr<CausalLM>> create_model(const ModelConfig& config, WeightSource& weights,
+                                                 const ModelLoadOptions& options);
+
+// Loads config.json from `model_dir` (or uses `config` when given, e.g. --config FILE with dummy weights),
+// opens the weights as options.load_format says and builds the model. Weights in a file are converted to
+// options.weight_dtype once, here.
+StatusOr<std::unique_ptr<CausalLM>> load_model(const std::string& model_dir, const ModelLoadOptions& options,
+                                               const ModelConfig* config = nullptr);
+
+}  // namespace llmserve

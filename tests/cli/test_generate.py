@@ -1,0 +1,85 @@
+# `llmserve convert llama2c` + `llmserve generate` end to end: the converted stories260K model reproduces
+# llama2.c's own greedy text; the built-in default runs and says so; bad input fails with a clear message.
+import json
+import subprocess
+
+import pytest
+
+
+def run(bin_path, *args, check=True):
+    r = subprocess.run([str(bin_path), *args], capture_output=True, text=True, timeout=300)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def stories_dir(llmserve_bin, testdata, tmp_path_factory):
+    src = testdata / "models" / "stories260K"
+    out = tmp_path_factory.mktemp("stories260K")
+    run(llmserve_bin, "convert", "llama2c", "--checkpoint", str(src / "stories260K.bin"),
+        "--tokenizer", str(src / "tok512.bin"), "--out", str(out))
+    return out
+
+
+def test_stories260k_text_equals_llama2c(llmserve_bin, testdata, stories_dir):
+    # llama2.c: `run stories260K.bin -z tok512.bin -t 0.0 -n 200` = 200 tokens after BOS.
+    expected = (testdata / "models" / "stories260K" / "expected_greedy_200steps.txt").read_text()
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", "", "--max-tokens", "200",
+            "--temperature", "0", "--ignore-eos")
+    assert r.stdout.rstrip("\n") == expected.rstrip("\n")
+
+
+def test_generate_json_and_prompt_ids(llmserve_bin, testdata, stories_dir):
+    ids = json.loads((testdata / "models" / "stories260K" / "expected_greedy_ids_first60.json").read_text())["ids"]
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt-ids", "1", "--max-tokens", "20",
+            "--output", "json")
+    line = json.loads(r.stdout)
+    assert line["prompt_token_ids"] == [1]
+    assert line["token_ids"] == ids[:20]
+    assert line["text"].startswith("Once upon a time")
+
+
+def test_tokenizer_json_matches_hf_tokenizers(stories_dir):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer.from_file(str(stories_dir / "tokenizer.json"))
+    text = "Once upon a time, there was a little girl named Lily."
+    ids = tok.encode(text).ids
+    assert ids[0] == 1
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_builtin_default_runs_and_says_so(llmserve_bin):
+    r = run(llmserve_bin, "generate", "--prompt", "Hello", "--max-tokens", "8")
+    assert "built-in default" in r.stderr
+    assert r.stdout.endswith("\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--temperature", "0.7"], "only greedy"),
+    (["--max-tokens", "-1"], "--max-tokens"),
+    (["--load-format", "pickle"], "--load-format"),
+    (["--prompt-ids", "1,x"], "not a token id"),
+])
+def test_generate_rejects_bad_flags(llmserve_bin, args, message):
+    r = run(llmserve_bin, "generate", *args, check=False)
+    assert r.returncode != 0
+    assert message in r.stderr
+
+
+def test_generate_rejects_bad_model_inputs(llmserve_bin, stories_dir, tmp_path):
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt-ids", "1,99999", check=False)
+    assert r.returncode == 1 and "outside the vocabulary" in r.stderr
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt-ids", "1", "--max-tokens", "600",
+            check=False)
+    assert r.returncode == 1 and "max_position_embeddings" in r.stderr
+    r = run(llmserve_bin, "generate", "--model", str(tmp_path / "nope"), "--prompt-ids", "1", check=False)
+    assert r.returncode == 1 and "config.json" in r.stderr
+
+
+def test_convert_reports_bad_checkpoint(llmserve_bin, testdata, tmp_path):
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\x01\x00")
+    r = run(llmserve_bin, "convert", "llama2c", "--checkpoint", str(bad), "--tokenizer",
+            str(testdata / "models" / "stories260K" / "tok512.bin"), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode == 1 and "bad.bin" in r.stderr
