@@ -125,8 +125,9 @@ int run_bench(int num_threads) {
   std::printf("threads=%d; f32 peak ~%.0f GFLOP/s (2.0 GHz x 2 AVX-512 FMA x 16 lanes x 2 flop x %d cores)\n",
               num_threads, 2.0 * 2 * 16 * 2 * num_threads, num_threads);
   std::printf("GFLOP/s (2*m*n*k / fastest call); [GB/s of weight bytes read] for m=1\n\n");
-  std::printf("| shape (n x k) | m | openblas sgemm f32 | openblas sbgemm bf16 | onednn f32 packed | onednn f32 plain "
-              "| onednn bf16 packed | onednn bf16 plain | ops::linear f32 | ops::linear bf16 |\n");
+  std::printf(
+      "| shape (n x k) | m | openblas sgemm f32 | openblas sbgemm bf16 | onednn f32 packed | onednn f32 plain "
+      "| onednn bf16 packed | onednn bf16 plain | ops::linear f32 | ops::linear bf16 |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape2& s : shapes) {
     std::vector<float> w(static_cast<size_t>(s.n) * s.k);
@@ -157,8 +158,8 @@ int run_bench(int num_threads) {
       if (SbgemmFn sbgemm = find_sbgemm()) {
         double t_sbgemm = time_call([&] {
           for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = f32_to_bf16(x[i]).bits;
-          sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x_bf16.data(), s.k, w_bf16.data(), s.k,
-                 0.f, y.data(), s.n);
+          sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x_bf16.data(), s.k, w_bf16.data(), s.k, 0.f,
+                 y.data(), s.n);
         });
         sbgemm_cell = cell(t_sbgemm, wbf16);
       }

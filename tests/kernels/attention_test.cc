@@ -64,7 +64,7 @@ TEST(ReshapeAndCache, ReadsRowStridedKeyAndValue) {
 
 struct Req {
   int64_t seq_len, query_len;
-  int share_from = -1;         // request whose first `shared_blocks` blocks this one reuses (a prefix-cache hit)
+  int share_from = -1;  // request whose first `shared_blocks` blocks this one reuses (a prefix-cache hit)
   int64_t shared_blocks = 0;
 };
 
@@ -84,14 +84,14 @@ class PagedAttentionTest : public ::testing::TestWithParam<AttnCase> {};
 // Decodes first (the runner's convention), then a full prefill, chunked prefills and prefix hits.
 const std::vector<Req>& request_mix() {
   static const std::vector<Req> reqs = {
-      {1, 1},          // decode at position 0
-      {37, 1, 5, 2},   // decode; shares its first two blocks with request 5
-      {16, 1},         // decode, context exactly one block (16) or several (small blocks)
-      {20, 20},        // full prefill
-      {50, 7},         // chunked prefill: 43 cached tokens + 7 new
-      {45, 45},        // full prefill, owner of blocks shared by requests 1 and 6
-      {41, 9, 5, 2},   // prefix hit: first two blocks from request 5, 9 new tokens
-      {3, 2},          // tiny chunk
+      {1, 1},         // decode at position 0
+      {37, 1, 5, 2},  // decode; shares its first two blocks with request 5
+      {16, 1},        // decode, context exactly one block (16) or several (small blocks)
+      {20, 20},       // full prefill
+      {50, 7},        // chunked prefill: 43 cached tokens + 7 new
+      {45, 45},       // full prefill, owner of blocks shared by requests 1 and 6
+      {41, 9, 5, 2},  // prefix hit: first two blocks from request 5, 9 new tokens
+      {3, 2},         // tiny chunk
   };
   return reqs;
 }

@@ -35,7 +35,8 @@ void check_linear(const Tensor& out, const Tensor& x, const Tensor& w, const Ten
       }
       const double err = std::abs(got[i * n + j] - sum);
       if (!(err <= 1e-6 + rel_tol * abs_sum)) {
-        if (bad++ < 3) ADD_FAILURE() << what << ": out[" << i << ", " << j << "] = " << got[i * n + j] << ", want " << sum;
+        if (bad++ < 3)
+          ADD_FAILURE() << what << ": out[" << i << ", " << j << "] = " << got[i * n + j] << ", want " << sum;
       }
     }
   }

@@ -9,10 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/onednn_matmul.h"
-
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/vec.h"
 
 namespace llmserve::cpu {
@@ -85,9 +84,9 @@ void linear_bf16_blocked(Tensor& out, const Tensor& x, const Tensor& weight, int
     parallel_for(nb, 16, [&](int64_t begin, int64_t end) {
       bf16_to_f32_n(weight.data<bf16_t>() + (j0 + begin) * k, block.data() + begin * k, (end - begin) * k);
     });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(nb),
-                static_cast<int>(k), 1.f, x.data<float>(), static_cast<int>(x.stride(0)), block.data(),
-                static_cast<int>(k), 1.f, row_ptr<float>(out, 0) + j0, static_cast<int>(out.stride(0)));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(nb), static_cast<int>(k),
+                1.f, x.data<float>(), static_cast<int>(x.stride(0)), block.data(), static_cast<int>(k), 1.f,
+                row_ptr<float>(out, 0) + j0, static_cast<int>(out.stride(0)));
   }
 }
 
@@ -107,9 +106,9 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
   if (k == 0) return;
   sync_blas_threads();
   if (weight.dtype() == DType::kF32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.f, x.data<float>(), static_cast<int>(x.stride(0)), weight.data<float>(),
-                static_cast<int>(k), 1.f, out.data<float>(), static_cast<int>(out.stride(0)));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                1.f, x.data<float>(), static_cast<int>(x.stride(0)), weight.data<float>(), static_cast<int>(k), 1.f,
+                out.data<float>(), static_cast<int>(out.stride(0)));
   } else if (m <= kBf16GemvMaxRows) {
     linear_bf16_gemv(out, x, weight, m, n, k);
   } else {
