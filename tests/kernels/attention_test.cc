@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "kernels/ops.h"
 #include "test_util.h"
@@ -73,8 +74,9 @@ struct AttnCase {
 };
 
 std::string case_name(const AttnCase& c) {
-  return "H" + std::to_string(c.heads) + "_KV" + std::to_string(c.kv_heads) + "_D" + std::to_string(c.head_dim) +
-         "_BS" + std::to_string(c.block_size) + "_W" + std::to_string(c.window);
+  std::ostringstream os;  // not string operator+: GCC 12 warns falsely there (-Wrestrict, PR 105651)
+  os << "H" << c.heads << "_KV" << c.kv_heads << "_D" << c.head_dim << "_BS" << c.block_size << "_W" << c.window;
+  return os.str();
 }
 
 void PrintTo(const AttnCase& c, std::ostream* os) { *os << case_name(c); }
