@@ -1,6 +1,7 @@
-// gemm_bench: GFLOP/s of the CPU GEMM candidates for `ops::linear` (OpenBLAS sgemm/sbgemm, oneDNN matmul f32/bf16,
-// and ops::linear itself) on the projection shapes of a 110M Llama-2-shaped model, m = 1, 16, 128 tokens.
-// A program that prints a table (never a test); see bench/RESULTS.md for recorded runs and the decision taken.
+// gemm_bench: GFLOP/s of the CPU GEMM candidates for `ops::linear` (OpenBLAS sgemm/sbgemm, oneDNN matmul f32/bf16
+// on OpenMP threads, and ops::linear itself with oneDNN on the llmserve pool or on OpenMP) on the projection shapes of
+// a 110M Llama-2-shaped model, m = 1, 16, 128 tokens. A program that prints a table (never a test); see
+// bench/RESULTS.md for recorded runs and the decision taken.
 #include <cblas.h>
 #include <dlfcn.h>
 #include <omp.h>
@@ -18,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
 namespace llmserve {
@@ -127,8 +129,9 @@ int run_bench(int num_threads) {
   std::printf("GFLOP/s (2*m*n*k / fastest call); [GB/s of weight bytes read] for m=1\n\n");
   std::printf(
       "| shape (n x k) | m | openblas sgemm f32 | openblas sbgemm bf16 | onednn f32 packed | onednn f32 plain "
-      "| onednn bf16 packed | onednn bf16 plain | ops::linear f32 | ops::linear bf16 |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      "| onednn bf16 packed | onednn bf16 plain | ops::linear f32 (pool) | ops::linear bf16 (pool) "
+      "| ops::linear f32 (omp) | ops::linear bf16 (omp) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape2& s : shapes) {
     std::vector<float> w(static_cast<size_t>(s.n) * s.k);
     for (float& v : w) v = dist(rng) * 0.05f;
@@ -171,12 +174,19 @@ int run_bench(int num_threads) {
       double t_dnnl_bf16_plain = time_call([&] { dnnl_bf16_plain.run(x.data(), x.size()); });
       Tensor x_t = Tensor::from_blob(x.data(), {m, s.k}, DType::kF32);
       Tensor y_t = Tensor::from_blob(y.data(), {m, s.n}, DType::kF32);
-      double t_ops_f32 = time_call([&] { ops::linear(y_t, x_t, w_t, nullptr); });
-      double t_ops_bf16 = time_call([&] { ops::linear(y_t, x_t, w_bf16_t, nullptr); });
-      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.name, m, cell(t_sgemm, wf32).c_str(),
-                  sbgemm_cell.c_str(), cell(t_dnnl_f32, wf32).c_str(), cell(t_dnnl_f32_plain, wf32).c_str(),
-                  cell(t_dnnl_bf16, wbf16).c_str(), cell(t_dnnl_bf16_plain, wbf16).c_str(),
-                  cell(t_ops_f32, wf32).c_str(), cell(t_ops_bf16, wbf16).c_str());
+      auto time_linear = [&](cpu::GemmBackend backend, const Tensor& weight) {
+        cpu::set_gemm_backend(backend);
+        return time_call([&] { ops::linear(y_t, x_t, weight, nullptr); });
+      };
+      double t_pool_f32 = time_linear(cpu::GemmBackend::kOnednn, w_t);
+      double t_pool_bf16 = time_linear(cpu::GemmBackend::kOnednn, w_bf16_t);
+      double t_omp_f32 = time_linear(cpu::GemmBackend::kOnednnOmp, w_t);
+      double t_omp_bf16 = time_linear(cpu::GemmBackend::kOnednnOmp, w_bf16_t);
+      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.name, m,
+                  cell(t_sgemm, wf32).c_str(), sbgemm_cell.c_str(), cell(t_dnnl_f32, wf32).c_str(),
+                  cell(t_dnnl_f32_plain, wf32).c_str(), cell(t_dnnl_bf16, wbf16).c_str(),
+                  cell(t_dnnl_bf16_plain, wbf16).c_str(), cell(t_pool_f32, wf32).c_str(),
+                  cell(t_pool_bf16, wbf16).c_str(), cell(t_omp_f32, wf32).c_str(), cell(t_omp_bf16, wbf16).c_str());
       if (m == 128 && s.n == 32000) {
         std::printf("\n(onednn kernels at m=128, lm_head: f32 packed %s, plain %s; bf16 packed %s, plain %s)\n\n",
                     dnnl_f32.impl().c_str(), dnnl_f32_plain.impl().c_str(), dnnl_bf16.impl().c_str(),

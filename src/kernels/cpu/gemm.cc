@@ -24,7 +24,9 @@ constexpr int64_t kBf16BlockElems = int64_t{1} << 20;
 
 GemmBackend backend_from_env() {
   const char* env = std::getenv("LLMSERVE_GEMM");
-  return env != nullptr && std::strcmp(env, "openblas") == 0 ? GemmBackend::kOpenblas : GemmBackend::kOnednn;
+  if (env != nullptr && std::strcmp(env, "openblas") == 0) return GemmBackend::kOpenblas;
+  if (env != nullptr && std::strcmp(env, "onednn-omp") == 0) return GemmBackend::kOnednnOmp;
+  return GemmBackend::kOnednn;
 }
 
 std::atomic<GemmBackend>& backend() {
@@ -92,13 +94,15 @@ void linear_bf16_blocked(Tensor& out, const Tensor& x, const Tensor& weight, int
 
 }  // namespace
 
-void set_gemm_backend(GemmBackend b) { backend().store(b); }
+void set_gemm_backend(GemmBackend value) { backend().store(value); }
 GemmBackend gemm_backend() { return backend().load(); }
 
 void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   if (m == 0 || n == 0) return;
-  if (k > 0 && gemm_backend() == GemmBackend::kOnednn && onednn_linear(out, x, weight)) {
+  const GemmBackend b = gemm_backend();
+  if (k > 0 && b != GemmBackend::kOpenblas &&
+      onednn_linear(out, x, weight, b == GemmBackend::kOnednnOmp ? OnednnThreading::kOpenmp : OnednnThreading::kPool)) {
     if (bias != nullptr) add_bias(out, *bias, m, n);
     return;
   }
