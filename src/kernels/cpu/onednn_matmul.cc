@@ -75,16 +75,22 @@ class MatmulCache {
   std::map<std::pair<int64_t, int>, std::unique_ptr<dnnl::matmul>> map_;
 };
 
-// out[:, j0:j0+nb] = src @ W[j0:j0+nb, :]^T on the calling thread's OpenMP team.
+// out[:, j0:j0+nb] = src @ W[j0:j0+nb, :]^T on the calling thread's OpenMP team. Runs on pool workers too, so
+// oneDNN's exceptions are caught here (one escaping a worker would terminate the process without a message).
 void run_slice(const dnnl::matmul& prim, dnnl::engine& eng, dt wt, const void* src, int64_t lda, int64_t m, int64_t k,
                const char* weight, int64_t j0, int64_t nb, float* out, int64_t ldc) {
   const size_t esize = wt == dt::bf16 ? 2 : 4;
-  dnnl::memory s(dnnl::memory::desc({m, k}, wt, {lda, 1}), eng, const_cast<void*>(src));
-  dnnl::memory w(dnnl::memory::desc({k, nb}, wt, {1, k}), eng, const_cast<char*>(weight) + j0 * k * esize);
-  dnnl::memory d(dnnl::memory::desc({m, nb}, dt::f32, {ldc, 1}), eng, out + j0);
-  dnnl::stream stream(eng);
-  prim.execute(stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}});
-  stream.wait();
+  try {
+    dnnl::memory s(dnnl::memory::desc({m, k}, wt, {lda, 1}), eng, const_cast<void*>(src));
+    dnnl::memory w(dnnl::memory::desc({k, nb}, wt, {1, k}), eng, const_cast<char*>(weight) + j0 * k * esize);
+    dnnl::memory d(dnnl::memory::desc({m, nb}, dt::f32, {ldc, 1}), eng, out + j0);
+    dnnl::stream stream(eng);
+    prim.execute(stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    LOG(FATAL) << "oneDNN matmul failed for x [" << m << ", " << k << "], weight columns [" << j0 << ", " << j0 + nb
+               << "): " << e.what();
+  }
 }
 
 }  // namespace
@@ -115,24 +121,19 @@ bool onednn_linear(Tensor& out, const Tensor& x, const Tensor& weight, OnednnThr
   const char* w = static_cast<const char*>(weight.raw_data());
   float* o = out.data<float>();
   const int64_t ldc = out.stride(0);
-  try {
-    if (threading == OnednnThreading::kOpenmp) {
-      // OpenMP's thread count is per calling thread: size it like the global pool ($LLMSERVE_NUM_THREADS).
-      if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-      run_slice(*prim, eng, wt, src, lda, m, k, w, 0, n, o, ldc);
-    } else {
-      const int64_t width = pool_slice_width(n, threads);
-      parallel_for((n + width - 1) / width, 1, [&](int64_t begin, int64_t end) {
-        if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's oneDNN calls stay serial
-        for (int64_t s = begin; s < end; ++s) {
-          const int64_t j0 = s * width;
-          run_slice(*prim, eng, wt, src, lda, m, k, w, j0, std::min(width, n - j0), o, ldc);
-        }
-      });
-    }
-  } catch (const dnnl::error& e) {
-    LOG(FATAL) << "oneDNN matmul failed for x [" << m << ", " << k << "], weight [" << n << ", " << k
-               << "]: " << e.what();
+  if (threading == OnednnThreading::kOpenmp) {
+    // OpenMP's thread count is per calling thread: size it like the global pool ($LLMSERVE_NUM_THREADS).
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    run_slice(*prim, eng, wt, src, lda, m, k, w, 0, n, o, ldc);
+  } else {
+    const int64_t width = pool_slice_width(n, threads);
+    parallel_for((n + width - 1) / width, 1, [&](int64_t begin, int64_t end) {
+      if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's oneDNN calls stay serial
+      for (int64_t s = begin; s < end; ++s) {
+        const int64_t j0 = s * width;
+        run_slice(*prim, eng, wt, src, lda, m, k, w, j0, std::min(width, n - j0), o, ldc);
+      }
+    });
   }
   return true;
 }
