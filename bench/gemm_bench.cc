@@ -1,6 +1,7 @@
-// gemm_bench: GFLOP/s of the CPU GEMM candidates for `ops::linear` (OpenBLAS sgemm/sbgemm, oneDNN matmul f32/bf16,
-// and ops::linear itself) on the projection shapes of a 110M Llama-2-shaped model, m = 1, 16, 128 tokens.
-// A program that prints a table (never a test); see bench/RESULTS.md for recorded runs and the decision taken.
+// gemm_bench: GFLOP/s of the CPU GEMM candidates for `ops::linear` (OpenBLAS sgemm/sbgemm, oneDNN matmul f32/bf16
+// on OpenMP threads, and ops::linear itself with oneDNN on the llmserve pool or on OpenMP) on the projection shapes of
+// a 110M Llama-2-shaped model, m = 1, 16, 128 tokens. A program that prints a table (never a test); see
+// bench/RESULTS.md for recorded runs and the decision taken.
 #include <cblas.h>
 #include <dlfcn.h>
 #include <omp.h>
@@ -18,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
 namespace llmserve {
@@ -108,6 +110,66 @@ class DnnlLinear {
   std::string impl_;
 };
 
+// Times every candidate on x [m, s.k] @ W^T and prints one table row.
+void bench_row(dnnl::engine& eng, const Shape2& s, int m, std::vector<float>& w, std::vector<uint16_t>& w_bf16,
+               std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  Tensor w_t = Tensor::from_blob(w.data(), {s.n, s.k}, DType::kF32);
+  Tensor w_bf16_t = Tensor::from_blob(w_bf16.data(), {s.n, s.k}, DType::kBF16);
+  std::vector<float> x(static_cast<size_t>(m) * s.k), y(static_cast<size_t>(m) * s.n);
+  for (float& v : x) v = dist(rng);
+  std::vector<uint16_t> x_bf16(x.size());
+  const double flop = 2.0 * m * s.n * s.k;
+  auto cell = [&](double sec, size_t weight_bytes) {
+    char buf[64];
+    if (m == 1) {
+      std::snprintf(buf, sizeof buf, "%.1f [%.0f GB/s]", flop / sec * 1e-9, weight_bytes / sec * 1e-9);
+    } else {
+      std::snprintf(buf, sizeof buf, "%.1f", flop / sec * 1e-9);
+    }
+    return std::string(buf);
+  };
+  const size_t wf32 = w.size() * 4, wbf16 = w.size() * 2;
+  double t_sgemm = time_call([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x.data(), s.k, w.data(), s.k, 0.f, y.data(),
+                s.n);
+  });
+  std::string sbgemm_cell = "n/a (not exported)";
+  if (SbgemmFn sbgemm = find_sbgemm()) {
+    double t_sbgemm = time_call([&] {
+      for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = f32_to_bf16(x[i]).bits;
+      sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x_bf16.data(), s.k, w_bf16.data(), s.k, 0.f,
+             y.data(), s.n);
+    });
+    sbgemm_cell = cell(t_sbgemm, wbf16);
+  }
+  DnnlLinear dnnl_f32(eng, m, s.n, s.k, w, false, true), dnnl_f32_plain(eng, m, s.n, s.k, w, false, false);
+  DnnlLinear dnnl_bf16(eng, m, s.n, s.k, w, true, true), dnnl_bf16_plain(eng, m, s.n, s.k, w, true, false);
+  double t_dnnl_f32 = time_call([&] { dnnl_f32.run(x.data(), x.size()); });
+  double t_dnnl_f32_plain = time_call([&] { dnnl_f32_plain.run(x.data(), x.size()); });
+  double t_dnnl_bf16 = time_call([&] { dnnl_bf16.run(x.data(), x.size()); });
+  double t_dnnl_bf16_plain = time_call([&] { dnnl_bf16_plain.run(x.data(), x.size()); });
+  Tensor x_t = Tensor::from_blob(x.data(), {m, s.k}, DType::kF32);
+  Tensor y_t = Tensor::from_blob(y.data(), {m, s.n}, DType::kF32);
+  auto time_linear = [&](cpu::GemmBackend backend, const Tensor& weight) {
+    cpu::set_gemm_backend(backend);
+    return time_call([&] { ops::linear(y_t, x_t, weight, nullptr); });
+  };
+  double t_pool_f32 = time_linear(cpu::GemmBackend::kOnednn, w_t);
+  double t_pool_bf16 = time_linear(cpu::GemmBackend::kOnednn, w_bf16_t);
+  double t_omp_f32 = time_linear(cpu::GemmBackend::kOnednnOmp, w_t);
+  double t_omp_bf16 = time_linear(cpu::GemmBackend::kOnednnOmp, w_bf16_t);
+  std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.name, m, cell(t_sgemm, wf32).c_str(),
+              sbgemm_cell.c_str(), cell(t_dnnl_f32, wf32).c_str(), cell(t_dnnl_f32_plain, wf32).c_str(),
+              cell(t_dnnl_bf16, wbf16).c_str(), cell(t_dnnl_bf16_plain, wbf16).c_str(), cell(t_pool_f32, wf32).c_str(),
+              cell(t_pool_bf16, wbf16).c_str(), cell(t_omp_f32, wf32).c_str(), cell(t_omp_bf16, wbf16).c_str());
+  if (m == 128 && s.n == 32000) {
+    std::printf("\n(onednn kernels at m=128, lm_head: f32 packed %s, plain %s; bf16 packed %s, plain %s)\n\n",
+                dnnl_f32.impl().c_str(), dnnl_f32_plain.impl().c_str(), dnnl_bf16.impl().c_str(),
+                dnnl_bf16_plain.impl().c_str());
+  }
+}
+
 int run_bench(int num_threads) {
   openblas_set_num_threads(num_threads);
   omp_set_num_threads(num_threads);
@@ -125,62 +187,17 @@ int run_bench(int num_threads) {
   std::printf("threads=%d; f32 peak ~%.0f GFLOP/s (2.0 GHz x 2 AVX-512 FMA x 16 lanes x 2 flop x %d cores)\n",
               num_threads, 2.0 * 2 * 16 * 2 * num_threads, num_threads);
   std::printf("GFLOP/s (2*m*n*k / fastest call); [GB/s of weight bytes read] for m=1\n\n");
-  std::printf("| shape (n x k) | m | openblas sgemm f32 | openblas sbgemm bf16 | onednn f32 packed | onednn f32 plain "
-              "| onednn bf16 packed | onednn bf16 plain | ops::linear f32 | ops::linear bf16 |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| shape (n x k) | m | openblas sgemm f32 | openblas sbgemm bf16 | onednn f32 packed | onednn f32 plain "
+      "| onednn bf16 packed | onednn bf16 plain | ops::linear f32 (pool) | ops::linear bf16 (pool) "
+      "| ops::linear f32 (omp) | ops::linear bf16 (omp) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape2& s : shapes) {
     std::vector<float> w(static_cast<size_t>(s.n) * s.k);
     for (float& v : w) v = dist(rng) * 0.05f;
     std::vector<uint16_t> w_bf16 = to_bf16(w);
-    Tensor w_t = Tensor::from_blob(w.data(), {s.n, s.k}, DType::kF32);
-    Tensor w_bf16_t = Tensor::from_blob(w_bf16.data(), {s.n, s.k}, DType::kBF16);
     for (int m : ms) {
-      std::vector<float> x(static_cast<size_t>(m) * s.k), y(static_cast<size_t>(m) * s.n);
-      for (float& v : x) v = dist(rng);
-      std::vector<uint16_t> x_bf16(x.size());
-      const double flop = 2.0 * m * s.n * s.k;
-      auto cell = [&](double sec, size_t weight_bytes) {
-        char buf[64];
-        if (m == 1) {
-          std::snprintf(buf, sizeof buf, "%.1f [%.0f GB/s]", flop / sec * 1e-9, weight_bytes / sec * 1e-9);
-        } else {
-          std::snprintf(buf, sizeof buf, "%.1f", flop / sec * 1e-9);
-        }
-        return std::string(buf);
-      };
-      const size_t wf32 = w.size() * 4, wbf16 = w.size() * 2;
-      double t_sgemm = time_call([&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x.data(), s.k, w.data(), s.k, 0.f,
-                    y.data(), s.n);
-      });
-      std::string sbgemm_cell = "n/a (not exported)";
-      if (SbgemmFn sbgemm = find_sbgemm()) {
-        double t_sbgemm = time_call([&] {
-          for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = f32_to_bf16(x[i]).bits;
-          sbgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, s.n, s.k, 1.f, x_bf16.data(), s.k, w_bf16.data(), s.k,
-                 0.f, y.data(), s.n);
-        });
-        sbgemm_cell = cell(t_sbgemm, wbf16);
-      }
-      DnnlLinear dnnl_f32(eng, m, s.n, s.k, w, false, true), dnnl_f32_plain(eng, m, s.n, s.k, w, false, false);
-      DnnlLinear dnnl_bf16(eng, m, s.n, s.k, w, true, true), dnnl_bf16_plain(eng, m, s.n, s.k, w, true, false);
-      double t_dnnl_f32 = time_call([&] { dnnl_f32.run(x.data(), x.size()); });
-      double t_dnnl_f32_plain = time_call([&] { dnnl_f32_plain.run(x.data(), x.size()); });
-      double t_dnnl_bf16 = time_call([&] { dnnl_bf16.run(x.data(), x.size()); });
-      double t_dnnl_bf16_plain = time_call([&] { dnnl_bf16_plain.run(x.data(), x.size()); });
-      Tensor x_t = Tensor::from_blob(x.data(), {m, s.k}, DType::kF32);
-      Tensor y_t = Tensor::from_blob(y.data(), {m, s.n}, DType::kF32);
-      double t_ops_f32 = time_call([&] { ops::linear(y_t, x_t, w_t, nullptr); });
-      double t_ops_bf16 = time_call([&] { ops::linear(y_t, x_t, w_bf16_t, nullptr); });
-      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.name, m, cell(t_sgemm, wf32).c_str(),
-                  sbgemm_cell.c_str(), cell(t_dnnl_f32, wf32).c_str(), cell(t_dnnl_f32_plain, wf32).c_str(),
-                  cell(t_dnnl_bf16, wbf16).c_str(), cell(t_dnnl_bf16_plain, wbf16).c_str(),
-                  cell(t_ops_f32, wf32).c_str(), cell(t_ops_bf16, wbf16).c_str());
-      if (m == 128 && s.n == 32000) {
-        std::printf("\n(onednn kernels at m=128, lm_head: f32 packed %s, plain %s; bf16 packed %s, plain %s)\n\n",
-                    dnnl_f32.impl().c_str(), dnnl_f32_plain.impl().c_str(), dnnl_bf16.impl().c_str(),
-                    dnnl_bf16_plain.impl().c_str());
-      }
+      bench_row(eng, s, m, w, w_bf16, rng);
       std::fflush(stdout);
     }
   }

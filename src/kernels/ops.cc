@@ -58,8 +58,8 @@ void check_norm_operands(const Tensor& out, const Tensor& x, const Tensor& weigh
   check_contiguous(weight, op, "weight");
   CHECK_EQ(x.dim(), 2) << op << ": x " << x.to_string();
   CHECK(out.shape() == x.shape()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
-  CHECK(weight.dim() == 1 && weight.size(0) == x.size(1)) << op << ": weight " << weight.to_string() << " for x "
-                                                         << x.to_string();
+  CHECK(weight.dim() == 1 && weight.size(0) == x.size(1))
+      << op << ": weight " << weight.to_string() << " for x " << x.to_string();
   check_same_device(x, out, op);
   check_same_device(x, weight, op);
   check_f32_or_bf16(weight, op, "weight");
@@ -223,7 +223,8 @@ void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache
   check_dtype(slot_mapping, DType::kI64, op, "slot_mapping");
   check_dtype(key, DType::kF32, op, "key");
   check_dtype(value, DType::kF32, op, "value");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&value, &key_cache, &value_cache, &slot_mapping}) check_same_device(key, *t, op);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&value, &key_cache, &value_cache, &slot_mapping})
+    check_same_device(key, *t, op);
   if (!key.device().is_cpu()) not_on_cuda(op);
   cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
 }
@@ -236,8 +237,8 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
   check_cache(key_cache, value_cache, op);
   CHECK(query.dim() == 3 && out.shape() == query.shape())
       << op << ": query " << query.to_string() << ", out " << out.to_string() << " (want [n, num_heads, head_dim])";
-  CHECK_EQ(query.size(2), key_cache.size(3)) << op << ": head_dim of query " << query.to_string() << " vs cache "
-                                             << key_cache.to_string();
+  CHECK_EQ(query.size(2), key_cache.size(3))
+      << op << ": head_dim of query " << query.to_string() << " vs cache " << key_cache.to_string();
   CHECK(key_cache.size(2) > 0 && query.size(1) % key_cache.size(2) == 0)
       << op << ": num_heads " << query.size(1) << " not a multiple of num_kv_heads " << key_cache.size(2);
   check_dtype(query, DType::kF32, op, "query");
@@ -257,7 +258,8 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
       << op << ": seq_lens " << md.seq_lens.to_string() << " for " << md.num_reqs << " requests";
   CHECK(md.block_table.dim() == 2 && md.block_table.size(0) >= md.num_reqs)
       << op << ": block_table " << md.block_table.to_string() << " for " << md.num_reqs << " requests";
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &key_cache, &value_cache, &md.query_start_loc, &md.seq_lens, &md.block_table}) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &key_cache, &value_cache, &md.query_start_loc,
+                                                              &md.seq_lens, &md.block_table}) {
     check_same_device(query, *t, op);
   }
   if (!query.device().is_cpu()) not_on_cuda(op);
@@ -285,9 +287,8 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
   CHECK_EQ(x.dim(), 2) << op << ": x " << x.to_string();
   CHECK(k >= 0 && k <= x.size(1)) << op << ": k " << k << " for x " << x.to_string();
   const Shape want{x.size(0), k};
-  CHECK(values.shape() == want && ids.shape() == want)
-      << op << ": values " << values.to_string() << ", ids " << ids.to_string() << " for x " << x.to_string()
-      << ", k " << k;
+  CHECK(values.shape() == want && ids.shape() == want) << op << ": values " << values.to_string() << ", ids "
+                                                       << ids.to_string() << " for x " << x.to_string() << ", k " << k;
   check_dtype(x, DType::kF32, op, "x");
   check_dtype(values, DType::kF32, op, "values");
   check_dtype(ids, DType::kI32, op, "ids");

@@ -1,6 +1,9 @@
 // Every numeric op llmserve runs, declared once. Each op dispatches on the device of its tensors to the CPU
 // implementation (src/kernels/cpu) or the CUDA one (src/kernels/cuda). Shape, dtype and device mismatches are
 // programming errors and abort through CHECK; ops never allocate their outputs (graph-safe on CUDA).
+// Tensors an op reads or writes row by row may be row-strided: dimension 0 any stride, the others contiguous
+// (e.g. q/k/v as column slices of a fused QKV projection). On CUDA only rms_norm, fused_add_rms_norm and
+// silu_and_mul exist so far (f32 or bf16); every other op aborts with "not implemented on cuda yet".
 #pragma once
 
 #include <cstdint>
@@ -15,10 +18,12 @@ namespace llmserve::ops {
 // out [num_tokens, hidden]. Ids outside [0, vocab) abort (the frontend validates prompt ids).
 void embedding(Tensor& out, const Tensor& ids, const Tensor& table);
 
-// out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, d] (may alias); weight [d].
+// out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, d] (may alias); weight [d] f32 or bf16.
+// CUDA: x and out f32 or bf16 (same dtype), f32 math.
 void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps);
 
 // In place, vLLM's fused form: residual += x; x = rms_norm(residual) * weight. x, residual [n, d].
+// CUDA bf16: the residual is rounded to bf16 before it is normalised (as vLLM does).
 void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps);
 
 // out[i, :] = silu(x[i, :d]) * x[i, d:]. x [n, 2d]; out [n, d].
@@ -36,14 +41,17 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
 
 // ---- GEMM ----
 
-// out [m, n] = x [m, k] @ weight[n, k]^T (+ bias [n] if bias != nullptr). x and out f32 (CPU); weight f32
-// or bf16 (layout as stored in HF checkpoints).
+// out [m, n] = x [m, k] @ weight[n, k]^T (+ bias [n] if bias != nullptr). x and out f32 (CPU), out must not
+// alias x; weight f32 or bf16 (layout as stored in HF checkpoints); bias f32 or bf16.
+// CPU speed (bench/RESULTS.md): keep HF bf16 weights as bf16 -- oneDNN then runs bf16 x bf16 -> f32 (x rounded
+// to bf16, f32 accumulation; AMX where present), 2-5x faster than f32 weights for m >= 16. f32 weights give
+// exact f32 results. Without oneDNN support (or LLMSERVE_GEMM=openblas) OpenBLAS sgemm runs, bf16 widened.
 void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
 // ---- paged KV cache and attention ----
 
-// Cache layout: [num_blocks, block_size, num_kv_heads, head_dim]; slot s lives at block s / block_size,
-// offset s % block_size.
+// Cache layout: [num_blocks, block_size, num_kv_heads, head_dim] (f32 on CPU); slot s lives at block
+// s / block_size, offset s % block_size. Slots past the cache abort.
 // key, value [n, num_kv_heads, head_dim] are written at slot_mapping [n] (i64); a negative slot is skipped
 // (padding tokens).
 void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
@@ -52,9 +60,10 @@ void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache
 // What the attention kernels need to know about a mixed prefill + decode batch. Requests are laid out in
 // the token dimension one after another; request r owns tokens [query_start_loc[r], query_start_loc[r+1]).
 struct AttentionMetadata {
-  Tensor query_start_loc;  // [num_reqs + 1] i32, on the op's device
+  // Buffers may be longer than num_reqs (persistent, fixed-capacity); only the first num_reqs (+1) rows are read.
+  Tensor query_start_loc;  // [num_reqs + 1] i32, on the op's device; query_start_loc[0] == 0
   Tensor seq_lens;         // [num_reqs] i32: context length after this step (cached + new tokens)
-  Tensor block_table;      // [num_reqs, max_blocks_per_seq] i32: physical block ids
+  Tensor block_table;      // [num_reqs, max_blocks_per_seq] i32: physical block ids (rows may be strided)
   Tensor slot_mapping;     // [num_tokens] i64
   int64_t num_reqs = 0;
   int64_t num_decode_tokens = 0;  // requests with one query token come first (a runner convention)
@@ -66,6 +75,8 @@ struct AttentionMetadata {
 // the cache already). Query token j of request r sits at position seq_lens[r] - query_len(r) + j and attends to
 // positions [max(0, pos - sliding_window + 1), pos] (sliding_window <= 0: unlimited). GQA: query head h uses
 // kv head h / (num_heads / num_kv_heads). query, out [n, num_heads, head_dim]; caches as above.
+// Tokens past query_start_loc[num_reqs] (padding) get zeros. The CPU kernel reads only query_start_loc, seq_lens
+// and block_table; the counts and maxima are hints for GPU kernels. Block ids outside the cache abort.
 void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                      const AttentionMetadata& metadata, float scale, int64_t sliding_window);
 
@@ -74,11 +85,13 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
 // out [n, vocab] = log_softmax(logits [n, vocab]) row-wise (f32; out may alias logits).
 void log_softmax(Tensor& out, const Tensor& logits);
 
-// The k largest values of each row, descending; ties keep the lower id first.
+// The k largest values of each row, descending; ties keep the lower id first; NaN ranks below every number.
+// 0 <= k <= vocab.
 // x [n, vocab] f32; values [n, k] f32; ids [n, k] i32.
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
 
-// out_ids [n] i32 = argmax of each row of logits [n, vocab]; ties pick the lowest id.
+// out_ids [n] i32 = argmax of each row of logits [n, vocab]; ties pick the lowest id; NaN is never chosen over
+// a number.
 void argmax(Tensor& out_ids, const Tensor& logits);
 
 }  // namespace llmserve::ops

@@ -57,8 +57,8 @@ class CudaKernelsTest : public ::testing::TestWithParam<DType> {
 const std::pair<int64_t, int64_t> kShapes[] = {{1, 16}, {7, 768}, {33, 100}, {4, 5000}, {300, 64}};
 
 std::string label(const char* op, int64_t n, int64_t d, DType x, DType w) {
-  return std::string(op) + " [" + std::to_string(n) + ", " + std::to_string(d) + "] x " +
-         std::string(dtype_name(x)) + " weight " + std::string(dtype_name(w));
+  return std::string(op) + " [" + std::to_string(n) + ", " + std::to_string(d) + "] x " + std::string(dtype_name(x)) +
+         " weight " + std::string(dtype_name(w));
 }
 
 TEST_P(CudaKernelsTest, RmsNormMatchesCpu) {

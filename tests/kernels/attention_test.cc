@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "kernels/ops.h"
 #include "test_util.h"
@@ -64,7 +65,7 @@ TEST(ReshapeAndCache, ReadsRowStridedKeyAndValue) {
 
 struct Req {
   int64_t seq_len, query_len;
-  int share_from = -1;         // request whose first `shared_blocks` blocks this one reuses (a prefix-cache hit)
+  int share_from = -1;  // request whose first `shared_blocks` blocks this one reuses (a prefix-cache hit)
   int64_t shared_blocks = 0;
 };
 
@@ -73,8 +74,9 @@ struct AttnCase {
 };
 
 std::string case_name(const AttnCase& c) {
-  return "H" + std::to_string(c.heads) + "_KV" + std::to_string(c.kv_heads) + "_D" + std::to_string(c.head_dim) +
-         "_BS" + std::to_string(c.block_size) + "_W" + std::to_string(c.window);
+  std::ostringstream os;  // not string operator+: GCC 12 warns falsely there (-Wrestrict, PR 105651)
+  os << "H" << c.heads << "_KV" << c.kv_heads << "_D" << c.head_dim << "_BS" << c.block_size << "_W" << c.window;
+  return os.str();
 }
 
 void PrintTo(const AttnCase& c, std::ostream* os) { *os << case_name(c); }
@@ -84,103 +86,121 @@ class PagedAttentionTest : public ::testing::TestWithParam<AttnCase> {};
 // Decodes first (the runner's convention), then a full prefill, chunked prefills and prefix hits.
 const std::vector<Req>& request_mix() {
   static const std::vector<Req> reqs = {
-      {1, 1},          // decode at position 0
-      {37, 1, 5, 2},   // decode; shares its first two blocks with request 5
-      {16, 1},         // decode, context exactly one block (16) or several (small blocks)
-      {20, 20},        // full prefill
-      {50, 7},         // chunked prefill: 43 cached tokens + 7 new
-      {45, 45},        // full prefill, owner of blocks shared by requests 1 and 6
-      {41, 9, 5, 2},   // prefix hit: first two blocks from request 5, 9 new tokens
-      {3, 2},          // tiny chunk
+      {1, 1},         // decode at position 0
+      {37, 1, 5, 2},  // decode; shares its first two blocks with request 5
+      {16, 1},        // decode, context exactly one block (16) or several (small blocks)
+      {20, 20},       // full prefill
+      {50, 7},        // chunked prefill: 43 cached tokens + 7 new
+      {45, 45},       // full prefill, owner of blocks shared by requests 1 and 6
+      {41, 9, 5, 2},  // prefix hit: first two blocks from request 5, 9 new tokens
+      {3, 2},         // tiny chunk
   };
   return reqs;
 }
 
-TEST_P(PagedAttentionTest, MatchesUnpagedReference) {
-  const AttnCase c = GetParam();
-  const std::vector<Req>& reqs = request_mix();
-  const int64_t num_reqs = static_cast<int64_t>(reqs.size()), kv_row = c.kv_heads * c.head_dim;
-  std::mt19937 rng(static_cast<uint32_t>(c.heads * 131 + c.head_dim * 7 + c.block_size + c.window));
+// A batch ready for paged_attention plus the unpaged keys/values it was built from.
+struct Batch {
+  std::vector<std::vector<float>> keys, values;  // per request [seq_len, kv_heads, head_dim]
+  std::vector<int32_t> qsl;                      // query_start_loc as a vector
+  Tensor key_cache, value_cache, query;
+  ops::AttentionMetadata md;
+};
 
-  // Block tables: fresh blocks drawn from a shuffled pool, except the shared prefixes.
+// Block tables: fresh blocks drawn from a shuffled pool, except the shared prefixes. [num_reqs, max_blocks + 1]
+// (one spare column of -1, never read).
+std::vector<int32_t> make_block_table(const AttnCase& c, const std::vector<Req>& reqs, std::mt19937& rng,
+                                      int64_t* num_blocks, int64_t* width) {
   int64_t max_blocks = 0, total_blocks = 0;
   for (const Req& r : reqs) {
     max_blocks = std::max(max_blocks, (r.seq_len + c.block_size - 1) / c.block_size);
     total_blocks += (r.seq_len + c.block_size - 1) / c.block_size;
   }
-  const int64_t num_blocks = total_blocks + 5;
-  std::vector<int32_t> pool(static_cast<size_t>(num_blocks));
+  *num_blocks = total_blocks + 5;
+  *width = max_blocks + 1;
+  std::vector<int32_t> pool(static_cast<size_t>(*num_blocks));
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), rng);
-  std::vector<int32_t> table(static_cast<size_t>(num_reqs * (max_blocks + 1)), -1);
-  auto tab = [&](int64_t r, int64_t b) -> int32_t& { return table[r * (max_blocks + 1) + b]; };
+  std::vector<int32_t> table(reqs.size() * *width, -1);
   size_t next = 0;
   for (bool sharers : {false, true}) {  // owners first: a sharer may come before its source in the batch
-    for (int64_t r = 0; r < num_reqs; ++r) {
+    for (size_t r = 0; r < reqs.size(); ++r) {
       if ((reqs[r].share_from >= 0) != sharers) continue;
       for (int64_t b = 0; b < (reqs[r].seq_len + c.block_size - 1) / c.block_size; ++b) {
-        tab(r, b) = b < reqs[r].shared_blocks ? tab(reqs[r].share_from, b) : pool[next++];
+        table[r * *width + b] = b < reqs[r].shared_blocks ? table[reqs[r].share_from * *width + b] : pool[next++];
       }
     }
   }
-  // Unpaged keys/values per request [seq_len, kv_heads, head_dim]; shared prefixes identical to their source.
-  std::vector<std::vector<float>> keys(num_reqs), values(num_reqs);
+  return table;
+}
+
+Batch build_batch(const AttnCase& c, const std::vector<Req>& reqs, std::mt19937& rng) {
+  Batch batch;
+  const int64_t num_reqs = static_cast<int64_t>(reqs.size()), kv_row = c.kv_heads * c.head_dim;
+  int64_t num_blocks = 0, width = 0;
+  const std::vector<int32_t> table = make_block_table(c, reqs, rng, &num_blocks, &width);
+  // Unpaged keys/values; shared prefixes identical to their source (a prefix-cache hit holds the same tokens).
+  batch.keys.resize(num_reqs);
+  batch.values.resize(num_reqs);
   for (int64_t r = 0; r < num_reqs; ++r) {
-    keys[r] = random_floats(reqs[r].seq_len * kv_row, static_cast<uint32_t>(rng()));
-    values[r] = random_floats(reqs[r].seq_len * kv_row, static_cast<uint32_t>(rng()));
+    batch.keys[r] = random_floats(reqs[r].seq_len * kv_row, static_cast<uint32_t>(rng()));
+    batch.values[r] = random_floats(reqs[r].seq_len * kv_row, static_cast<uint32_t>(rng()));
   }
   for (int64_t r = 0; r < num_reqs; ++r) {
-    const int64_t n = reqs[r].shared_blocks * c.block_size * kv_row;
     if (reqs[r].share_from < 0) continue;
-    std::copy(keys[reqs[r].share_from].begin(), keys[reqs[r].share_from].begin() + n, keys[r].begin());
-    std::copy(values[reqs[r].share_from].begin(), values[reqs[r].share_from].begin() + n, values[r].begin());
+    const int64_t n = reqs[r].shared_blocks * c.block_size * kv_row;
+    std::copy_n(batch.keys[reqs[r].share_from].begin(), n, batch.keys[r].begin());
+    std::copy_n(batch.values[reqs[r].share_from].begin(), n, batch.values[r].begin());
   }
-  // Write every position through reshape_and_cache, with padding rows (slot -1, garbage) in between.
+  // Write every position through reshape_and_cache, with padding rows (slot -1, garbage) in between, into
+  // NaN-poisoned caches: a read of any slot not written shows up as NaN in the output.
   std::vector<float> k_rows, v_rows;
   std::vector<int64_t> slots;
   for (int64_t r = 0; r < num_reqs; ++r) {
     for (int64_t p = 0; p < reqs[r].seq_len; ++p) {
-      k_rows.insert(k_rows.end(), keys[r].begin() + p * kv_row, keys[r].begin() + (p + 1) * kv_row);
-      v_rows.insert(v_rows.end(), values[r].begin() + p * kv_row, values[r].begin() + (p + 1) * kv_row);
-      slots.push_back(tab(r, p / c.block_size) * c.block_size + p % c.block_size);
+      k_rows.insert(k_rows.end(), batch.keys[r].begin() + p * kv_row, batch.keys[r].begin() + (p + 1) * kv_row);
+      v_rows.insert(v_rows.end(), batch.values[r].begin() + p * kv_row, batch.values[r].begin() + (p + 1) * kv_row);
+      slots.push_back(table[r * width + p / c.block_size] * c.block_size + p % c.block_size);
     }
     k_rows.insert(k_rows.end(), kv_row, 1e30f);
     v_rows.insert(v_rows.end(), kv_row, 1e30f);
     slots.push_back(-1);
   }
   const int64_t num_rows = static_cast<int64_t>(slots.size());
-  Tensor kc = Tensor::empty({num_blocks, c.block_size, c.kv_heads, c.head_dim}, DType::kF32);
-  Tensor vc = Tensor::empty(kc.shape(), DType::kF32);
-  kc.fill(NAN);
-  vc.fill(NAN);
+  batch.key_cache = Tensor::empty({num_blocks, c.block_size, c.kv_heads, c.head_dim}, DType::kF32);
+  batch.value_cache = Tensor::empty(batch.key_cache.shape(), DType::kF32);
+  batch.key_cache.fill(NAN);
+  batch.value_cache.fill(NAN);
   ops::reshape_and_cache(Tensor::from_f32(k_rows, {num_rows, c.kv_heads, c.head_dim}),
-                         Tensor::from_f32(v_rows, {num_rows, c.kv_heads, c.head_dim}), kc, vc,
-                         Tensor::from_i64(slots, {num_rows}));
-
+                         Tensor::from_f32(v_rows, {num_rows, c.kv_heads, c.head_dim}), batch.key_cache,
+                         batch.value_cache, Tensor::from_i64(slots, {num_rows}));
   // Metadata and queries (plus two padding tokens at the end).
-  std::vector<int32_t> qsl = {0}, seq_lens;
+  std::vector<int32_t> seq_lens;
+  batch.qsl = {0};
   for (const Req& r : reqs) {
-    qsl.push_back(qsl.back() + static_cast<int32_t>(r.query_len));
+    batch.qsl.push_back(batch.qsl.back() + static_cast<int32_t>(r.query_len));
     seq_lens.push_back(static_cast<int32_t>(r.seq_len));
   }
-  const int64_t num_tokens = qsl.back() + 2;
-  Tensor query = random_tensor({num_tokens, c.heads, c.head_dim}, static_cast<uint32_t>(rng()));
-  ops::AttentionMetadata md;
-  md.query_start_loc = Tensor::from_i32(qsl, {num_reqs + 1});
-  md.seq_lens = Tensor::from_i32(seq_lens, {num_reqs});
-  md.block_table = Tensor::from_i32(table, {num_reqs, max_blocks + 1});
-  md.num_reqs = num_reqs;
-  md.num_decode_tokens = 3;
-  md.max_query_len = 45;
-  md.max_seq_len = 50;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  batch.query = random_tensor({batch.qsl.back() + 2, c.heads, c.head_dim}, static_cast<uint32_t>(rng()));
+  batch.md.query_start_loc = Tensor::from_i32(batch.qsl, {num_reqs + 1});
+  batch.md.seq_lens = Tensor::from_i32(seq_lens, {num_reqs});
+  batch.md.block_table = Tensor::from_i32(table, {num_reqs, width});
+  batch.md.num_reqs = num_reqs;
+  batch.md.num_decode_tokens = 3;
+  batch.md.max_query_len = 45;
+  batch.md.max_seq_len = 50;
+  return batch;
+}
 
-  // Reference in double over the unpaged arrays.
-  std::vector<double> q = to_doubles(query), want(q.size(), 0.0);
+// Causal (optionally windowed) GQA attention in double over the unpaged arrays; padding tokens stay 0.
+std::vector<double> reference_attention(const AttnCase& c, const std::vector<Req>& reqs, const Batch& batch,
+                                        double scale) {
+  std::vector<double> q = to_doubles(batch.query), want(q.size(), 0.0);
   const int64_t group = c.heads / c.kv_heads;
-  for (int64_t r = 0; r < num_reqs; ++r) {
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    const std::vector<float>& keys = batch.keys[r];
+    const std::vector<float>& values = batch.values[r];
     for (int64_t j = 0; j < reqs[r].query_len; ++j) {
-      const int64_t t = qsl[r] + j, pos = reqs[r].seq_len - reqs[r].query_len + j;
+      const int64_t t = batch.qsl[r] + j, pos = reqs[r].seq_len - reqs[r].query_len + j;
       const int64_t lo = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
       for (int64_t h = 0; h < c.heads; ++h) {
         const double* qv = q.data() + (t * c.heads + h) * c.head_dim;
@@ -188,7 +208,7 @@ TEST_P(PagedAttentionTest, MatchesUnpagedReference) {
         std::vector<double> s;
         for (int64_t p = lo; p <= pos; ++p) {
           double dot = 0;
-          for (int64_t i = 0; i < c.head_dim; ++i) dot += qv[i] * keys[r][(p * c.kv_heads + kvh) * c.head_dim + i];
+          for (int64_t i = 0; i < c.head_dim; ++i) dot += qv[i] * keys[(p * c.kv_heads + kvh) * c.head_dim + i];
           s.push_back(dot * scale);
         }
         const double mx = *std::max_element(s.begin(), s.end());
@@ -196,17 +216,24 @@ TEST_P(PagedAttentionTest, MatchesUnpagedReference) {
         for (double& v : s) sum += (v = std::exp(v - mx));
         double* o = want.data() + (t * c.heads + h) * c.head_dim;
         for (int64_t p = lo; p <= pos; ++p) {
-          for (int64_t i = 0; i < c.head_dim; ++i) {
-            o[i] += s[p - lo] / sum * values[r][(p * c.kv_heads + kvh) * c.head_dim + i];
-          }
+          for (int64_t i = 0; i < c.head_dim; ++i)
+            o[i] += s[p - lo] / sum * values[(p * c.kv_heads + kvh) * c.head_dim + i];
         }
       }
     }
   }
-  Tensor out = Tensor::empty(query.shape(), DType::kF32);
+  return want;
+}
+
+TEST_P(PagedAttentionTest, MatchesUnpagedReference) {
+  const AttnCase c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.heads * 131 + c.head_dim * 7 + c.block_size + c.window));
+  const Batch batch = build_batch(c, request_mix(), rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  Tensor out = Tensor::empty(batch.query.shape(), DType::kF32);
   out.fill(NAN);
-  ops::paged_attention(out, query, kc, vc, md, scale, c.window);
-  expect_close(out, want, 2e-6, 1e-5, case_name(c));
+  ops::paged_attention(out, batch.query, batch.key_cache, batch.value_cache, batch.md, scale, c.window);
+  expect_close(out, reference_attention(c, request_mix(), batch, scale), 2e-6, 1e-5, case_name(c));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,

@@ -129,8 +129,8 @@ Tensor make_cos_sin_cache(int64_t max_pos, int64_t head_dim, double theta) {
 }
 
 // Rotate-half RoPE of a [n, heads * head_dim] block in double, angles computed directly from theta.
-std::vector<double> rope_ref(std::vector<double> x, const std::vector<int64_t>& pos, int64_t heads,
-                             int64_t head_dim, double theta) {
+std::vector<double> rope_ref(std::vector<double> x, const std::vector<int64_t>& pos, int64_t heads, int64_t head_dim,
+                             double theta) {
   const int64_t half = head_dim / 2;
   for (size_t t = 0; t < pos.size(); ++t) {
     for (int64_t h = 0; h < heads; ++h) {

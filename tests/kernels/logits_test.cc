@@ -83,8 +83,8 @@ TEST(Argmax, MatchesReferenceAndPicksLowestIdOnTies) {
     auto row = xs.begin() + i * 32000;
     EXPECT_EQ(out.data<int32_t>()[i], std::max_element(row, row + 32000) - row) << "row " << i;
   }
-  Tensor ties = Tensor::from_f32({0.f, 5.f, 1.f, 5.f, 5.f, /**/ 2.f, 2.f, 2.f, 2.f, 2.f, /**/ -1.f, -3.f, 4.f, 9.f, 9.f},
-                                 {3, 5});
+  Tensor ties =
+      Tensor::from_f32({0.f, 5.f, 1.f, 5.f, 5.f, /**/ 2.f, 2.f, 2.f, 2.f, 2.f, /**/ -1.f, -3.f, 4.f, 9.f, 9.f}, {3, 5});
   Tensor ids = Tensor::empty({3}, DType::kI32);
   ops::argmax(ids, ties);
   EXPECT_EQ(ids.data<int32_t>()[0], 1);

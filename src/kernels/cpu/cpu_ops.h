@@ -26,9 +26,10 @@ void log_softmax(Tensor& out, const Tensor& logits);
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
 void argmax(Tensor& out_ids, const Tensor& logits);
 
-// Which library `linear` uses: oneDNN (default) or OpenBLAS (the fallback; selected by $LLMSERVE_GEMM=openblas
-// or by tests and benchmarks). Process-wide.
-enum class GemmBackend { kOnednn, kOpenblas };
+// Which library `linear` uses (process-wide): oneDNN on llmserve's thread pool (default), oneDNN on its own
+// OpenMP threads, or OpenBLAS (the fallback). Chosen by $LLMSERVE_GEMM (onednn | onednn-omp | openblas) or by
+// tests and benchmarks.
+enum class GemmBackend { kOnednn, kOnednnOmp, kOpenblas };
 void set_gemm_backend(GemmBackend backend);
 GemmBackend gemm_backend();
 

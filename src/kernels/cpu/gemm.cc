@@ -9,10 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/onednn_matmul.h"
-
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/vec.h"
 
 namespace llmserve::cpu {
@@ -25,7 +24,9 @@ constexpr int64_t kBf16BlockElems = int64_t{1} << 20;
 
 GemmBackend backend_from_env() {
   const char* env = std::getenv("LLMSERVE_GEMM");
-  return env != nullptr && std::strcmp(env, "openblas") == 0 ? GemmBackend::kOpenblas : GemmBackend::kOnednn;
+  if (env != nullptr && std::strcmp(env, "openblas") == 0) return GemmBackend::kOpenblas;
+  if (env != nullptr && std::strcmp(env, "onednn-omp") == 0) return GemmBackend::kOnednnOmp;
+  return GemmBackend::kOnednn;
 }
 
 std::atomic<GemmBackend>& backend() {
@@ -85,21 +86,23 @@ void linear_bf16_blocked(Tensor& out, const Tensor& x, const Tensor& weight, int
     parallel_for(nb, 16, [&](int64_t begin, int64_t end) {
       bf16_to_f32_n(weight.data<bf16_t>() + (j0 + begin) * k, block.data() + begin * k, (end - begin) * k);
     });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(nb),
-                static_cast<int>(k), 1.f, x.data<float>(), static_cast<int>(x.stride(0)), block.data(),
-                static_cast<int>(k), 1.f, row_ptr<float>(out, 0) + j0, static_cast<int>(out.stride(0)));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(nb), static_cast<int>(k),
+                1.f, x.data<float>(), static_cast<int>(x.stride(0)), block.data(), static_cast<int>(k), 1.f,
+                row_ptr<float>(out, 0) + j0, static_cast<int>(out.stride(0)));
   }
 }
 
 }  // namespace
 
-void set_gemm_backend(GemmBackend b) { backend().store(b); }
+void set_gemm_backend(GemmBackend value) { backend().store(value); }
 GemmBackend gemm_backend() { return backend().load(); }
 
 void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   if (m == 0 || n == 0) return;
-  if (k > 0 && gemm_backend() == GemmBackend::kOnednn && onednn_linear(out, x, weight)) {
+  const GemmBackend b = gemm_backend();
+  if (k > 0 && b != GemmBackend::kOpenblas &&
+      onednn_linear(out, x, weight, b == GemmBackend::kOnednnOmp ? OnednnThreading::kOpenmp : OnednnThreading::kPool)) {
     if (bias != nullptr) add_bias(out, *bias, m, n);
     return;
   }
@@ -107,9 +110,9 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
   if (k == 0) return;
   sync_blas_threads();
   if (weight.dtype() == DType::kF32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.f, x.data<float>(), static_cast<int>(x.stride(0)), weight.data<float>(),
-                static_cast<int>(k), 1.f, out.data<float>(), static_cast<int>(out.stride(0)));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                1.f, x.data<float>(), static_cast<int>(x.stride(0)), weight.data<float>(), static_cast<int>(k), 1.f,
+                out.data<float>(), static_cast<int>(out.stride(0)));
   } else if (m <= kBf16GemvMaxRows) {
     linear_bf16_gemv(out, x, weight, m, n, k);
   } else {

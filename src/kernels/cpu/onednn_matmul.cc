@@ -1,14 +1,15 @@
-// oneDNN matmul wrapper: primitives cached by (n, k, dtype) behind a mutex; execution is lock-free (primitives
-// are immutable and may run from several threads at once). oneDNN errors (C++ exceptions) never leave this file.
+// oneDNN matmul wrapper: primitives cached by (k, dtype) behind a mutex; execution is lock-free (primitives are
+// immutable and may run from several threads at once). oneDNN errors (C++ exceptions) never leave this file.
 #include "kernels/cpu/onednn_matmul.h"
 
 #include <omp.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -20,6 +21,12 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
+// Columns of W per task in kPool mode: a multiple of 64, about 4 tasks per thread so uneven tasks balance.
+int64_t pool_slice_width(int64_t n, int threads) {
+  const int64_t want = (n + 4 * threads - 1) / (4 * threads);
+  return std::max<int64_t>(64, (want + 63) / 64 * 64);
+}
+
 class MatmulCache {
  public:
   static MatmulCache& get() {
@@ -30,12 +37,12 @@ class MatmulCache {
   bool has_engine() const { return engine_ != nullptr; }
   dnnl::engine& engine() { return *engine_; }
 
-  // The primitive for weight [n, k] of dtype `wt`, or nullptr when oneDNN has none.
-  const dnnl::matmul* find(int64_t n, int64_t k, dt wt) {
+  // The primitive for x [*, k] @ W^T with W [*, k] of dtype `wt`, or nullptr when oneDNN has none.
+  const dnnl::matmul* find(int64_t k, dt wt) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto key = std::make_tuple(n, k, static_cast<int>(wt));
+    auto key = std::make_pair(k, static_cast<int>(wt));
     auto it = map_.find(key);
-    if (it == map_.end()) it = map_.emplace(key, create(n, k, wt)).first;
+    if (it == map_.end()) it = map_.emplace(key, create(k, wt)).first;
     return it->second.get();
   }
 
@@ -48,41 +55,56 @@ class MatmulCache {
     }
   }
 
-  std::unique_ptr<dnnl::matmul> create(int64_t n, int64_t k, dt wt) {
+  std::unique_ptr<dnnl::matmul> create(int64_t k, dt wt) {
     constexpr auto kRt = DNNL_RUNTIME_DIM_VAL;
     try {
       dnnl::memory::desc src({kRt, k}, wt, {kRt, 1});
-      dnnl::memory::desc weights({k, n}, wt, {1, k});  // W [n, k] row-major read as B [k, n]
-      dnnl::memory::desc dst({kRt, n}, dt::f32, {kRt, 1});
+      dnnl::memory::desc weights({k, kRt}, wt, {1, k});  // W [n, k] row-major read as B [k, n]
+      dnnl::memory::desc dst({kRt, kRt}, dt::f32, {kRt, 1});
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), *engine_);
       return std::make_unique<dnnl::matmul>(pd);
     } catch (const dnnl::error& e) {
-      LOG(WARNING) << "oneDNN has no matmul for weight [" << n << ", " << k << "] " << (wt == dt::bf16 ? "bf16" : "f32")
-                   << " (" << e.what() << "); using the fallback";
+      LOG(WARNING) << "oneDNN has no matmul for k = " << k << ", " << (wt == dt::bf16 ? "bf16" : "f32") << " ("
+                   << e.what() << "); using the fallback";
       return nullptr;
     }
   }
 
   std::unique_ptr<dnnl::engine> engine_;
   std::mutex mu_;
-  std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<dnnl::matmul>> map_;
+  std::map<std::pair<int64_t, int>, std::unique_ptr<dnnl::matmul>> map_;
 };
+
+// out[:, j0:j0+nb] = src @ W[j0:j0+nb, :]^T on the calling thread's OpenMP team. Runs on pool workers too, so
+// oneDNN's exceptions are caught here (one escaping a worker would terminate the process without a message).
+void run_slice(const dnnl::matmul& prim, dnnl::engine& eng, dt wt, const void* src, int64_t lda, int64_t m, int64_t k,
+               const char* weight, int64_t j0, int64_t nb, float* out, int64_t ldc) {
+  const size_t esize = wt == dt::bf16 ? 2 : 4;
+  try {
+    dnnl::memory s(dnnl::memory::desc({m, k}, wt, {lda, 1}), eng, const_cast<void*>(src));
+    dnnl::memory w(dnnl::memory::desc({k, nb}, wt, {1, k}), eng, const_cast<char*>(weight) + j0 * k * esize);
+    dnnl::memory d(dnnl::memory::desc({m, nb}, dt::f32, {ldc, 1}), eng, out + j0);
+    dnnl::stream stream(eng);
+    prim.execute(stream, {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    LOG(FATAL) << "oneDNN matmul failed for x [" << m << ", " << k << "], weight columns [" << j0 << ", " << j0 + nb
+               << "): " << e.what();
+  }
+}
 
 }  // namespace
 
-bool onednn_linear(Tensor& out, const Tensor& x, const Tensor& weight) {
+bool onednn_linear(Tensor& out, const Tensor& x, const Tensor& weight, OnednnThreading threading) {
   MatmulCache& cache = MatmulCache::get();
   if (!cache.has_engine()) return false;
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   const bool bf16 = weight.dtype() == DType::kBF16;
   const dt wt = bf16 ? dt::bf16 : dt::f32;
-  const dnnl::matmul* prim = cache.find(n, k, wt);
+  const dnnl::matmul* prim = cache.find(k, wt);
   if (prim == nullptr) return false;
-  // oneDNN runs on OpenMP threads; size them like the global pool ($LLMSERVE_NUM_THREADS). Per calling thread.
-  const int threads = ThreadPool::global().num_threads();
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
 
-  void* src_ptr = x.raw_data();
+  const void* src = x.raw_data();
   int64_t lda = x.stride(0);
   thread_local std::vector<bf16_t> x_bf16;
   if (bf16) {
@@ -91,20 +113,27 @@ bool onednn_linear(Tensor& out, const Tensor& x, const Tensor& weight) {
     parallel_for(m, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, k)), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) f32_to_bf16_n(row_ptr<float>(x, i), staged + i * k, k);
     });
-    src_ptr = x_bf16.data();
+    src = staged;
     lda = k;
   }
-  try {
-    dnnl::engine& eng = cache.engine();
-    dnnl::memory src(dnnl::memory::desc({m, k}, wt, {lda, 1}), eng, src_ptr);
-    dnnl::memory w(dnnl::memory::desc({k, n}, wt, {1, k}), eng, weight.raw_data());
-    dnnl::memory dst(dnnl::memory::desc({m, n}, dt::f32, {out.stride(0), 1}), eng, out.raw_data());
-    dnnl::stream stream(eng);
-    prim->execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}});
-    stream.wait();
-  } catch (const dnnl::error& e) {
-    LOG(FATAL) << "oneDNN matmul failed for x [" << m << ", " << k << "], weight [" << n << ", " << k
-               << "]: " << e.what();
+  const int threads = ThreadPool::global().num_threads();
+  dnnl::engine& eng = cache.engine();
+  const char* w = static_cast<const char*>(weight.raw_data());
+  float* o = out.data<float>();
+  const int64_t ldc = out.stride(0);
+  if (threading == OnednnThreading::kOpenmp) {
+    // OpenMP's thread count is per calling thread: size it like the global pool ($LLMSERVE_NUM_THREADS).
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    run_slice(*prim, eng, wt, src, lda, m, k, w, 0, n, o, ldc);
+  } else {
+    const int64_t width = pool_slice_width(n, threads);
+    parallel_for((n + width - 1) / width, 1, [&](int64_t begin, int64_t end) {
+      if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's oneDNN calls stay serial
+      for (int64_t s = begin; s < end; ++s) {
+        const int64_t j0 = s * width;
+        run_slice(*prim, eng, wt, src, lda, m, k, w, j0, std::min(width, n - j0), o, ldc);
+      }
+    });
   }
   return true;
 }

@@ -28,9 +28,8 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
   const int64_t n = positions.size(0), max_position = cos_sin_cache.size(0);
   const int64_t* pos = positions.data<int64_t>();
   for (int64_t t = 0; t < n; ++t) {
-    CHECK(pos[t] >= 0 && pos[t] < max_position)
-        << "rotary_embedding: position " << pos[t] << " of token " << t << " outside the cache [0, " << max_position
-        << ")";
+    CHECK(pos[t] >= 0 && pos[t] < max_position) << "rotary_embedding: position " << pos[t] << " of token " << t
+                                                << " outside the cache [0, " << max_position << ")";
   }
   const int64_t num_heads = row_numel(query) / head_dim, num_kv_heads = row_numel(key) / head_dim;
   const int64_t per_token = (num_heads + num_kv_heads) * head_dim;

@@ -22,8 +22,8 @@ void launch(Tensor& out, const Tensor& x) {
   const int64_t n = out.size(0), d = out.size(1);
   if (n == 0 || d == 0) return;
   dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((d + kThreads - 1) / kThreads));
-  silu_and_mul_kernel<T><<<grid, kThreads>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
-                                              static_cast<int>(d));
+  silu_and_mul_kernel<T>
+      <<<grid, kThreads>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), static_cast<int>(d));
   check_launch("silu_and_mul_kernel");
 }
 

@@ -43,9 +43,8 @@ template <typename T, typename W>
 void launch_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads>>>(out.data<T>(), out.stride(0), x.data<T>(),
-                                                                 x.stride(0), weight.data<W>(),
-                                                                 static_cast<int>(x.size(1)), eps);
+  rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
+                                                                weight.data<W>(), static_cast<int>(x.size(1)), eps);
   check_launch("rms_norm_kernel");
 }
 
@@ -53,9 +52,9 @@ template <typename T, typename W>
 void launch_fused(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  fused_add_rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads>>>(
-      x.data<T>(), x.stride(0), residual.data<T>(), residual.stride(0), weight.data<W>(),
-      static_cast<int>(x.size(1)), eps);
+  fused_add_rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads>>>(x.data<T>(), x.stride(0), residual.data<T>(),
+                                                                          residual.stride(0), weight.data<W>(),
+                                                                          static_cast<int>(x.size(1)), eps);
   check_launch("fused_add_rms_norm_kernel");
 }
 
