@@ -61,7 +61,7 @@ double matmul_params(const ModelConfig& c) {
 }
 
 struct BenchFlags {
-  std::string model, config_file, load_format = "auto";
+  std::string model, config_file, load_format = "auto", dtype = "auto";
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
 };
 
@@ -76,6 +76,7 @@ int run_latency(const std::vector<std::string>& args) {
                                     "decode steps; prints tok/s beside the memory-bandwidth / GEMM-rate floor.");
   parser.add_string("model", &f.model, "model directory");
   parser.add_string("config", &f.config_file, "config.json to use with --load-format dummy (no weights needed)");
+  parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16");
   parser.add_string("load-format", &f.load_format, "auto | safetensors | dummy");
   parser.add_int("batch-size", &f.batch_size, "sequences in the batch (default 1)");
   parser.add_int("input-len", &f.input_len, "prompt tokens per sequence (default 128)");
@@ -93,6 +94,9 @@ int run_latency(const std::vector<std::string>& args) {
     return fail(invalid_argument("--load-format '" + f.load_format + "': expected auto, safetensors or dummy"));
   }
   options.seed = static_cast<uint64_t>(f.seed);
+  if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
+    return fail(invalid_argument("--dtype '" + f.dtype + "': expected auto, float32 or bfloat16"));
+  }
   StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
   if (!f.config_file.empty()) {
     StatusOr<ModelConfig> config = load_model_config(f.config_file);
@@ -144,7 +148,8 @@ int run_latency(const std::vector<std::string>& args) {
 
   const double bandwidth = measure_copy_bandwidth(), gemm_rate = measure_gemm_rate();
   const double params = matmul_params(c);
-  const double weight_bytes = params * dtype_size(options.weight_dtype);
+  const DType weight_dtype = resolve_weight_dtype(c, options);
+  const double weight_bytes = params * dtype_size(weight_dtype);
   const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * sizeof(float);
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes_per_token;
@@ -154,7 +159,7 @@ int run_latency(const std::vector<std::string>& args) {
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
   std::printf("model: %s, %.1fM matmul params (%s weights), batch %lld, input %lld, output %lld, %d threads\n",
-              c.architecture.c_str(), params / 1e6, std::string(dtype_name(options.weight_dtype)).c_str(),
+              c.architecture.c_str(), params / 1e6, std::string(dtype_name(weight_dtype)).c_str(),
               static_cast<long long>(f.batch_size), static_cast<long long>(f.input_len),
               static_cast<long long>(f.output_len), ThreadPool::global().num_threads());
   std::printf("measured: copy bandwidth %.2f GB/s, GEMM %.1f GFLOP/s\n", bandwidth / 1e9, gemm_rate / 1e9);

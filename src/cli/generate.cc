@@ -17,7 +17,7 @@ namespace llmserve::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string model, tokenizer, load_format = "auto", output = "text";
+  std::string model, tokenizer, load_format = "auto", dtype = "auto", output = "text";
   std::vector<std::string> prompts, prompt_ids;
   int64_t max_tokens = 16, num_threads = 0, seed = 0, kv_cache_tokens = 0;
   double temperature = 0.0;
@@ -56,6 +56,7 @@ int run_generate(const std::vector<std::string>& args) {
   parser.add_int("max-tokens", &f.max_tokens, "tokens to generate per prompt (default 16)");
   parser.add_float("temperature", &f.temperature, "0 = greedy (the only mode until the engine lands)");
   parser.add_bool("ignore-eos", &f.ignore_eos, "keep generating past end-of-sequence tokens");
+  parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16");
   parser.add_string("load-format", &f.load_format, "auto | safetensors | dummy (random weights from config.json)");
   parser.add_int("seed", &f.seed, "seed for --load-format dummy");
   parser.add_int("num-threads", &f.num_threads, "CPU threads (default: all)");
@@ -75,6 +76,9 @@ int run_generate(const std::vector<std::string>& args) {
     return fail(invalid_argument("--load-format '" + f.load_format + "': expected auto, safetensors or dummy"));
   }
   options.seed = static_cast<uint64_t>(f.seed);
+  if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
+    return fail(invalid_argument("--dtype '" + f.dtype + "': expected auto, float32 or bfloat16"));
+  }
   StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
   StatusOr<std::unique_ptr<Tokenizer>> tokenizer = not_found("no tokenizer");
   if (f.model.empty()) {

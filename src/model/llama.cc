@@ -51,7 +51,7 @@ StatusOr<std::unique_ptr<CausalLM>> LlamaForCausalLM::create(const ModelConfig& 
 
 Status LlamaForCausalLM::load(WeightSource& weights, const ModelLoadOptions& options) {
   const ModelConfig& c = config_;
-  const DType wt = options.weight_dtype;
+  const DType wt = resolve_weight_dtype(c, options);
   const int64_t hidden = c.hidden_size, head_dim = c.head_dim;
   const int64_t q_size = c.num_attention_heads * head_dim, kv_size = c.num_key_value_heads * head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);

@@ -20,6 +20,23 @@ const std::map<std::string, ModelFactory>& registry() {
 
 }  // namespace
 
+bool parse_dtype_flag(const std::string& name, std::optional<DType>* dtype) {
+  DType parsed;
+  if (name == "auto") {
+    dtype->reset();
+  } else if (parse_dtype(name, &parsed) && (parsed == DType::kF32 || parsed == DType::kBF16)) {
+    *dtype = parsed;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+DType resolve_weight_dtype(const ModelConfig& config, const ModelLoadOptions& options) {
+  if (options.weight_dtype) return *options.weight_dtype;
+  return config.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
 bool parse_load_format(const std::string& name, LoadFormat* format) {
   if (name == "auto") *format = LoadFormat::kAuto;
   else if (name == "safetensors") *format = LoadFormat::kSafetensors;

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,9 @@ enum class LoadFormat { kAuto, kSafetensors, kDummy };
 bool parse_load_format(const std::string& name, LoadFormat* format);
 
 struct ModelLoadOptions {
-  DType weight_dtype = DType::kF32;  // GEMM weight dtype on CPU (bench/RESULTS.md: f32 + OpenBLAS is fastest)
+  // GEMM weight dtype; nullopt = the checkpoint's (bf16 stays bf16 and zero-copy: oneDNN's bf16 GEMM is the
+  // fastest CPU path, bench/RESULTS.md; every other dtype widens to f32).
+  std::optional<DType> weight_dtype;
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t seed = 0;                 // dummy weights
 };
@@ -30,6 +33,12 @@ using ModelFactory = std::function<StatusOr<std::unique_ptr<CausalLM>>(
 // Builds the model named by config.architecture from `weights`.
 StatusOr<std::unique_ptr<CausalLM>> create_model(const ModelConfig& config, WeightSource& weights,
                                                  const ModelLoadOptions& options);
+
+// Parses --dtype: "auto" (nullopt: the checkpoint's), "float32"/"float", "bfloat16". False on anything else.
+bool parse_dtype_flag(const std::string& name, std::optional<DType>* dtype);
+
+// The dtype weights are held in for `config` under `options`.
+DType resolve_weight_dtype(const ModelConfig& config, const ModelLoadOptions& options);
 
 // Loads config.json from `model_dir` (or uses `config` when given, e.g. --config FILE with dummy weights),
 // opens the weights as options.load_format says and builds the model. Weights in a file are converted to

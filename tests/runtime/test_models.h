@@ -15,7 +15,7 @@ std::string fixtures_dir();
 std::vector<std::string> fixture_model_names();
 // $LLMSERVE_TESTDATA, else ../shared/testdata.
 std::string testdata_dir();
-// Loads a model directory with f32 weights; aborts the test binary on error (the fixtures are ours).
+// Loads a model directory (weights in the checkpoint dtype); aborts the test binary on error (the fixtures are ours).
 std::unique_ptr<CausalLM> load_model_or_die(const std::string& dir);
 
 }  // namespace llmserve::testing
