@@ -113,7 +113,7 @@ struct ArchSpec {
   const char* architecture;
   const char* model_type;
   int64_t default_max_position_embeddings;
-  bool qkv_bias_always;    // Qwen2
+  bool qkv_bias_always;      // Qwen2
   bool attention_bias_flag;  // `attention_bias` adds q/k/v/o biases
   bool mlp_bias_flag;
   bool qk_norm;
@@ -155,8 +155,8 @@ StatusOr<const ArchSpec*> find_arch(const json& config, ModelConfig* cfg) {
   for (const ArchSpec& s : kArchSpecs) {
     if (cfg->architecture == s.architecture) return &s;
   }
-  return invalid_argument("architecture '" + cfg->architecture + "' is not supported (supported: " +
-                          supported_architecture_list() + ")");
+  return invalid_argument("architecture '" + cfg->architecture +
+                          "' is not supported (supported: " + supported_architecture_list() + ")");
 }
 
 // The rope parameter object: transformers 5's `rope_parameters`, else 4's `rope_scaling`; nullptr when neither.
@@ -196,11 +196,17 @@ Status parse_rope(const json& config, ModelConfig* cfg) {
   RETURN_IF_ERROR(ctx(get_string(r, "rope_type", &type)));
   if (!type) RETURN_IF_ERROR(ctx(get_string(r, "type", &type)));
   const std::string t = type.value_or("default");
-  if (t == "default") rs.type = RopeType::kDefault;
-  else if (t == "linear") rs.type = RopeType::kLinear;
-  else if (t == "llama3") rs.type = RopeType::kLlama3;
-  else if (t == "yarn") rs.type = RopeType::kYarn;
-  else return invalid_argument("rope_scaling type '" + t + "' is not supported (supported: default, linear, llama3, yarn)");
+  if (t == "default")
+    rs.type = RopeType::kDefault;
+  else if (t == "linear")
+    rs.type = RopeType::kLinear;
+  else if (t == "llama3")
+    rs.type = RopeType::kLlama3;
+  else if (t == "yarn")
+    rs.type = RopeType::kYarn;
+  else
+    return invalid_argument("rope_scaling type '" + t +
+                            "' is not supported (supported: default, linear, llama3, yarn)");
   if (rs.type == RopeType::kDefault) return ok_status();
 
   std::optional<double> factor;
@@ -214,7 +220,8 @@ Status parse_rope(const json& config, ModelConfig* cfg) {
   }
   // YaRN without a factor derives it from the context extension (transformers 5 rule).
   if (!factor && rs.type == RopeType::kYarn) {
-    factor = static_cast<double>(cfg->max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings);
+    factor =
+        static_cast<double>(cfg->max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings);
   }
   if (!factor) return invalid_argument("rope_scaling type '" + t + "' needs field 'factor'");
   if (!(*factor > 0)) return invalid_argument("rope_scaling: field 'factor' must be positive");
@@ -242,7 +249,8 @@ Status parse_rope(const json& config, ModelConfig* cfg) {
     // HF reads these as `x or default`: 0 and null both mean the default.
     if (beta_fast && *beta_fast != 0) rs.beta_fast = *beta_fast;
     if (beta_slow && *beta_slow != 0) rs.beta_slow = *beta_slow;
-    if (!(rs.beta_fast > 0) || !(rs.beta_slow > 0)) return invalid_argument("rope_scaling: beta_fast/beta_slow must be positive");
+    if (!(rs.beta_fast > 0) || !(rs.beta_slow > 0))
+      return invalid_argument("rope_scaling: beta_fast/beta_slow must be positive");
     if (rs.attention_factor && !(*rs.attention_factor > 0)) {
       return invalid_argument("rope_scaling: attention_factor must be positive");
     }
@@ -271,7 +279,8 @@ Status parse_sliding_window(const json& config, const ArchSpec& spec, ModelConfi
     }
     for (size_t i = 0; i < lt->size(); ++i) {
       const json& v = (*lt)[i];
-      if (v == "sliding_attention") cfg->sliding_window_layers[i] = true;
+      if (v == "sliding_attention")
+        cfg->sliding_window_layers[i] = true;
       else if (v != "full_attention") {
         return invalid_argument(field_error_text("layer_types", v, "\"full_attention\" or \"sliding_attention\""));
       }
@@ -317,8 +326,8 @@ Status parse_sizes(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
   if (!head_dim) {
     if (cfg->hidden_size % cfg->num_attention_heads != 0) {
       return invalid_argument("hidden_size (" + std::to_string(cfg->hidden_size) +
-                              ") is not divisible by num_attention_heads (" +
-                              std::to_string(cfg->num_attention_heads) + ") and no head_dim is given");
+                              ") is not divisible by num_attention_heads (" + std::to_string(cfg->num_attention_heads) +
+                              ") and no head_dim is given");
     }
     head_dim = cfg->hidden_size / cfg->num_attention_heads;
   }
@@ -385,10 +394,14 @@ StatusOr<json> read_json_file(const std::string& path) {
 
 std::string_view rope_type_name(RopeType type) {
   switch (type) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kLlama3: return "llama3";
-    case RopeType::kYarn: return "yarn";
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kLlama3:
+      return "llama3";
+    case RopeType::kYarn:
+      return "yarn";
   }
   return "?";
 }

@@ -102,7 +102,8 @@ RopeFrequencies yarn_frequencies(const RopeScaling& rs, double base, int64_t dim
 
 StatusOr<RopeFrequencies> compute_rope_frequencies(const ModelConfig& cfg) {
   const int64_t dim = cfg.head_dim;
-  if (dim <= 0 || dim % 2 != 0) return invalid_argument("RoPE needs a positive even head_dim, got " + std::to_string(dim));
+  if (dim <= 0 || dim % 2 != 0)
+    return invalid_argument("RoPE needs a positive even head_dim, got " + std::to_string(dim));
   if (!(cfg.rope_theta > 0)) return invalid_argument("RoPE needs rope_theta > 0");
   const RopeScaling& rs = cfg.rope_scaling;
   RopeFrequencies out;
@@ -117,16 +118,18 @@ StatusOr<RopeFrequencies> compute_rope_frequencies(const ModelConfig& cfg) {
       break;
     case RopeType::kLlama3:
       if (!(rs.factor > 0) || !(rs.high_freq_factor > rs.low_freq_factor) || rs.original_max_position_embeddings <= 0) {
-        return invalid_argument("llama3 RoPE needs factor > 0, high_freq_factor > low_freq_factor, "
-                                "original_max_position_embeddings > 0");
+        return invalid_argument(
+            "llama3 RoPE needs factor > 0, high_freq_factor > low_freq_factor, "
+            "original_max_position_embeddings > 0");
       }
       out.inv_freq = default_inv_freq(cfg.rope_theta, dim);
       apply_llama3(rs, &out.inv_freq);
       break;
     case RopeType::kYarn:
       if (!(rs.factor > 0) || rs.original_max_position_embeddings <= 0 || !(rs.beta_fast > 0) || !(rs.beta_slow > 0)) {
-        return invalid_argument("yarn RoPE needs factor > 0, beta_fast/beta_slow > 0, "
-                                "original_max_position_embeddings > 0");
+        return invalid_argument(
+            "yarn RoPE needs factor > 0, beta_fast/beta_slow > 0, "
+            "original_max_position_embeddings > 0");
       }
       out = yarn_frequencies(rs, cfg.rope_theta, dim);
       break;

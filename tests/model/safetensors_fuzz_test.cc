@@ -1,6 +1,6 @@
 // Fuzz: thousands of random corruptions of a valid safetensors file (bit flips, header byte overwrites, digit
 // edits, truncations, header-length edits, appended junk). Opening and reading every tensor must never crash
-// (this binary runs under ASan/UBSan in CI); LLMSERVE_FUZZ_ITERATIONS raises the count for longer local runs.
+// (this binary runs under ASan/UBSan in CI); LLMSERVE_FUZZ_ITERATIONS / LLMSERVE_FUZZ_SEED widen local runs.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -97,8 +97,8 @@ void mutate(std::string* bytes, uint64_t header_len, std::mt19937_64* rng) {
       if (bytes->size() < 8) break;
       uint64_t n;
       std::memcpy(&n, bytes->data(), 8);
-      const uint64_t choices[] = {n + 1, n - 1, n + 8, n - 8, 0, ~uint64_t{0}, (*rng)(), pick(bytes->size() + 16),
-                                  uint64_t{1} << 63};
+      const uint64_t choices[] = {
+          n + 1, n - 1, n + 8, n - 8, 0, ~uint64_t{0}, (*rng)(), pick(bytes->size() + 16), uint64_t{1} << 63};
       n = choices[pick(std::size(choices))];
       std::memcpy(bytes->data(), &n, 8);
       break;
@@ -122,13 +122,15 @@ void mutate(std::string* bytes, uint64_t header_len, std::mt19937_64* rng) {
 }
 
 TEST(SafetensorsFuzz, RandomCorruptionsNeverCrash) {
-  testing::TempDir dir;
+  testing::TempDir dir(testing::ram_temp_base());
   const std::string valid = make_valid_file(dir.file("valid.safetensors"));
   uint64_t header_len;
   std::memcpy(&header_len, valid.data(), 8);
   int iterations = 4000;
   if (const char* env = std::getenv("LLMSERVE_FUZZ_ITERATIONS")) iterations = std::atoi(env);
-  std::mt19937_64 rng(12345);
+  uint64_t seed = 12345;
+  if (const char* env = std::getenv("LLMSERVE_FUZZ_SEED")) seed = std::strtoull(env, nullptr, 10);
+  std::mt19937_64 rng(seed);
   int opened = 0, rejected = 0, tensors_read = 0;
   uint64_t checksum = 0;
   for (int it = 0; it < iterations; ++it) {
