@@ -178,9 +178,10 @@ StatusOr<const json*> rope_object(const json& config) {
 
 Status parse_rope(const json& config, ModelConfig* cfg) {
   ASSIGN_OR_RETURN(const json* rp, rope_object(config));
+  // transformers 5 keeps rope_theta inside rope_parameters, and that one wins over a top-level rope_theta.
   std::optional<double> theta;
-  RETURN_IF_ERROR(get_double(config, "rope_theta", &theta));
-  if (!theta && rp != nullptr) RETURN_IF_ERROR(get_double(*rp, "rope_theta", &theta).with_context("rope_scaling"));
+  if (rp != nullptr) RETURN_IF_ERROR(get_double(*rp, "rope_theta", &theta).with_context("rope_scaling"));
+  if (!theta) RETURN_IF_ERROR(get_double(config, "rope_theta", &theta));
   if (theta) cfg->rope_theta = *theta;
   if (!(cfg->rope_theta > 0)) return invalid_argument("field 'rope_theta' must be positive");
   std::optional<double> partial;

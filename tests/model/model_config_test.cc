@@ -276,6 +276,13 @@ TEST(ModelConfig, Transformers5RopeParameters) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   EXPECT_DOUBLE_EQ(cfg->rope_theta, 250000.0);
 
+  // A stray top-level rope_theta loses to the one inside rope_parameters (transformers 5's rule).
+  json both = llama_base();
+  both["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};
+  cfg = parse_model_config(both);
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 1e6);
+
   k["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}},
                           {"sliding_attention", {{"rope_type", "default"}}}};
   EXPECT_FALSE(parse_model_config(k).ok());
