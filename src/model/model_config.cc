@@ -452,6 +452,7 @@ StatusOr<GenerationConfig> parse_generation_config(const nlohmann::json& config)
     RETURN_IF_ERROR(get_double(config, "temperature", &g.temperature));
     RETURN_IF_ERROR(get_double(config, "top_p", &g.top_p));
     RETURN_IF_ERROR(get_int(config, "top_k", &g.top_k));
+    RETURN_IF_ERROR(get_double(config, "min_p", &g.min_p));
     RETURN_IF_ERROR(get_double(config, "repetition_penalty", &g.repetition_penalty));
     RETURN_IF_ERROR(get_int(config, "max_new_tokens", &g.max_new_tokens));
     RETURN_IF_ERROR(get_int(config, "max_length", &g.max_length));

@@ -81,6 +81,7 @@ struct GenerationConfig {
   std::optional<double> temperature;
   std::optional<double> top_p;
   std::optional<int64_t> top_k;
+  std::optional<double> min_p;
   std::optional<double> repetition_penalty;
   std::optional<int64_t> max_new_tokens;
   std::optional<int64_t> max_length;

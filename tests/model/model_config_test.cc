@@ -413,10 +413,11 @@ TEST(GenerationConfig, FieldsAndErrors) {
   EXPECT_FALSE(g->top_k.has_value());
   EXPECT_FALSE(g->max_new_tokens.has_value());
 
-  StatusOr<GenerationConfig> g2 = parse_generation_config(
-      json::parse(R"({"top_k": 20, "repetition_penalty": 1.05, "max_new_tokens": 128, "temperature": 1})"));
+  StatusOr<GenerationConfig> g2 = parse_generation_config(json::parse(
+      R"({"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05, "max_new_tokens": 128, "temperature": 1})"));
   ASSERT_TRUE(g2.ok());
   EXPECT_EQ(g2->top_k, 20);
+  EXPECT_DOUBLE_EQ(*g2->min_p, 0.05);
   EXPECT_DOUBLE_EQ(*g2->repetition_penalty, 1.05);
   EXPECT_EQ(g2->max_new_tokens, 128);
   EXPECT_DOUBLE_EQ(*g2->temperature, 1.0);

@@ -236,6 +236,10 @@ TEST(Safetensors, MissingFileIsNotFound) {
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), StatusCode::kNotFound);
   EXPECT_NE(f.status().message().find("/nonexistent/x.safetensors"), std::string::npos);
+  TempDir dir;
+  StatusOr<SafetensorsFile> d = SafetensorsFile::open(dir.path());
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("not a regular file"), std::string::npos);
 }
 
 TEST(Safetensors, WriterRejectsBadInput) {
