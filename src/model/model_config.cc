@@ -107,6 +107,10 @@ Status require_int(const json& j, const std::string& key, int64_t* out) {
   return ok_status();
 }
 
+// Sanity bounds that keep a corrupt config from asking for absurd allocations (every real model is far below).
+constexpr int64_t kMaxSize = int64_t{1} << 31;
+constexpr int64_t kMaxHeadDim = 4096;
+
 enum class SlidingStyle { kNone, kAllLayers, kQwen };
 
 struct ArchSpec {
@@ -183,7 +187,7 @@ Status parse_rope(const json& config, ModelConfig* cfg) {
   if (rp != nullptr) RETURN_IF_ERROR(get_double(*rp, "rope_theta", &theta).with_context("rope_scaling"));
   if (!theta) RETURN_IF_ERROR(get_double(config, "rope_theta", &theta));
   if (theta) cfg->rope_theta = *theta;
-  if (!(cfg->rope_theta > 0)) return invalid_argument("field 'rope_theta' must be positive");
+  if (!(cfg->rope_theta >= 1)) return invalid_argument("field 'rope_theta' must be at least 1");
   std::optional<double> partial;
   RETURN_IF_ERROR(get_double(config, "partial_rotary_factor", &partial));
   if (rp != nullptr && !partial) RETURN_IF_ERROR(get_double(*rp, "partial_rotary_factor", &partial));
@@ -314,6 +318,9 @@ Status parse_sizes(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
                          {"num_attention_heads", cfg->num_attention_heads},
                          {"max_position_embeddings", cfg->max_position_embeddings}}) {
     if (v <= 0) return invalid_argument(std::string("field '") + name + "' must be positive, got " + std::to_string(v));
+    if (v > kMaxSize) {
+      return invalid_argument(std::string("field '") + name + "' is implausibly large: " + std::to_string(v));
+    }
   }
   cfg->num_key_value_heads = cfg->num_attention_heads;
   RETURN_IF_ERROR(read_or_keep(config, "num_key_value_heads", &cfg->num_key_value_heads));
@@ -332,8 +339,9 @@ Status parse_sizes(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
     }
     head_dim = cfg->hidden_size / cfg->num_attention_heads;
   }
-  if (*head_dim <= 0 || *head_dim % 2 != 0) {
-    return invalid_argument("head_dim must be positive and even (RoPE), got " + std::to_string(*head_dim));
+  if (*head_dim <= 0 || *head_dim % 2 != 0 || *head_dim > kMaxHeadDim) {
+    return invalid_argument("head_dim must be positive, even (RoPE) and at most " + std::to_string(kMaxHeadDim) +
+                            ", got " + std::to_string(*head_dim));
   }
   cfg->head_dim = *head_dim;
   return ok_status();

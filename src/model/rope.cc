@@ -134,6 +134,17 @@ StatusOr<RopeFrequencies> compute_rope_frequencies(const ModelConfig& cfg) {
       out = yarn_frequencies(rs, cfg.rope_theta, dim);
       break;
   }
+  // Extreme (corrupt) parameters can overflow float32; such a table would turn every activation into NaN.
+  for (float v : out.inv_freq) {
+    if (!std::isfinite(v) || !(v > 0)) {
+      return invalid_argument("RoPE parameters give a non-finite or non-positive frequency (rope_theta " +
+                              std::to_string(cfg.rope_theta) + ", scaling " + std::string(rope_type_name(rs.type)) +
+                              ")");
+    }
+  }
+  if (!std::isfinite(out.attention_factor) || !(out.attention_factor > 0)) {
+    return invalid_argument("RoPE attention factor is not a positive finite number");
+  }
   return out;
 }
 
@@ -142,6 +153,10 @@ StatusOr<Tensor> build_rope_cos_sin_cache(const ModelConfig& cfg, int64_t max_po
     return invalid_argument("RoPE cache: max_position must be in [1, 2^24], got " + std::to_string(max_position));
   }
   ASSIGN_OR_RETURN(RopeFrequencies f, compute_rope_frequencies(cfg));
+  if (max_position * cfg.head_dim > (int64_t{1} << 32)) {  // 16 GiB of f32: a corrupt config, not a model
+    return invalid_argument("RoPE cache of " + std::to_string(max_position) + " x " + std::to_string(cfg.head_dim) +
+                            " is too large");
+  }
   const int64_t half = cfg.head_dim / 2;
   Tensor cache = Tensor::empty({max_position, cfg.head_dim}, DType::kF32);
   float* data = cache.data<float>();

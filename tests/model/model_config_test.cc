@@ -355,6 +355,9 @@ TEST(ModelConfig, InvalidConfigsNameTheField) {
        {"FalconForCausalLM", "Qwen3ForCausalLM"}},
       {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, {"partial_rotary_factor"}},
       {"zero eps", [](json& j) { j["rms_norm_eps"] = 0; }, {"rms_norm_eps"}},
+      {"tiny theta", [](json& j) { j["rope_theta"] = 1e-300; }, {"rope_theta"}},
+      {"huge head_dim", [](json& j) { j["head_dim"] = 1 << 20; }, {"head_dim"}},
+      {"implausible vocab", [](json& j) { j["vocab_size"] = int64_t{1} << 40; }, {"vocab_size", "implausibly"}},
       {"huge int", [](json& j) { j["hidden_size"] = 18446744073709551615ull; }, {"hidden_size"}},
   };
   for (const Case& c : cases) {

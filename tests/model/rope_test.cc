@@ -273,6 +273,18 @@ TEST(Rope, Errors) {
   cfg.rope_scaling.original_max_position_embeddings = 64;
   cfg.rope_scaling.factor = 8;
   EXPECT_FALSE(compute_rope_frequencies(cfg).ok());
+  // Parameters that overflow float32 are refused rather than producing inf/NaN tables.
+  cfg.rope_scaling = RopeScaling();
+  cfg.rope_theta = 1e300;
+  EXPECT_FALSE(compute_rope_frequencies(cfg).ok());
+  cfg.rope_theta = 10000;
+  cfg.rope_scaling.type = RopeType::kYarn;
+  cfg.rope_scaling.factor = 1e-300;
+  cfg.rope_scaling.original_max_position_embeddings = 64;
+  EXPECT_FALSE(compute_rope_frequencies(cfg).ok());
+  cfg.rope_scaling.factor = 2;
+  cfg.head_dim = 4096;
+  EXPECT_FALSE(build_rope_cos_sin_cache(cfg, 1 << 24).ok());  // 256 GiB
 }
 
 }  // namespace
