@@ -107,13 +107,17 @@ Status require_int(const json& j, const std::string& key, int64_t* out) {
   return ok_status();
 }
 
+// Sanity bounds that keep a corrupt config from asking for absurd allocations (every real model is far below).
+constexpr int64_t kMaxSize = int64_t{1} << 31;
+constexpr int64_t kMaxHeadDim = 4096;
+
 enum class SlidingStyle { kNone, kAllLayers, kQwen };
 
 struct ArchSpec {
   const char* architecture;
   const char* model_type;
   int64_t default_max_position_embeddings;
-  bool qkv_bias_always;    // Qwen2
+  bool qkv_bias_always;      // Qwen2
   bool attention_bias_flag;  // `attention_bias` adds q/k/v/o biases
   bool mlp_bias_flag;
   bool qk_norm;
@@ -155,8 +159,8 @@ StatusOr<const ArchSpec*> find_arch(const json& config, ModelConfig* cfg) {
   for (const ArchSpec& s : kArchSpecs) {
     if (cfg->architecture == s.architecture) return &s;
   }
-  return invalid_argument("architecture '" + cfg->architecture + "' is not supported (supported: " +
-                          supported_architecture_list() + ")");
+  return invalid_argument("architecture '" + cfg->architecture +
+                          "' is not supported (supported: " + supported_architecture_list() + ")");
 }
 
 // The rope parameter object: transformers 5's `rope_parameters`, else 4's `rope_scaling`; nullptr when neither.
@@ -178,11 +182,12 @@ StatusOr<const json*> rope_object(const json& config) {
 
 Status parse_rope(const json& config, ModelConfig* cfg) {
   ASSIGN_OR_RETURN(const json* rp, rope_object(config));
+  // transformers 5 keeps rope_theta inside rope_parameters, and that one wins over a top-level rope_theta.
   std::optional<double> theta;
-  RETURN_IF_ERROR(get_double(config, "rope_theta", &theta));
-  if (!theta && rp != nullptr) RETURN_IF_ERROR(get_double(*rp, "rope_theta", &theta).with_context("rope_scaling"));
+  if (rp != nullptr) RETURN_IF_ERROR(get_double(*rp, "rope_theta", &theta).with_context("rope_scaling"));
+  if (!theta) RETURN_IF_ERROR(get_double(config, "rope_theta", &theta));
   if (theta) cfg->rope_theta = *theta;
-  if (!(cfg->rope_theta > 0)) return invalid_argument("field 'rope_theta' must be positive");
+  if (!(cfg->rope_theta >= 1)) return invalid_argument("field 'rope_theta' must be at least 1");
   std::optional<double> partial;
   RETURN_IF_ERROR(get_double(config, "partial_rotary_factor", &partial));
   if (rp != nullptr && !partial) RETURN_IF_ERROR(get_double(*rp, "partial_rotary_factor", &partial));
@@ -196,11 +201,17 @@ Status parse_rope(const json& config, ModelConfig* cfg) {
   RETURN_IF_ERROR(ctx(get_string(r, "rope_type", &type)));
   if (!type) RETURN_IF_ERROR(ctx(get_string(r, "type", &type)));
   const std::string t = type.value_or("default");
-  if (t == "default") rs.type = RopeType::kDefault;
-  else if (t == "linear") rs.type = RopeType::kLinear;
-  else if (t == "llama3") rs.type = RopeType::kLlama3;
-  else if (t == "yarn") rs.type = RopeType::kYarn;
-  else return invalid_argument("rope_scaling type '" + t + "' is not supported (supported: default, linear, llama3, yarn)");
+  if (t == "default")
+    rs.type = RopeType::kDefault;
+  else if (t == "linear")
+    rs.type = RopeType::kLinear;
+  else if (t == "llama3")
+    rs.type = RopeType::kLlama3;
+  else if (t == "yarn")
+    rs.type = RopeType::kYarn;
+  else
+    return invalid_argument("rope_scaling type '" + t +
+                            "' is not supported (supported: default, linear, llama3, yarn)");
   if (rs.type == RopeType::kDefault) return ok_status();
 
   std::optional<double> factor;
@@ -214,7 +225,8 @@ Status parse_rope(const json& config, ModelConfig* cfg) {
   }
   // YaRN without a factor derives it from the context extension (transformers 5 rule).
   if (!factor && rs.type == RopeType::kYarn) {
-    factor = static_cast<double>(cfg->max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings);
+    factor =
+        static_cast<double>(cfg->max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings);
   }
   if (!factor) return invalid_argument("rope_scaling type '" + t + "' needs field 'factor'");
   if (!(*factor > 0)) return invalid_argument("rope_scaling: field 'factor' must be positive");
@@ -242,7 +254,8 @@ Status parse_rope(const json& config, ModelConfig* cfg) {
     // HF reads these as `x or default`: 0 and null both mean the default.
     if (beta_fast && *beta_fast != 0) rs.beta_fast = *beta_fast;
     if (beta_slow && *beta_slow != 0) rs.beta_slow = *beta_slow;
-    if (!(rs.beta_fast > 0) || !(rs.beta_slow > 0)) return invalid_argument("rope_scaling: beta_fast/beta_slow must be positive");
+    if (!(rs.beta_fast > 0) || !(rs.beta_slow > 0))
+      return invalid_argument("rope_scaling: beta_fast/beta_slow must be positive");
     if (rs.attention_factor && !(*rs.attention_factor > 0)) {
       return invalid_argument("rope_scaling: attention_factor must be positive");
     }
@@ -271,7 +284,8 @@ Status parse_sliding_window(const json& config, const ArchSpec& spec, ModelConfi
     }
     for (size_t i = 0; i < lt->size(); ++i) {
       const json& v = (*lt)[i];
-      if (v == "sliding_attention") cfg->sliding_window_layers[i] = true;
+      if (v == "sliding_attention")
+        cfg->sliding_window_layers[i] = true;
       else if (v != "full_attention") {
         return invalid_argument(field_error_text("layer_types", v, "\"full_attention\" or \"sliding_attention\""));
       }
@@ -304,6 +318,9 @@ Status parse_sizes(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
                          {"num_attention_heads", cfg->num_attention_heads},
                          {"max_position_embeddings", cfg->max_position_embeddings}}) {
     if (v <= 0) return invalid_argument(std::string("field '") + name + "' must be positive, got " + std::to_string(v));
+    if (v > kMaxSize) {
+      return invalid_argument(std::string("field '") + name + "' is implausibly large: " + std::to_string(v));
+    }
   }
   cfg->num_key_value_heads = cfg->num_attention_heads;
   RETURN_IF_ERROR(read_or_keep(config, "num_key_value_heads", &cfg->num_key_value_heads));
@@ -317,13 +334,14 @@ Status parse_sizes(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
   if (!head_dim) {
     if (cfg->hidden_size % cfg->num_attention_heads != 0) {
       return invalid_argument("hidden_size (" + std::to_string(cfg->hidden_size) +
-                              ") is not divisible by num_attention_heads (" +
-                              std::to_string(cfg->num_attention_heads) + ") and no head_dim is given");
+                              ") is not divisible by num_attention_heads (" + std::to_string(cfg->num_attention_heads) +
+                              ") and no head_dim is given");
     }
     head_dim = cfg->hidden_size / cfg->num_attention_heads;
   }
-  if (*head_dim <= 0 || *head_dim % 2 != 0) {
-    return invalid_argument("head_dim must be positive and even (RoPE), got " + std::to_string(*head_dim));
+  if (*head_dim <= 0 || *head_dim % 2 != 0 || *head_dim > kMaxHeadDim) {
+    return invalid_argument("head_dim must be positive, even (RoPE) and at most " + std::to_string(kMaxHeadDim) +
+                            ", got " + std::to_string(*head_dim));
   }
   cfg->head_dim = *head_dim;
   return ok_status();
@@ -385,10 +403,14 @@ StatusOr<json> read_json_file(const std::string& path) {
 
 std::string_view rope_type_name(RopeType type) {
   switch (type) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kLlama3: return "llama3";
-    case RopeType::kYarn: return "yarn";
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kLlama3:
+      return "llama3";
+    case RopeType::kYarn:
+      return "yarn";
   }
   return "?";
 }
@@ -438,6 +460,7 @@ StatusOr<GenerationConfig> parse_generation_config(const nlohmann::json& config)
     RETURN_IF_ERROR(get_double(config, "temperature", &g.temperature));
     RETURN_IF_ERROR(get_double(config, "top_p", &g.top_p));
     RETURN_IF_ERROR(get_int(config, "top_k", &g.top_k));
+    RETURN_IF_ERROR(get_double(config, "min_p", &g.min_p));
     RETURN_IF_ERROR(get_double(config, "repetition_penalty", &g.repetition_penalty));
     RETURN_IF_ERROR(get_int(config, "max_new_tokens", &g.max_new_tokens));
     RETURN_IF_ERROR(get_int(config, "max_length", &g.max_length));

@@ -18,6 +18,9 @@ enum class RopeType : uint8_t { kDefault, kLinear, kLlama3, kYarn };
 std::string_view rope_type_name(RopeType type);
 
 // RoPE frequency scaling, as HF's `rope_scaling` (transformers 4) / `rope_parameters` (transformers 5).
+// YaRN: an explicit `factor` wins, as in transformers 5 and vLLM (transformers 4.4x-4.5x replaced it by
+// max_position_embeddings / original_max_position_embeddings whenever the latter was given); without a factor
+// that ratio is used.
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
   double factor = 1.0;                           // linear, llama3, yarn
@@ -40,22 +43,22 @@ struct ModelConfig {
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
-  int64_t num_key_value_heads = 0;        // defaults to num_attention_heads
-  int64_t head_dim = 0;                   // explicit, else hidden_size / num_attention_heads
+  int64_t num_key_value_heads = 0;  // defaults to num_attention_heads
+  int64_t head_dim = 0;             // explicit, else hidden_size / num_attention_heads
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_qkv_bias = false;        // q/k/v projections have a bias (Qwen2 always; Llama attention_bias)
-  bool attention_out_bias = false;        // o_proj has a bias (Llama and Qwen3 attention_bias)
-  bool mlp_bias = false;                  // gate/up/down have a bias (Llama mlp_bias)
-  bool qk_norm = false;                   // RMSNorm over each q and k head before RoPE (Qwen3)
-  std::optional<int64_t> sliding_window;  // window in tokens, when any layer uses one
+  bool attention_qkv_bias = false;          // q/k/v projections have a bias (Qwen2 always; Llama attention_bias)
+  bool attention_out_bias = false;          // o_proj has a bias (Llama and Qwen3 attention_bias)
+  bool mlp_bias = false;                    // gate/up/down have a bias (Llama mlp_bias)
+  bool qk_norm = false;                     // RMSNorm over each q and k head before RoPE (Qwen3)
+  std::optional<int64_t> sliding_window;    // window in tokens, when any layer uses one
   std::vector<bool> sliding_window_layers;  // [num_hidden_layers]: layer i uses sliding_window
-  DType dtype = DType::kF32;              // torch_dtype / dtype: the checkpoint's weight dtype
+  DType dtype = DType::kF32;                // torch_dtype / dtype: the checkpoint's weight dtype
   std::optional<int64_t> bos_token_id;
-  std::vector<int64_t> eos_token_ids;     // eos_token_id, an int or a list
+  std::vector<int64_t> eos_token_ids;  // eos_token_id, an int or a list
   std::string hidden_act = "silu";
 
   // The window for layer i, or nullopt for full attention.
@@ -78,6 +81,7 @@ struct GenerationConfig {
   std::optional<double> temperature;
   std::optional<double> top_p;
   std::optional<int64_t> top_k;
+  std::optional<double> min_p;
   std::optional<double> repetition_penalty;
   std::optional<int64_t> max_new_tokens;
   std::optional<int64_t> max_length;

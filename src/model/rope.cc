@@ -102,7 +102,8 @@ RopeFrequencies yarn_frequencies(const RopeScaling& rs, double base, int64_t dim
 
 StatusOr<RopeFrequencies> compute_rope_frequencies(const ModelConfig& cfg) {
   const int64_t dim = cfg.head_dim;
-  if (dim <= 0 || dim % 2 != 0) return invalid_argument("RoPE needs a positive even head_dim, got " + std::to_string(dim));
+  if (dim <= 0 || dim % 2 != 0)
+    return invalid_argument("RoPE needs a positive even head_dim, got " + std::to_string(dim));
   if (!(cfg.rope_theta > 0)) return invalid_argument("RoPE needs rope_theta > 0");
   const RopeScaling& rs = cfg.rope_scaling;
   RopeFrequencies out;
@@ -117,19 +118,32 @@ StatusOr<RopeFrequencies> compute_rope_frequencies(const ModelConfig& cfg) {
       break;
     case RopeType::kLlama3:
       if (!(rs.factor > 0) || !(rs.high_freq_factor > rs.low_freq_factor) || rs.original_max_position_embeddings <= 0) {
-        return invalid_argument("llama3 RoPE needs factor > 0, high_freq_factor > low_freq_factor, "
-                                "original_max_position_embeddings > 0");
+        return invalid_argument(
+            "llama3 RoPE needs factor > 0, high_freq_factor > low_freq_factor, "
+            "original_max_position_embeddings > 0");
       }
       out.inv_freq = default_inv_freq(cfg.rope_theta, dim);
       apply_llama3(rs, &out.inv_freq);
       break;
     case RopeType::kYarn:
       if (!(rs.factor > 0) || rs.original_max_position_embeddings <= 0 || !(rs.beta_fast > 0) || !(rs.beta_slow > 0)) {
-        return invalid_argument("yarn RoPE needs factor > 0, beta_fast/beta_slow > 0, "
-                                "original_max_position_embeddings > 0");
+        return invalid_argument(
+            "yarn RoPE needs factor > 0, beta_fast/beta_slow > 0, "
+            "original_max_position_embeddings > 0");
       }
       out = yarn_frequencies(rs, cfg.rope_theta, dim);
       break;
+  }
+  // Extreme (corrupt) parameters can overflow float32; such a table would turn every activation into NaN.
+  for (float v : out.inv_freq) {
+    if (!std::isfinite(v) || !(v > 0)) {
+      return invalid_argument("RoPE parameters give a non-finite or non-positive frequency (rope_theta " +
+                              std::to_string(cfg.rope_theta) + ", scaling " + std::string(rope_type_name(rs.type)) +
+                              ")");
+    }
+  }
+  if (!std::isfinite(out.attention_factor) || !(out.attention_factor > 0)) {
+    return invalid_argument("RoPE attention factor is not a positive finite number");
   }
   return out;
 }
@@ -139,6 +153,10 @@ StatusOr<Tensor> build_rope_cos_sin_cache(const ModelConfig& cfg, int64_t max_po
     return invalid_argument("RoPE cache: max_position must be in [1, 2^24], got " + std::to_string(max_position));
   }
   ASSIGN_OR_RETURN(RopeFrequencies f, compute_rope_frequencies(cfg));
+  if (max_position * cfg.head_dim > (int64_t{1} << 32)) {  // 16 GiB of f32: a corrupt config, not a model
+    return invalid_argument("RoPE cache of " + std::to_string(max_position) + " x " + std::to_string(cfg.head_dim) +
+                            " is too large");
+  }
   const int64_t half = cfg.head_dim / 2;
   Tensor cache = Tensor::empty({max_position, cfg.head_dim}, DType::kF32);
   float* data = cache.data<float>();

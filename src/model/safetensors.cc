@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace llmserve {
 
@@ -62,7 +62,9 @@ const DTypeEntry& entry_of(SafetensorsDType dtype) {
 std::string supported_dtype_list() {
   std::string out;
   for (const DTypeEntry& e : kDTypeTable) {
-    if (e.supported) out += (out.empty() ? "" : " ") + std::string(e.name);
+    if (!e.supported) continue;
+    if (!out.empty()) out += ' ';
+    out += e.name;
   }
   return out;
 }
@@ -83,8 +85,10 @@ bool json_depth_ok(const char* p, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
     char c = p[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -239,16 +243,15 @@ Status SafetensorsFile::parse_header(const char* header, uint64_t header_size) {
     }
     if (info.begin > info.end) return bad("data_offsets " + off->dump() + " has begin > end");
     if (info.end > data_size_) {
-      return bad("data_offsets " + off->dump() + " run past the " + std::to_string(data_size_) +
-                 "-byte data buffer");
+      return bad("data_offsets " + off->dump() + " run past the " + std::to_string(data_size_) + "-byte data buffer");
     }
     uint64_t bits = 0;
     overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(entry->bits), &bits);
     if (overflow) return bad("shape " + sh->dump() + " overflows");
     if (bits % 8 != 0) return bad("shape " + sh->dump() + " of " + dtype_name + " is not a whole number of bytes");
     if (bits / 8 != info.end - info.begin) {
-      return bad("byte size " + std::to_string(info.end - info.begin) + " does not match shape " + sh->dump() +
-                 " of " + dtype_name + " (" + std::to_string(bits / 8) + " bytes)");
+      return bad("byte size " + std::to_string(info.end - info.begin) + " does not match shape " + sh->dump() + " of " +
+                 dtype_name + " (" + std::to_string(bits / 8) + " bytes)");
     }
     infos_.emplace(name, std::move(info));
   }

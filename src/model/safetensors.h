@@ -18,8 +18,26 @@ namespace llmserve {
 // Element types named by the safetensors format. Only some map to a DType; the others are recognised (so their
 // byte sizes are checked) but reading them is an InvalidArgument error.
 enum class SafetensorsDType : uint8_t {
-  kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kI64, kU64, kF64, kF8E4M3, kF8E5M2, kF8E8M0,
-  kF4, kF6E2M3, kF6E3M2, kC64,
+  kBool,
+  kU8,
+  kI8,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kI64,
+  kU64,
+  kF64,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
+  kF4,
+  kF6E2M3,
+  kF6E3M2,
+  kC64,
 };
 
 // "F32", "BF16", ... as written in headers.
@@ -31,7 +49,7 @@ std::string_view safetensors_name_of(DType dtype);
 
 struct TensorInfo {
   SafetensorsDType stored_dtype = SafetensorsDType::kF32;
-  bool supported = false;    // stored_dtype maps to a DType
+  bool supported = false;     // stored_dtype maps to a DType
   DType dtype = DType::kF32;  // valid when supported
   Shape shape;
   uint64_t begin = 0;  // byte offsets into the data buffer (after the header), begin <= end

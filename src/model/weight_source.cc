@@ -23,7 +23,9 @@ bool is_integer_dtype(DType d) { return !dtype_is_float(d); }
 
 void to_f32(const void* src, DType st, float* out, size_t n) {
   switch (st) {
-    case DType::kF32: std::memcpy(out, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(out, src, n * 4);
+      return;
     case DType::kBF16: {
       auto* s = static_cast<const bf16_t*>(src);
       for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(s[i]);
@@ -39,13 +41,29 @@ void to_f32(const void* src, DType st, float* out, size_t n) {
       for (size_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_f32(s[i]);
       return;
     }
-    default: convert_elements(src, st, out, DType::kF32, n); return;
+    default:
+      convert_elements(src, st, out, DType::kF32, n);
+      return;
   }
+}
+
+// f32_to_f16 with the normal-range case inlined (bit-identical; the rare cases go to the core function).
+inline f16_t f32_to_f16_fast(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs >= 0x38800000u && abs < 0x477ff000u) {  // rounds to a normal f16
+    const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+    return f16_t{static_cast<uint16_t>(((u >> 16) & 0x8000u) | ((rounded >> 13) - (112u << 10)))};
+  }
+  return f32_to_f16(f);
 }
 
 void from_f32(const float* in, DType dt, void* dst, size_t n) {
   switch (dt) {
-    case DType::kF32: std::memcpy(dst, in, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, in, n * 4);
+      return;
     case DType::kBF16: {
       auto* d = static_cast<bf16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(in[i]);
@@ -53,7 +71,7 @@ void from_f32(const float* in, DType dt, void* dst, size_t n) {
     }
     case DType::kF16: {
       auto* d = static_cast<f16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(in[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16_fast(in[i]);
       return;
     }
     case DType::kFP8E4M3: {
@@ -61,7 +79,9 @@ void from_f32(const float* in, DType dt, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_fp8_e4m3(in[i]);
       return;
     }
-    default: convert_elements(in, DType::kF32, dst, dt, n); return;
+    default:
+      convert_elements(in, DType::kF32, dst, dt, n);
+      return;
   }
 }
 
@@ -105,7 +125,7 @@ class SafetensorsCheckpoint : public WeightSource {
                        std::to_string(name_to_file_.size()) + " tensors)");
     }
     const SafetensorsFile& file = *files_[it->second];
-    const TensorInfo& info = *file.info(name);  // present: checked when the checkpoint opened
+    const TensorInfo& info = *file.info(name);             // present: checked when the checkpoint opened
     if (!info.supported) return file.view(name).status();  // names the unsupported dtype
     if (info.shape != shape) {
       return invalid_argument(file.path() + ": tensor '" + name + "' has shape " + join_shape(info.shape) +
@@ -160,8 +180,8 @@ StatusOr<std::unique_ptr<WeightSource>> open_files(const std::string& descriptio
     for (const auto& kv : file->infos()) {
       auto [it, inserted] = name_to_file.emplace(kv.first, files.size());
       if (!inserted) {
-        return invalid_argument(description + ": tensor '" + kv.first + "' is in both " +
-                                files[it->second]->path() + " and " + path);
+        return invalid_argument(description + ": tensor '" + kv.first + "' is in both " + files[it->second]->path() +
+                                " and " + path);
       }
     }
     files.push_back(std::move(file));
@@ -263,8 +283,10 @@ class DummyWeightSource : public WeightSource {
         for (size_t j = 0; j < m; ++j) {
           uint64_t r = splitmix64(key + static_cast<uint64_t>(i) + j);
           float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-          if (!dtype_is_float(dtype)) buf[j] = static_cast<float>(r >> 60);
-          else buf[j] = is_norm ? 1.0f + 0.1f * (u - 0.5f) : 0.1f * u - 0.05f;
+          if (!dtype_is_float(dtype))
+            buf[j] = static_cast<float>(r >> 60);
+          else
+            buf[j] = is_norm ? 1.0f + 0.1f * (u - 0.5f) : 0.1f * u - 0.05f;
         }
         from_f32(buf, dtype, dst + static_cast<size_t>(i) * esize, m);
       }

@@ -220,9 +220,9 @@ TEST(ModelConfig, RopeScalingTypes) {
   EXPECT_DOUBLE_EQ(cfg->rope_scaling.high_freq_factor, 4.0);
   EXPECT_EQ(cfg->rope_scaling.original_max_position_embeddings, 8192);
 
-  j["rope_scaling"] = {{"rope_type", "yarn"},          {"factor", 4.0},     {"original_max_position_embeddings", 32768},
-                       {"beta_fast", 16},              {"beta_slow", 2},    {"mscale", 0.707},
-                       {"mscale_all_dim", 0.5},        {"truncate", false}, {"attention_factor", 1.25}};
+  j["rope_scaling"] = {{"rope_type", "yarn"},   {"factor", 4.0},     {"original_max_position_embeddings", 32768},
+                       {"beta_fast", 16},       {"beta_slow", 2},    {"mscale", 0.707},
+                       {"mscale_all_dim", 0.5}, {"truncate", false}, {"attention_factor", 1.25}};
   cfg = parse_model_config(j);
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   const RopeScaling& y = cfg->rope_scaling;
@@ -259,12 +259,9 @@ TEST(ModelConfig, RopeScalingTypes) {
 TEST(ModelConfig, Transformers5RopeParameters) {
   json j = llama_base();
   j.erase("rope_theta");
-  j["rope_parameters"] = {{"rope_theta", 500000.0},
-                          {"rope_type", "llama3"},
-                          {"factor", 32.0},
-                          {"low_freq_factor", 1.0},
-                          {"high_freq_factor", 4.0},
-                          {"original_max_position_embeddings", 8192}};
+  j["rope_parameters"] = {{"rope_theta", 500000.0},  {"rope_type", "llama3"},
+                          {"factor", 32.0},          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   j["rope_scaling"] = nullptr;
   StatusOr<ModelConfig> cfg = parse_model_config(j);
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
@@ -279,7 +276,15 @@ TEST(ModelConfig, Transformers5RopeParameters) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   EXPECT_DOUBLE_EQ(cfg->rope_theta, 250000.0);
 
-  k["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}}, {"sliding_attention", {{"rope_type", "default"}}}};
+  // A stray top-level rope_theta loses to the one inside rope_parameters (transformers 5's rule).
+  json both = llama_base();
+  both["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};
+  cfg = parse_model_config(both);
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 1e6);
+
+  k["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}},
+                          {"sliding_attention", {{"rope_type", "default"}}}};
   EXPECT_FALSE(parse_model_config(k).ok());
 }
 
@@ -290,18 +295,37 @@ TEST(ModelConfig, InvalidConfigsNameTheField) {
     std::vector<const char*> fragments;
   };
   std::vector<Case> cases = {
-      {"dynamic rope", [](json& j) { j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; },
+      {"dynamic rope",
+       [](json& j) {
+         j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+       },
        {"dynamic", "default, linear, llama3, yarn"}},
-      {"longrope", [](json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}}; }, {"longrope", "supported"}},
-      {"linear without factor", [](json& j) { j["rope_scaling"] = {{"type", "linear"}}; }, {"factor"}},
-      {"llama3 without low", [](json& j) {
+      {"longrope",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "longrope"}};
+       },
+       {"longrope", "supported"}},
+      {"linear without factor",
+       [](json& j) {
+         j["rope_scaling"] = {{"type", "linear"}};
+       },
+       {"factor"}},
+      {"llama3 without low",
+       [](json& j) {
          j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0}};
-       }, {"low_freq_factor"}},
-      {"llama3 high <= low", [](json& j) {
-         j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
-                              {"high_freq_factor", 4.0}};
-       }, {"high_freq_factor"}},
-      {"factor string", [](json& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", "2"}}; }, {"factor"}},
+       },
+       {"low_freq_factor"}},
+      {"llama3 high <= low",
+       [](json& j) {
+         j["rope_scaling"] = {
+             {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}};
+       },
+       {"high_freq_factor"}},
+      {"factor string",
+       [](json& j) {
+         j["rope_scaling"] = {{"type", "linear"}, {"factor", "2"}};
+       },
+       {"factor"}},
       {"rope_scaling list", [](json& j) { j["rope_scaling"] = json::array({1}); }, {"rope_scaling"}},
       {"heads not divisible", [](json& j) { j["num_key_value_heads"] = 5; }, {"num_key_value_heads", "32"}},
       {"odd head_dim", [](json& j) { j["head_dim"] = 63; }, {"head_dim"}},
@@ -314,14 +338,26 @@ TEST(ModelConfig, InvalidConfigsNameTheField) {
       {"bool flag as int", [](json& j) { j["tie_word_embeddings"] = 1; }, {"tie_word_embeddings"}},
       {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, {"gelu", "silu"}},
       {"float64", [](json& j) { j["torch_dtype"] = "float64"; }, {"float64", "bfloat16"}},
-      {"quantized", [](json& j) { j["quantization_config"] = {{"quant_method", "gptq"}}; }, {"gptq"}},
+      {"quantized",
+       [](json& j) {
+         j["quantization_config"] = {{"quant_method", "gptq"}};
+       },
+       {"gptq"}},
       {"eos wrong type", [](json& j) { j["eos_token_id"] = "2"; }, {"eos_token_id"}},
-      {"eos negative", [](json& j) { j["eos_token_id"] = json::array({1, -2}); }, {"eos_token_id"}},
+      {"eos negative",
+       [](json& j) {
+         j["eos_token_id"] = json::array({1, -2});
+       },
+       {"eos_token_id"}},
       {"architectures not list", [](json& j) { j["architectures"] = "LlamaForCausalLM"; }, {"architectures"}},
-      {"unknown architecture", [](json& j) { j["architectures"] = json::array({"FalconForCausalLM"}); },
+      {"unknown architecture",
+       [](json& j) { j["architectures"] = json::array({"FalconForCausalLM"}); },
        {"FalconForCausalLM", "Qwen3ForCausalLM"}},
       {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, {"partial_rotary_factor"}},
       {"zero eps", [](json& j) { j["rms_norm_eps"] = 0; }, {"rms_norm_eps"}},
+      {"tiny theta", [](json& j) { j["rope_theta"] = 1e-300; }, {"rope_theta"}},
+      {"huge head_dim", [](json& j) { j["head_dim"] = 1 << 20; }, {"head_dim"}},
+      {"implausible vocab", [](json& j) { j["vocab_size"] = int64_t{1} << 40; }, {"vocab_size", "implausibly"}},
       {"huge int", [](json& j) { j["hidden_size"] = 18446744073709551615ull; }, {"hidden_size"}},
   };
   for (const Case& c : cases) {
@@ -330,7 +366,8 @@ TEST(ModelConfig, InvalidConfigsNameTheField) {
     StatusOr<ModelConfig> cfg = parse_model_config(j);
     ASSERT_FALSE(cfg.ok()) << c.what;
     EXPECT_EQ(cfg.status().code(), StatusCode::kInvalidArgument) << c.what;
-    for (const char* frag : c.fragments) EXPECT_TRUE(has(cfg.status(), frag)) << c.what << ": " << cfg.status().message();
+    for (const char* frag : c.fragments)
+      EXPECT_TRUE(has(cfg.status(), frag)) << c.what << ": " << cfg.status().message();
   }
   EXPECT_FALSE(parse_model_config(json::array()).ok());
   json no_arch = llama_base();
@@ -379,10 +416,11 @@ TEST(GenerationConfig, FieldsAndErrors) {
   EXPECT_FALSE(g->top_k.has_value());
   EXPECT_FALSE(g->max_new_tokens.has_value());
 
-  StatusOr<GenerationConfig> g2 = parse_generation_config(
-      json::parse(R"({"top_k": 20, "repetition_penalty": 1.05, "max_new_tokens": 128, "temperature": 1})"));
+  StatusOr<GenerationConfig> g2 = parse_generation_config(json::parse(
+      R"({"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05, "max_new_tokens": 128, "temperature": 1})"));
   ASSERT_TRUE(g2.ok());
   EXPECT_EQ(g2->top_k, 20);
+  EXPECT_DOUBLE_EQ(*g2->min_p, 0.05);
   EXPECT_DOUBLE_EQ(*g2->repetition_penalty, 1.05);
   EXPECT_EQ(g2->max_new_tokens, 128);
   EXPECT_DOUBLE_EQ(*g2->temperature, 1.0);

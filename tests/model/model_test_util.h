@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -16,8 +17,10 @@ namespace llmserve::testing {
 
 class TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "llmserve_model_XXXXXX").string();
+  // Under `base` (default: the system temp directory).
+  explicit TempDir(std::string base = "") {
+    if (base.empty()) base = std::filesystem::temp_directory_path().string();
+    std::string tmpl = base + "/llmserve_model_XXXXXX";
     char* p = mkdtemp(tmpl.data());
     EXPECT_NE(p, nullptr);
     path_ = tmpl;
@@ -32,6 +35,12 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A RAM-backed directory when the machine has one (fast file churn for the fuzz test), else the temp directory.
+inline std::string ram_temp_base() {
+  std::error_code ec;
+  return std::filesystem::is_directory("/dev/shm", ec) && access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "";
+}
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

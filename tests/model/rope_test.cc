@@ -47,10 +47,12 @@ RefRope reference(const ModelConfig& cfg) {
     low = std::max(low, 0.0);
     high = std::min(high, dim - 1.0);
     if (low == high) high += 0.001;
-    if (rs.attention_factor) out.attention_factor = *rs.attention_factor;
+    if (rs.attention_factor)
+      out.attention_factor = *rs.attention_factor;
     else if (rs.mscale.value_or(0) && rs.mscale_all_dim.value_or(0))
       out.attention_factor = mscale(rs.factor, *rs.mscale) / mscale(rs.factor, *rs.mscale_all_dim);
-    else out.attention_factor = mscale(rs.factor, 1.0);
+    else
+      out.attention_factor = mscale(rs.factor, 1.0);
   }
   for (int64_t i = 0; i < dim / 2; ++i) {
     const double inv = std::pow(cfg.rope_theta, -2.0 * i / dim);
@@ -169,10 +171,11 @@ TEST(Rope, YarnRampHandDerived) {
   cfg.rope_scaling.type = RopeType::kYarn;
   cfg.rope_scaling.factor = 4;
   cfg.rope_scaling.original_max_position_embeddings = 2048;
-  const float truncated[8] = {1.0f, 0.31622776601683794f, 0.1f, 0.02569350598886808f, 0.00625f,
-                              0.001383496476323666f, 0.00025f, 7.905694150420948e-05f};
-  const float exact[8] = {1.0f, 0.31622776601683794f, 0.1f, 0.023870192321736323f, 0.005056971521129435f,
-                          0.000811290381701431f, 0.00025f, 7.905694150420948e-05f};
+  const float truncated[8] = {1.0f,     0.31622776601683794f,  0.1f,     0.02569350598886808f,
+                              0.00625f, 0.001383496476323666f, 0.00025f, 7.905694150420948e-05f};
+  const float exact[8] = {
+      1.0f,     0.31622776601683794f,  0.1f, 0.023870192321736323f, 0.005056971521129435f, 0.000811290381701431f,
+      0.00025f, 7.905694150420948e-05f};
   for (bool truncate : {true, false}) {
     cfg.rope_scaling.truncate = truncate;
     StatusOr<RopeFrequencies> f = compute_rope_frequencies(cfg);
@@ -239,11 +242,20 @@ TEST(Rope, RealisticConfigsMatchDoubleReference) {
 }
 
 TEST(Rope, FromParsedConfig) {
-  nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 100}, {"hidden_size", 64},
-                      {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-                      {"max_position_embeddings", 512}, {"rope_theta", 500000.0},
-                      {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                                        {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}};
+  nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
+                      {"vocab_size", 100},
+                      {"hidden_size", 64},
+                      {"intermediate_size", 128},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"max_position_embeddings", 512},
+                      {"rope_theta", 500000.0},
+                      {"rope_scaling",
+                       {{"rope_type", "llama3"},
+                        {"factor", 8.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 64}}}};
   StatusOr<ModelConfig> cfg = parse_model_config(j);
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   expect_matches_reference(*cfg, 512);
@@ -261,6 +273,18 @@ TEST(Rope, Errors) {
   cfg.rope_scaling.original_max_position_embeddings = 64;
   cfg.rope_scaling.factor = 8;
   EXPECT_FALSE(compute_rope_frequencies(cfg).ok());
+  // Parameters that overflow float32 are refused rather than producing inf/NaN tables.
+  cfg.rope_scaling = RopeScaling();
+  cfg.rope_theta = 1e300;
+  EXPECT_FALSE(compute_rope_frequencies(cfg).ok());
+  cfg.rope_theta = 10000;
+  cfg.rope_scaling.type = RopeType::kYarn;
+  cfg.rope_scaling.factor = 1e-300;
+  cfg.rope_scaling.original_max_position_embeddings = 64;
+  EXPECT_FALSE(compute_rope_frequencies(cfg).ok());
+  cfg.rope_scaling.factor = 2;
+  cfg.head_dim = 4096;
+  EXPECT_FALSE(build_rope_cos_sin_cache(cfg, 1 << 24).ok());  // 256 GiB
 }
 
 }  // namespace

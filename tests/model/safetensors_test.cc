@@ -28,14 +28,10 @@ TEST(Safetensors, RoundTripsEveryDTypeZeroCopy) {
   std::mt19937 rng(7);
   // Deliberately mixed sizes in an order that would misalign a naive layout.
   std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"u8", random_tensor({3}, DType::kU8, &rng)},
-      {"f32", random_tensor({2, 3}, DType::kF32, &rng)},
-      {"fp8", random_tensor({5}, DType::kFP8E4M3, &rng)},
-      {"bf16", random_tensor({3, 1, 2}, DType::kBF16, &rng)},
-      {"f16", random_tensor({7}, DType::kF16, &rng)},
-      {"i64", random_tensor({3}, DType::kI64, &rng)},
-      {"i32", random_tensor({1, 5}, DType::kI32, &rng)},
-      {"empty", Tensor::empty({0, 4}, DType::kF32)},
+      {"u8", random_tensor({3}, DType::kU8, &rng)},       {"f32", random_tensor({2, 3}, DType::kF32, &rng)},
+      {"fp8", random_tensor({5}, DType::kFP8E4M3, &rng)}, {"bf16", random_tensor({3, 1, 2}, DType::kBF16, &rng)},
+      {"f16", random_tensor({7}, DType::kF16, &rng)},     {"i64", random_tensor({3}, DType::kI64, &rng)},
+      {"i32", random_tensor({1, 5}, DType::kI32, &rng)},  {"empty", Tensor::empty({0, 4}, DType::kF32)},
       {"scalar", random_tensor({}, DType::kF32, &rng)},
   };
   const std::string path = dir.file("t.safetensors");
@@ -80,9 +76,8 @@ TEST(Safetensors, ReadsHandBuiltFile) {
   std::string data(reinterpret_cast<char*>(a), 8);
   data += std::string(reinterpret_cast<char*>(b), 6);
   // Header not padded and keys in arbitrary order: both are legal.
-  const std::string header =
-      R"({"b":{"shape":[3],"dtype":"BF16","data_offsets":[8,14]},"__metadata__":{"k":"v"},)"
-      R"("a":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]}})";
+  const std::string header = R"({"b":{"shape":[3],"dtype":"BF16","data_offsets":[8,14]},"__metadata__":{"k":"v"},)"
+                             R"("a":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]}})";
   const std::string path = dir.file("h.safetensors");
   write_bytes(path, raw_safetensors(header, data));
   StatusOr<SafetensorsFile> f = SafetensorsFile::open(path);
@@ -182,12 +177,13 @@ std::vector<BadCase> bad_cases() {
       {"dtype not string", file(entry("w", R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})"), 4), "w", "dtype"},
       {"missing key", file(entry("w", R"({"dtype":"F32","shape":[1]})"), 4), "w", "data_offsets"},
       {"shape not list", file(entry("w", R"({"dtype":"F32","shape":4,"data_offsets":[0,4]})"), 4), "w", "shape"},
-      {"negative dim", file(entry("w", R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"), 4), "w", "non-negative"},
+      {"negative dim", file(entry("w", R"({"dtype":"F32","shape":[-1],"data_offsets":[0,4]})"), 4), "w",
+       "non-negative"},
       {"float dim", file(entry("w", R"({"dtype":"F32","shape":[1.5],"data_offsets":[0,4]})"), 4), "w", "non-negative"},
       {"string dim", file(entry("w", R"({"dtype":"F32","shape":["1"],"data_offsets":[0,4]})"), 4), "w", "shape"},
       {"bool dim", file(entry("w", R"({"dtype":"F32","shape":[true],"data_offsets":[0,4]})"), 4), "w", "shape"},
-      {"huge dims", file(entry("w", R"({"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,4]})"), 4),
-       "w", "overflow"},
+      {"huge dims", file(entry("w", R"({"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,4]})"), 4), "w",
+       "overflow"},
       {"offsets one elem", file(entry("w", R"({"dtype":"F32","shape":[1],"data_offsets":[0]})"), 4), "w",
        "data_offsets"},
       {"offsets negative", file(entry("w", R"({"dtype":"F32","shape":[1],"data_offsets":[-4,0]})"), 4), "w",
@@ -240,6 +236,10 @@ TEST(Safetensors, MissingFileIsNotFound) {
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), StatusCode::kNotFound);
   EXPECT_NE(f.status().message().find("/nonexistent/x.safetensors"), std::string::npos);
+  TempDir dir;
+  StatusOr<SafetensorsFile> d = SafetensorsFile::open(dir.path());
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("not a regular file"), std::string::npos);
 }
 
 TEST(Safetensors, WriterRejectsBadInput) {

@@ -107,6 +107,18 @@ TEST(WeightSource, ParallelConversionMatchesSerial) {
     float ref = bf16_to_f32(bf16_t{src[i]});
     ASSERT_TRUE(std::memcmp(&ref, &out[i], 4) == 0) << i;  // bitwise, NaNs included
   }
+  // f32 -> f16 (an inlined fast path in the loader) is bit-identical to the core conversion on any bit pattern.
+  std::vector<uint32_t> bits(n);
+  for (auto& v : bits) v = static_cast<uint32_t>(rng());
+  for (size_t i = 0; i < 64; ++i) bits[i] = 0x38800000u + static_cast<uint32_t>(i) - 32;  // the range edges
+  for (size_t i = 64; i < 128; ++i) bits[i] = 0x477ff000u + static_cast<uint32_t>(i) - 96;
+  std::vector<uint16_t> halves(n);
+  convert_elements_parallel(bits.data(), DType::kF32, halves.data(), DType::kF16, n);
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, &bits[i], 4);
+    ASSERT_EQ(halves[i], f32_to_f16(f).bits) << std::hex << bits[i];
+  }
   std::vector<uint16_t> back(n);
   convert_elements_parallel(src.data(), DType::kF16, back.data(), DType::kBF16, n);
   for (size_t i = 0; i < n; i += 97) {
