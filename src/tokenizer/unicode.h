@@ -26,6 +26,8 @@ size_t complete_utf8_prefix(std::string_view bytes);
 bool is_whitespace(char32_t c);
 // Rust char::is_alphanumeric (Alphabetic or Numeric general categories Nd/Nl/No).
 bool is_alphanumeric(char32_t c);
+// Rust regex \w: Alphabetic, marks, Nd, Pc, join controls.
+bool is_word_char(char32_t c);
 // Rust char::is_numeric (Nd, Nl, No).
 bool is_numeric(char32_t c);
 // ASCII punctuation or Unicode P* categories (HF `is_punc`).

@@ -36,13 +36,7 @@ def vector_inputs(testdata):
         for line in f.read_text(encoding="utf-8").splitlines():
             out.extend(p for p in line.split("\t") if p)
     enc = json.loads((testdata / "test-vectors" / "llama2c" / "llama2_encode.json").read_text(encoding="utf-8"))
-    if isinstance(enc, dict):
-        enc = enc.get("prompts", [])
-    for e in enc:
-        if isinstance(e, str):
-            out.append(e)
-        elif isinstance(e, dict) and isinstance(e.get("prompt"), str):
-            out.append(e["prompt"])
+    out.extend(c["text"] for c in enc["cases"])
     return out
 
 
