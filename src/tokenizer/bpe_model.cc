@@ -18,7 +18,11 @@ class MergeTable {
  public:
   void reserve(size_t n) {
     size_t cap = 16;
-    while (cap < n * 2) cap <<= 1;
+    shift_ = 60;
+    while (cap < n * 2) {
+      cap <<= 1;
+      --shift_;
+    }
     keys_.assign(cap, kEmpty);
     values_.assign(cap, {0, 0});
     mask_ = cap - 1;
@@ -48,10 +52,12 @@ class MergeTable {
   static uint64_t make_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
-  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  // Fibonacci hashing: the top bits of the product depend on every bit of the key.
+  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
   std::vector<uint64_t> keys_;
   std::vector<std::pair<int32_t, int32_t>> values_;
   size_t mask_ = 0;
+  int shift_ = 60;
 };
 
 std::atomic<uint64_t> g_next_model_serial{1};
