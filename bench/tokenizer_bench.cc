@@ -41,7 +41,7 @@ std::vector<std::string> build_corpus(const fs::path& testdata, size_t min_bytes
   for (const auto& p : inps) {
     std::string text = read_all(p);
     size_t prev = 0;
-    for (size_t pos = text.find(sep); ; pos = text.find(sep, prev)) {
+    for (size_t pos = text.find(sep);; pos = text.find(sep, prev)) {
       std::string doc = text.substr(prev, pos == std::string::npos ? std::string::npos : pos - prev);
       if (!doc.empty()) base.push_back(doc);
       if (pos == std::string::npos) break;
@@ -74,14 +74,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--testdata") testdata = next();
-    else if (a == "--tokenizer") tokenizers.push_back(next());
-    else if (a == "--min-mb") min_mb = std::atof(next().c_str());
-    else if (a == "--repeats") repeats = std::atoi(next().c_str());
-    else if (a == "--dump-corpus") dump = next();
+    if (a == "--testdata")
+      testdata = next();
+    else if (a == "--tokenizer")
+      tokenizers.push_back(next());
+    else if (a == "--min-mb")
+      min_mb = std::atof(next().c_str());
+    else if (a == "--repeats")
+      repeats = std::atoi(next().c_str());
+    else if (a == "--dump-corpus")
+      dump = next();
     else {
-      std::fprintf(stderr, "usage: tokenizer_bench --tokenizer PATH [--tokenizer PATH ...] [--testdata DIR] "
-                           "[--min-mb N] [--repeats N] [--dump-corpus FILE.jsonl]\n");
+      std::fprintf(stderr,
+                   "usage: tokenizer_bench --tokenizer PATH [--tokenizer PATH ...] [--testdata DIR] "
+                   "[--min-mb N] [--repeats N] [--dump-corpus FILE.jsonl]\n");
       return 2;
     }
   }

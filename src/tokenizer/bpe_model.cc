@@ -86,9 +86,9 @@ class BpeModel : public Model {
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
-  std::vector<int32_t> byte_ids_;           // id of "<0xXX>" per byte, -1 if absent
+  std::vector<int32_t> byte_ids_;  // id of "<0xXX>" per byte, -1 if absent
   bool all_byte_ids_ = false;
-  std::vector<int32_t> bmp_ids_;            // id of each single BMP code point token, -1 if absent
+  std::vector<int32_t> bmp_ids_;  // id of each single BMP code point token, -1 if absent
   uint64_t serial_ = g_next_model_serial.fetch_add(1);
 };
 

@@ -25,7 +25,8 @@ Json bpe_json(const Json& vocab, const Json& merges) {
 }
 
 // Reference BPE: repeatedly merge the lowest-rank adjacent pair, leftmost first.
-std::vector<std::string> naive_bpe(const std::string& word, const std::map<std::pair<std::string, std::string>, int>& ranks) {
+std::vector<std::string> naive_bpe(const std::string& word,
+                                   const std::map<std::pair<std::string, std::string>, int>& ranks) {
   std::vector<std::string> s;
   for (char c : word) s.push_back(std::string(1, c));
   for (;;) {
@@ -108,13 +109,13 @@ Json char_tokenizer(const Json& added) {
 }
 
 Json added_token(int id, const std::string& content, bool special, bool lstrip, bool rstrip, bool single_word) {
-  return {{"id", id}, {"content", content}, {"special", special}, {"lstrip", lstrip}, {"rstrip", rstrip},
-          {"single_word", single_word}, {"normalized", false}};
+  return {{"id", id},         {"content", content},         {"special", special}, {"lstrip", lstrip},
+          {"rstrip", rstrip}, {"single_word", single_word}, {"normalized", false}};
 }
 
 TEST(AddedTokens, StripAndSingleWordRules) {
-  auto tok = load(char_tokenizer({added_token(100, "<x>", true, true, true, false),
-                                  added_token(101, "cat", false, false, false, true)}));
+  auto tok = load(char_tokenizer(
+      {added_token(100, "<x>", true, true, true, false), added_token(101, "cat", false, false, false, true)}));
   ASSERT_NE(tok, nullptr);
   // lstrip/rstrip swallow the surrounding spaces.
   EXPECT_EQ(tok->encode("a  <x>  b", false), (std::vector<int32_t>{1, 100, 2}));
@@ -131,8 +132,8 @@ TEST(AddedTokens, StripAndSingleWordRules) {
 }
 
 TEST(AddedTokens, LongestMatchWins) {
-  auto tok = load(char_tokenizer({added_token(100, "<|a|>", true, false, false, false),
-                                  added_token(101, "<|a|>b", true, false, false, false)}));
+  auto tok = load(char_tokenizer(
+      {added_token(100, "<|a|>", true, false, false, false), added_token(101, "<|a|>b", true, false, false, false)}));
   EXPECT_EQ(tok->encode("<|a|>bb<|a|>", false), (std::vector<int32_t>{101, 2, 100}));
 }
 
@@ -152,9 +153,13 @@ TEST(Normalizers, EachKind) {
   EXPECT_EQ(normalize({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "_"}}, "a b  c"), "a_b__c");
   EXPECT_EQ(normalize({{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}}, "a b  c"), "a b c");
   EXPECT_EQ(normalize({{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}, {{"type", "StripAccents"}}}}},
-                      "\u00e9t\u00e9"), "ete");
-  Json bert = {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
-               {"strip_accents", nullptr}, {"lowercase", true}};
+                      "\u00e9t\u00e9"),
+            "ete");
+  Json bert = {{"type", "BertNormalizer"},
+               {"clean_text", true},
+               {"handle_chinese_chars", true},
+               {"strip_accents", nullptr},
+               {"lowercase", true}};
   EXPECT_EQ(normalize(bert, "H\u00e9llo\t\u4e2d\x01!"), "hello  \u4e2d !");
 }
 
@@ -185,8 +190,9 @@ TEST(Errors, MalformedFilesNameTheField) {
   EXPECT_NE(s.message().find("normalizer.type"), std::string::npos) << s.message();
 
   j = bpe_json({{"a", 0}}, Json::array());
-  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "(("}}},
-                                                                  {"behavior", "Isolated"}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "(("}}}, {"behavior", "Isolated"}}}}};
   s = load_error(j);
   EXPECT_NE(s.message().find("pre_tokenizer.pretokenizers[0].pattern.Regex"), std::string::npos) << s.message();
 

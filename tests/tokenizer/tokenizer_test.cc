@@ -1,12 +1,13 @@
 // Real checkpoints' tokenizer files from the shared test data: side-file loading (special tokens, chat
 // templates, EOS lists), batch encode, and the streaming detokenizer's guarantees on random id sequences.
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <random>
 
 #include "tokenizer/incremental_detokenizer.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace llmserve {
@@ -77,7 +78,12 @@ TEST(Tokenizer, SpacesBetweenSpecialTokens) {
 TEST(Tokenizer, InvalidUtf8InputIsRepaired) {
   auto phi = load("phi-2");
   ASSERT_NE(phi, nullptr);
-  EXPECT_EQ(phi->encode("a\xFF" "b", false), phi->encode("a\uFFFD" "b", false));
+  EXPECT_EQ(phi->encode("a\xFF"
+                        "b",
+                        false),
+            phi->encode("a\uFFFD"
+                        "b",
+                        false));
 }
 
 // Streams random ids (and the ids of text with multi-byte characters) and checks every piece.
@@ -89,7 +95,8 @@ void check_streaming(const Tokenizer& tok, uint32_t seed) {
     for (size_t k = 1 + rng() % 40; k > 0; --k) s.push_back(static_cast<int32_t>(rng() % tok.vocab_size()));
     seqs.push_back(s);
   }
-  seqs.push_back(tok.encode("日本語のテキスト 🦙🚀 emoji, Ünïcödé, \u0915\u094d\u0937 and 中文字符", true));
+  seqs.push_back(
+      tok.encode("日本語のテキスト 🦙🚀 emoji, Ünïcödé, \u0915\u094d\u0937 and 中文字符", true));
   for (const auto& s : seqs) {
     for (bool skip : {false, true}) {
       IncrementalDetokenizer detok(tok, skip);

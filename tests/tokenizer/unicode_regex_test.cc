@@ -12,9 +12,14 @@ TEST(Utf8, LossyReplacesMaximalSubparts) {
   // Expected values computed with Python: bytes.decode("utf-8", "replace").
   EXPECT_EQ(unicode::utf8_lossy("a\xE2\x82"), "a\uFFFD");
   EXPECT_EQ(unicode::utf8_lossy("\xF0\x80\x80"), "\uFFFD\uFFFD\uFFFD");
-  EXPECT_EQ(unicode::utf8_lossy("a\xED\xA0\x80" "b"), "a\uFFFD\uFFFD\uFFFDb");
+  EXPECT_EQ(unicode::utf8_lossy("a\xED\xA0\x80"
+                                "b"),
+            "a\uFFFD\uFFFD\uFFFDb");
   EXPECT_EQ(unicode::utf8_lossy("\xE2\x82\xACx\xC3"), "\u20ACx\uFFFD");
-  EXPECT_EQ(unicode::utf8_lossy("\xE2\x82" "A"), "\uFFFD" "A");
+  EXPECT_EQ(unicode::utf8_lossy("\xE2\x82"
+                                "A"),
+            "\uFFFD"
+            "A");
   EXPECT_EQ(unicode::utf8_lossy("\xFF\xC0\xAF"), "\uFFFD\uFFFD\uFFFD");
   EXPECT_EQ(unicode::utf8_lossy("\xF4\x90\x80\x80"), "\uFFFD\uFFFD\uFFFD\uFFFD");
 }
@@ -25,7 +30,9 @@ TEST(Utf8, ValidityAndCompletePrefix) {
   EXPECT_FALSE(unicode::is_valid_utf8("\xED\xA0\x80"));  // surrogate
   EXPECT_EQ(unicode::complete_utf8_prefix("ab\xE2\x82"), 2u);
   EXPECT_EQ(unicode::complete_utf8_prefix("ab\xE2\x82\xAC"), 5u);
-  EXPECT_EQ(unicode::complete_utf8_prefix("\xFF" "a"), 2u);  // invalid bytes are not "incomplete"
+  EXPECT_EQ(unicode::complete_utf8_prefix("\xFF"
+                                          "a"),
+            2u);  // invalid bytes are not "incomplete"
 }
 
 TEST(Unicode, NormalizeAndLowercase) {
@@ -41,8 +48,8 @@ TEST(Unicode, CharClasses) {
   EXPECT_FALSE(unicode::is_whitespace(0x180E));  // not White_Space since Unicode 6.3
   EXPECT_FALSE(unicode::is_whitespace(0x200B));
   EXPECT_TRUE(unicode::is_punctuation(U'\u00bf'));
-  EXPECT_TRUE(unicode::is_punctuation(U'$'));      // ASCII punctuation per Rust
-  EXPECT_TRUE(unicode::is_word_char(0x200D));      // Join_Control is \w in Rust regex
+  EXPECT_TRUE(unicode::is_punctuation(U'$'));  // ASCII punctuation per Rust
+  EXPECT_TRUE(unicode::is_word_char(0x200D));  // Join_Control is \w in Rust regex
   EXPECT_TRUE(unicode::is_numeric(U'\u00bd'));
   EXPECT_TRUE(unicode::is_chinese_char(U'\u4e2d'));
 }
@@ -59,8 +66,9 @@ TEST(Regex, OnigurumaShorthandClasses) {
   EXPECT_EQ(matches(R"(\s+)", "a\u3000\u2003b").size(), 1u);
   EXPECT_EQ(matches(R"(\w+)", "a\u200Db").size(), 1u);
   EXPECT_EQ(matches(R"([^\s\p{L}])", "a b!").size(), 1u);
-  EXPECT_EQ(translate_oniguruma_pattern(R"(x\S)"), std::string("x[^") + std::string(
-      "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}]"));
+  EXPECT_EQ(translate_oniguruma_pattern(R"(x\S)"),
+            std::string("x[^") + std::string("\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}"
+                                             "\\x{2029}\\x{202f}\\x{205f}\\x{3000}]"));
 }
 
 TEST(Regex, LookaheadAndCaseInsensitiveGroups) {
