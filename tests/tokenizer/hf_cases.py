@@ -111,8 +111,9 @@ def build_reconstructed(testdata, tmp):
     n = t.get_vocab_size()
     t.add_special_tokens([AddedToken("<|begin_of_text|>", special=True), AddedToken("<|eot_id|>", special=True)])
     bos = t.token_to_id("<|begin_of_text|>")
-    t.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
-                                                     special_tokens=[("<|begin_of_text|>", bos)])
+    t.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])])
     built["llama3.2"] = t
     # BERT uncased: WordPiece from vocab.txt.
     t = Tokenizer(models.WordPiece.from_file(str(tk / "bert-base-uncased" / "vocab.txt"), unk_token="[UNK]"))
@@ -183,7 +184,8 @@ def build_synthetic(testdata, tmp):
         pre_tokenizers.Split(Regex(r"\p{Lu}"), behavior="contiguous"),
         pre_tokenizers.Split(Regex(r"[aeiou]+"), behavior="isolated", invert=True),
         pre_tokenizers.WhitespaceSplit()])
-    t.decoder = decoders.Sequence([decoders.Replace("_", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    t.decoder = decoders.Sequence([decoders.Replace("_", " "), decoders.Replace(Regex("[0-9]+"), "#"), decoders.Fuse(),
+                                   decoders.Strip(" ", 1, 0)])
     tr = trainers.BpeTrainer(vocab_size=500, special_tokens=["<unk>"])
     t.train_from_iterator(corpus, tr)
     t.add_tokens([AddedToken("<tool>", lstrip=True, rstrip=True), AddedToken("word", single_word=True),
