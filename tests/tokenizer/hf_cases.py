@@ -193,6 +193,27 @@ def build_synthetic(testdata, tmp):
     t.add_special_tokens([AddedToken("<|end|>", special=True, rstrip=True)])
     built["synthetic-splits"] = t
 
+    # GPT-2 vocabulary behind NFC + Strip, ByteLevel with add_prefix_space, RoBERTa-style wrapping.
+    tk = testdata / "tokenizers" / "gpt2"
+    t = Tokenizer(models.BPE.from_file(str(tk / "vocab.json"), str(tk / "merges.txt")))
+    t.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Strip()])
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    t.decoder = decoders.ByteLevel()
+    t.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    t.add_tokens([AddedToken("  ", normalized=False), AddedToken("<mask>", lstrip=True, normalized=True)])
+    eot = t.token_to_id("<|endoftext|>")
+    t.post_processor = processors.RobertaProcessing(("<|endoftext|>", eot), ("<|endoftext|>", eot))
+    built["synthetic-gpt2-prefix-space"] = t
+
+    # SentencePiece-style BPE with byte fallback, Metaspace(prepend "first", split) and Metaspace decoding.
+    t = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=True)
+    t.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(prepend_scheme="first")])
+    tr = trainers.BpeTrainer(vocab_size=700, special_tokens=["<unk>", "<s>", "</s>"] +
+                             [f"<0x{b:02X}>" for b in range(256)])
+    t.train_from_iterator(corpus, tr)
+    built["synthetic-metaspace-first"] = t
+
     out = {}
     for name, t in built.items():
         d = pathlib.Path(tmp) / name

@@ -9,7 +9,8 @@ import pytest
 import hf_cases
 
 ALL_CASES = hf_cases.TOKENIZER_DIRS + ["gpt2", "llama3.2", "bert-base-uncased", "synthetic-unigram",
-                                       "synthetic-bpe-words", "synthetic-splits"]
+                                       "synthetic-bpe-words", "synthetic-splits", "synthetic-gpt2-prefix-space",
+                                       "synthetic-metaspace-first"]
 
 
 @pytest.fixture(scope="module")
