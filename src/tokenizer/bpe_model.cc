@@ -87,8 +87,7 @@ class BpeModel : public Model {
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
   std::vector<int32_t> byte_ids_;  // id of "<0xXX>" per byte, -1 if absent
-  bool all_byte_ids_ = false;
-  std::vector<int32_t> bmp_ids_;  // id of each single BMP code point token, -1 if absent
+  std::vector<int32_t> bmp_ids_;   // id of each single BMP code point token, -1 if absent
   uint64_t serial_ = g_next_model_serial.fetch_add(1);
 };
 
@@ -145,14 +144,11 @@ Status BpeModel::load(const Json& j, const std::string& path) {
   }
 
   byte_ids_.assign(256, -1);
-  all_byte_ids_ = true;
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     if (auto id = token_to_id(name)) {
       byte_ids_[b] = *id;
-    } else {
-      all_byte_ids_ = false;
     }
   }
   bmp_ids_.assign(0x10000, -1);

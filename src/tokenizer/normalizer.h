@@ -1,5 +1,5 @@
 // Normalizers of HF `tokenizers` (NFC/NFD/NFKC/NFKD, Lowercase, Strip, Prepend, Replace, StripAccents,
-// BertNormalizer, Sequence), each a pure function of its input string; built from tokenizer.json.
+// BertNormalizer, Precompiled, Sequence), each a pure function of its input string; built from tokenizer.json.
 #pragma once
 
 #include <memory>

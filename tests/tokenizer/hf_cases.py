@@ -221,3 +221,27 @@ def build_synthetic(testdata, tmp):
         t.save(str(d / "tokenizer.json"))
         out[name] = d
     return out
+
+
+def build_precompiled(testdata, tmp):
+    """A Unigram tokenizer behind a Precompiled normalizer whose charsmap SentencePiece compiles (nmt_nfkc)."""
+    import io
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    corpus = training_corpus(testdata)
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus * 2), model_writer=buf, vocab_size=200,
+                                   model_type="unigram", normalization_rule_name="nmt_nfkc", minloglevel=2)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(buf.getvalue())
+    t = Tokenizer(models.Unigram())
+    t.normalizer = normalizers.Sequence([normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
+                                         normalizers.Replace(Regex(" {2,}"), " ")])
+    t.pre_tokenizer = pre_tokenizers.Metaspace()
+    t.decoder = decoders.Metaspace()
+    t.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=300, special_tokens=["<unk>"], unk_token="<unk>"))
+    d = pathlib.Path(tmp) / "synthetic-precompiled"
+    d.mkdir(parents=True, exist_ok=True)
+    t.save(str(d / "tokenizer.json"))
+    return {"synthetic-precompiled": d}

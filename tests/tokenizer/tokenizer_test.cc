@@ -46,6 +46,32 @@ TEST(Tokenizer, LoadsSideFiles) {
   EXPECT_EQ(mistral->vocab_size(), 32768);
 }
 
+TEST(Tokenizer, ConfigTemplatesAndLlamaFlags) {
+  std::string json = R"({"model": {"type": "BPE", "vocab": {"<s>": 0, "</s>": 1, "a": 2}, "merges": []},
+    "added_tokens": [{"id": 0, "content": "<s>", "special": true}, {"id": 1, "content": "</s>", "special": true}],
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+      {"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}}})";
+  auto plain = Tokenizer::from_json(json);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ((*plain)->encode("a"), (std::vector<int32_t>{0, 2}));
+  EXPECT_FALSE((*plain)->chat_template().has_value());
+  // transformers rebuilds a Llama tokenizer's post-processor from add_bos_token / add_eos_token.
+  std::string config = R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>",
+    "eos_token": {"content": "</s>", "special": true}, "add_bos_token": false, "add_eos_token": true,
+    "chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})";
+  auto llama = Tokenizer::from_json(json, config);
+  ASSERT_TRUE(llama.ok()) << llama.status().to_string();
+  EXPECT_EQ((*llama)->encode("a"), (std::vector<int32_t>{2, 1}));
+  EXPECT_EQ((*llama)->chat_template(), "D");
+  EXPECT_EQ((*llama)->chat_template("tool_use"), "T");
+  EXPECT_EQ((*llama)->chat_template_names(), (std::vector<std::string>{"default", "tool_use"}));
+  EXPECT_EQ((*llama)->eos_token_id(), 1);
+  EXPECT_EQ((*llama)->add_eos_token(), true);
+  auto bad = Tokenizer::from_json(json, R"({"chat_template": 5})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tokenizer_config.json: chat_template"), std::string::npos);
+}
+
 TEST(Tokenizer, RejectsUnsplittableLegacyMerge) {
   // This file's merges contain "   " (three spaces), which "left right" strings cannot express; HF refuses it too.
   auto t = Tokenizer::from_dir(testdata() + "/tokenizers/llama2");
