@@ -124,18 +124,18 @@ void check_streaming(const Tokenizer& tok, uint32_t seed) {
   seqs.push_back(
       tok.encode("日本語のテキスト 🦙🚀 emoji, Ünïcödé, \u0915\u094d\u0937 and 中文字符", true));
   for (const auto& s : seqs) {
-    for (bool skip : {false, true}) {
-      IncrementalDetokenizer detok(tok, skip);
+    for (int mode = 0; mode < 4; ++mode) {
+      bool skip = mode & 1, spaces = mode < 2;
+      IncrementalDetokenizer detok(tok, skip, spaces);
       std::string joined;
       for (int32_t id : s) {
         std::string piece = detok.push(id);
-        EXPECT_TRUE(unicode::is_valid_utf8(piece));
-        // A piece never ends with U+FFFD unless decode() itself will keep it there.
+        EXPECT_TRUE(unicode::is_valid_utf8(piece));  // never a partial character
         joined += piece;
         EXPECT_EQ(joined, detok.text());
       }
       joined += detok.flush();
-      EXPECT_EQ(joined, tok.decode(s, skip));
+      EXPECT_EQ(joined, tok.decode(s, skip, spaces));
     }
   }
 }
