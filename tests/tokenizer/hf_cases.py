@@ -52,9 +52,10 @@ _ALPHABETS = [
 def random_strings(n, specials, seed):
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
+    for k in range(n):
         parts = []
-        for _ in range(rng.randint(1, 12)):
+        # Every tenth string is long (several hundred bytes): whole-text SentencePiece words, long runs.
+        for _ in range(rng.randint(30, 80) if k % 10 == 9 else rng.randint(1, 12)):
             r = rng.random()
             if r < 0.08 and specials:
                 parts.append(rng.choice(specials))
