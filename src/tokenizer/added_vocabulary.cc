@@ -7,18 +7,19 @@
 namespace llmserve {
 namespace {
 
+// HF tests single_word boundaries with the Rust regexes \w$ and ^\w.
 bool last_char_is_word(std::string_view s) {
   if (s.empty()) return false;
   size_t start = s.size() - 1;
   while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
   size_t pos = start;
-  return unicode::is_alphanumeric(unicode::next_code_point(s, &pos));
+  return unicode::is_word_char(unicode::next_code_point(s, &pos));
 }
 
 bool first_char_is_word(std::string_view s) {
   if (s.empty()) return false;
   size_t pos = 0;
-  return unicode::is_alphanumeric(unicode::next_code_point(s, &pos));
+  return unicode::is_word_char(unicode::next_code_point(s, &pos));
 }
 
 }  // namespace

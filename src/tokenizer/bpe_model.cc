@@ -2,6 +2,7 @@
 // Merging applies the lowest-rank adjacent pair first, leftmost on ties (HF's heap order), in O(n log n).
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,45 +14,55 @@ namespace {
 
 using json_util::Json;
 
-// Open-addressing map (left id, right id) -> (rank, merged id); lookups dominate BPE time.
+// Open-addressing map (left id, right id) -> (rank, merged id); lookups dominate BPE time, so key and value
+// share one 16-byte slot (one cache line touch per probe).
 class MergeTable {
  public:
   void reserve(size_t n) {
     size_t cap = 16;
-    while (cap < n * 2) cap <<= 1;
-    keys_.assign(cap, kEmpty);
-    values_.assign(cap, {0, 0});
+    shift_ = 60;
+    while (cap < n * 2) {
+      cap <<= 1;
+      --shift_;
+    }
+    slots_.assign(cap, Slot{kEmpty, 0, 0});
     mask_ = cap - 1;
   }
   void insert_or_assign(int32_t a, int32_t b, int32_t rank, int32_t new_id) {
     uint64_t key = make_key(a, b);
     size_t i = slot(key);
-    while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
-    keys_[i] = key;
-    values_[i] = {rank, new_id};
+    while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+    slots_[i] = Slot{key, rank, new_id};
   }
   // Returns false if (a, b) is not a merge.
   bool find(int32_t a, int32_t b, int32_t* rank, int32_t* new_id) const {
     uint64_t key = make_key(a, b);
     for (size_t i = slot(key);; i = (i + 1) & mask_) {
-      if (keys_[i] == key) {
-        *rank = values_[i].first;
-        *new_id = values_[i].second;
+      const Slot& s = slots_[i];
+      if (s.key == key) {
+        *rank = s.rank;
+        *new_id = s.new_id;
         return true;
       }
-      if (keys_[i] == kEmpty) return false;
+      if (s.key == kEmpty) return false;
     }
   }
 
  private:
+  struct Slot {
+    uint64_t key;
+    int32_t rank;
+    int32_t new_id;
+  };
   static constexpr uint64_t kEmpty = ~uint64_t{0};
   static uint64_t make_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
-  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
-  std::vector<uint64_t> keys_;
-  std::vector<std::pair<int32_t, int32_t>> values_;
+  // Fibonacci hashing: the top bits of the product depend on every bit of the key.
+  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
+  int shift_ = 60;
 };
 
 std::atomic<uint64_t> g_next_model_serial{1};
@@ -62,6 +73,7 @@ struct WordCache {
   std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
 };
 constexpr size_t kMaxCachedPieceBytes = 256;
+constexpr std::string_view kMetaspace = "\u2581";
 constexpr size_t kMaxCacheEntries = 10000;
 
 class BpeModel : public Model {
@@ -71,18 +83,23 @@ class BpeModel : public Model {
 
  private:
   void merge_word(std::string_view w, std::vector<int32_t>& out) const;
+  void cached_merge(std::string_view w, std::vector<int32_t>& out) const;
   int32_t lookup_symbol(std::string_view s, bool is_first, bool is_last) const;
 
   MergeTable merges_;
+  std::vector<int32_t> rank_to_new_id_;  // merge rank (its index in the file) -> merged token id
   std::optional<int32_t> unk_id_;
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
-  std::vector<int32_t> byte_ids_;           // id of "<0xXX>" per byte, -1 if absent
-  bool all_byte_ids_ = false;
-  std::vector<int32_t> bmp_ids_;            // id of each single BMP code point token, -1 if absent
+  std::vector<int32_t> byte_ids_;  // id of "<0xXX>" per byte, -1 if absent
+  std::vector<int32_t> bmp_ids_;   // id of each single BMP code point token, -1 if absent
+  // True when no merge can ever span "x\u2581" (x != \u2581): every token holding U+2581 has it only in a
+  // leading run, and U+2581 is itself a token. Then a long SentencePiece-style word can be split before each
+  // such "\u2581" and merged piece by piece (with the word cache) without changing the result.
+  bool metaspace_split_safe_ = false;
   uint64_t serial_ = g_next_model_serial.fetch_add(1);
 };
 
@@ -112,6 +129,7 @@ Status BpeModel::load(const Json& j, const std::string& path) {
   size_t num_merges = merges == nullptr ? 0 : merges->size();
   if (merges != nullptr && !merges->is_array()) return json_util::field_error(path + ".merges", "expected a list");
   merges_.reserve(num_merges);
+  rank_to_new_id_.reserve(num_merges);
   std::string prefix = continuing_subword_prefix_;
   for (size_t i = 0; i < num_merges; ++i) {
     const Json& m = (*merges)[i];
@@ -136,17 +154,15 @@ Status BpeModel::load(const Json& j, const std::string& path) {
     auto new_id = token_to_id(merged);
     if (!new_id) return json_util::field_error(where, "merged token '" + merged + "' not in the vocabulary");
     merges_.insert_or_assign(*a_id, *b_id, static_cast<int32_t>(i), *new_id);
+    rank_to_new_id_.push_back(*new_id);
   }
 
   byte_ids_.assign(256, -1);
-  all_byte_ids_ = true;
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     if (auto id = token_to_id(name)) {
       byte_ids_[b] = *id;
-    } else {
-      all_byte_ids_ = false;
     }
   }
   bmp_ids_.assign(0x10000, -1);
@@ -157,6 +173,14 @@ Status BpeModel::load(const Json& j, const std::string& path) {
       char32_t cp = unicode::next_code_point(token, &pos);
       if (pos == token.size() && cp < 0x10000) bmp_ids_[cp] = id;
     }
+  }
+  metaspace_split_safe_ =
+      continuing_subword_prefix_.empty() && end_of_word_suffix_.empty() && token_to_id(kMetaspace).has_value();
+  for (const auto& [token, id] : vocab_) {
+    if (!metaspace_split_safe_) break;
+    size_t lead = 0;
+    while (token.compare(lead, kMetaspace.size(), kMetaspace) == 0) lead += kMetaspace.size();
+    if (token.find(kMetaspace, lead) != std::string::npos) metaspace_split_safe_ = false;
   }
   return ok_status();
 }
@@ -186,13 +210,12 @@ struct Symbol {
   int32_t next;
   int32_t len;  // bytes; 0 marks a symbol merged into its left neighbour
 };
-struct Candidate {
-  int32_t rank;
-  int32_t pos;
-  int32_t new_id;
-  // std heap is a max-heap: "greater" candidates come out last, so invert on (rank, pos).
-  bool operator<(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-};
+// A merge candidate packed as (rank << 32 | left symbol position): one integer compare orders the heap by rank,
+// then leftmost position, as HF's heap does. The merged id is rank_to_new_id_[rank].
+using Candidate = uint64_t;
+inline Candidate make_candidate(int32_t rank, int32_t pos) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(rank)) << 32) | static_cast<uint32_t>(pos);
+}
 
 void BpeModel::merge_word(std::string_view w, std::vector<int32_t>& out) const {
   thread_local std::vector<Symbol> syms;
@@ -244,31 +267,35 @@ void BpeModel::merge_word(std::string_view w, std::vector<int32_t>& out) const {
   int32_t rank, new_id;
   for (size_t i = 0; i + 1 < syms.size(); ++i) {
     if (merges_.find(syms[i].id, syms[i + 1].id, &rank, &new_id)) {
-      heap.push_back({rank, static_cast<int32_t>(i), new_id});
+      heap.push_back(make_candidate(rank, static_cast<int32_t>(i)));
     }
   }
-  std::make_heap(heap.begin(), heap.end());
+  std::greater<Candidate> min_first;
+  std::make_heap(heap.begin(), heap.end(), min_first);
   while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end());
+    std::pop_heap(heap.begin(), heap.end(), min_first);
     Candidate top = heap.back();
     heap.pop_back();
-    Symbol& left = syms[top.pos];
+    int32_t top_pos = static_cast<int32_t>(top & 0xFFFFFFFFu);
+    int32_t top_new_id = rank_to_new_id_[top >> 32];
+    Symbol& left = syms[top_pos];
     if (left.len == 0 || left.next < 0) continue;
     int32_t right_pos = left.next;
     Symbol& right = syms[right_pos];
-    if (!merges_.find(left.id, right.id, &rank, &new_id) || new_id != top.new_id) continue;
+    // Same staleness rule as HF: the current pair must still merge into the candidate's token.
+    if (!merges_.find(left.id, right.id, &rank, &new_id) || new_id != top_new_id) continue;
     left.id = new_id;
     left.len += right.len;
     left.next = right.next;
     right.len = 0;
-    if (left.next >= 0) syms[left.next].prev = top.pos;
+    if (left.next >= 0) syms[left.next].prev = top_pos;
     if (left.prev >= 0 && merges_.find(syms[left.prev].id, left.id, &rank, &new_id)) {
-      heap.push_back({rank, left.prev, new_id});
-      std::push_heap(heap.begin(), heap.end());
+      heap.push_back(make_candidate(rank, left.prev));
+      std::push_heap(heap.begin(), heap.end(), min_first);
     }
     if (left.next >= 0 && merges_.find(left.id, syms[left.next].id, &rank, &new_id)) {
-      heap.push_back({rank, top.pos, new_id});
-      std::push_heap(heap.begin(), heap.end());
+      heap.push_back(make_candidate(rank, top_pos));
+      std::push_heap(heap.begin(), heap.end(), min_first);
     }
   }
   for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
@@ -282,6 +309,23 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
       return;
     }
   }
+  if (!metaspace_split_safe_ || piece.size() < kMaxCachedPieceBytes) {
+    cached_merge(piece, out);
+    return;
+  }
+  // Split before every U+2581 that follows another character (see metaspace_split_safe_).
+  size_t start = 0;
+  for (size_t pos = piece.find(kMetaspace, 1); pos != std::string_view::npos; pos = piece.find(kMetaspace, pos + 1)) {
+    if (pos >= kMetaspace.size() && piece.compare(pos - kMetaspace.size(), kMetaspace.size(), kMetaspace) == 0) {
+      continue;  // inside a run of U+2581
+    }
+    cached_merge(piece.substr(start, pos - start), out);
+    start = pos;
+  }
+  cached_merge(piece.substr(start), out);
+}
+
+void BpeModel::cached_merge(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.size() >= kMaxCachedPieceBytes) {
     merge_word(piece, out);
     return;

@@ -53,8 +53,8 @@ class ByteLevelDecoder : public Decoder {
 
 class MetaspaceDecoder : public Decoder {
  public:
-  MetaspaceDecoder(std::string replacement, bool strip_first) : replacement_(std::move(replacement)),
-                                                                 strip_first_(strip_first) {}
+  MetaspaceDecoder(std::string replacement, bool strip_first)
+      : replacement_(std::move(replacement)), strip_first_(strip_first) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) replace_all(tokens[i], replacement_, i == 0 && strip_first_ ? "" : " ");
   }
@@ -201,7 +201,7 @@ class WordPieceDecoder : public Decoder {
   }
   static void cleanup(std::string& t) {
     static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+        {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},   {" n't", "n't"},
         {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (auto [from, to] : kRules) replace_all(t, from, to);
   }

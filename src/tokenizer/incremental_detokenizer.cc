@@ -15,12 +15,13 @@ bool ends_with_replacement(const std::string& s) {
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
                                                bool spaces_between_special_tokens)
-    : tokenizer_(tokenizer), skip_special_(skip_special_tokens),
+    : tokenizer_(tokenizer),
+      skip_special_(skip_special_tokens),
       spaces_between_special_(spaces_between_special_tokens) {}
 
 std::string IncrementalDetokenizer::decode_window(size_t end) const {
-  return tokenizer_.decode(std::span<const int32_t>(ids_.data() + window_start_, end - window_start_),
-                           skip_special_, spaces_between_special_);
+  return tokenizer_.decode(std::span<const int32_t>(ids_.data() + window_start_, end - window_start_), skip_special_,
+                           spaces_between_special_);
 }
 
 std::string IncrementalDetokenizer::emit_from(const std::string& window_text) {

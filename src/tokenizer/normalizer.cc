@@ -176,8 +176,11 @@ StatusOr<std::unique_ptr<Regex>> make_pattern(const Json& j, const std::string& 
   return json_util::field_error(path, "expected {\"String\": ...} or {\"Regex\": ...}");
 }
 
+StatusOr<std::unique_ptr<Normalizer>> make_precompiled_normalizer(const Json& j, const std::string& path);
+
 StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::string& path) {
   ASSIGN_OR_RETURN(std::string type, json_util::get_string(j, "type", path));
+  if (type == "Precompiled") return make_precompiled_normalizer(j, path);
   if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(unicode::NormalForm::kNFC));
   if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(unicode::NormalForm::kNFD));
   if (type == "NFKC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(unicode::NormalForm::kNFKC));

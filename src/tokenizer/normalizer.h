@@ -1,5 +1,5 @@
 // Normalizers of HF `tokenizers` (NFC/NFD/NFKC/NFKD, Lowercase, Strip, Prepend, Replace, StripAccents,
-// BertNormalizer, Sequence), each a pure function of its input string; built from tokenizer.json.
+// BertNormalizer, Precompiled, Sequence), each a pure function of its input string; built from tokenizer.json.
 #pragma once
 
 #include <memory>
@@ -26,6 +26,5 @@ namespace llmserve {
 class Regex;
 // Parses a {"String": s} / {"Regex": r} pattern object (Replace, Split): returns the compiled regex, or null
 // with *literal set for a String pattern.
-StatusOr<std::unique_ptr<Regex>> make_pattern(const json_util::Json& j, const std::string& path,
-                                              std::string* literal);
+StatusOr<std::unique_ptr<Regex>> make_pattern(const json_util::Json& j, const std::string& path, std::string* literal);
 }  // namespace llmserve

@@ -247,11 +247,11 @@ class BertPreTokenizer : public PreTokenizer {
  public:
   void pre_tokenize(std::vector<PreToken>& pieces) const override {
     std::vector<PreToken> ws;
-    for (const auto& p : pieces) split_by_matches(p, char_matches(p.text, unicode::is_whitespace),
-                                                  Behavior::kRemoved, false, ws);
+    for (const auto& p : pieces)
+      split_by_matches(p, char_matches(p.text, unicode::is_whitespace), Behavior::kRemoved, false, ws);
     std::vector<PreToken> out;
-    for (const auto& p : ws) split_by_matches(p, char_matches(p.text, unicode::is_punctuation),
-                                              Behavior::kIsolated, false, out);
+    for (const auto& p : ws)
+      split_by_matches(p, char_matches(p.text, unicode::is_punctuation), Behavior::kIsolated, false, out);
     pieces = std::move(out);
   }
 };

@@ -19,9 +19,14 @@ constexpr std::string_view kDigitSet = "\\p{Nd}";
 
 std::string_view set_for(char c) {
   switch (c) {
-    case 's': case 'S': return kSpaceSet;
-    case 'w': case 'W': return kWordSet;
-    default: return kDigitSet;
+    case 's':
+    case 'S':
+      return kSpaceSet;
+    case 'w':
+    case 'W':
+      return kWordSet;
+    default:
+      return kDigitSet;
   }
 }
 

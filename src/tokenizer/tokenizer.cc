@@ -83,9 +83,9 @@ Status Tokenizer::load_tokenizer_json(const std::string& text) {
         return invalid_argument("tokenizer.json: " + where + ".id: expected a non-negative integer");
       }
       tok.id = id->get<int32_t>();
-      for (auto [key, field] : {std::pair{"special", &tok.special}, std::pair{"lstrip", &tok.lstrip},
-                                std::pair{"rstrip", &tok.rstrip}, std::pair{"single_word", &tok.single_word},
-                                std::pair{"normalized", &tok.normalized}}) {
+      for (auto [key, field] :
+           {std::pair{"special", &tok.special}, std::pair{"lstrip", &tok.lstrip}, std::pair{"rstrip", &tok.rstrip},
+            std::pair{"single_word", &tok.single_word}, std::pair{"normalized", &tok.normalized}}) {
         auto v = json_util::get_bool_or(t, key, where, key == std::string_view("normalized") ? !tok.special : false);
         if (!v.ok()) return ctx(v.status());
         *field = *v;

@@ -40,8 +40,7 @@ class Tokenizer {
   // is first replaced by U+FFFD (HF only accepts valid strings).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
   // encode() of each text on the global thread pool; result i belongs to texts[i].
-  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
-                                                 bool add_special_tokens) const;
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts, bool add_special_tokens) const;
   // Text of `ids`. Ids with no token (negative or past the vocabulary) are skipped, as HF does.
   // skip_special_tokens drops special added tokens. spaces_between_special_tokens=true is HF `tokenizers`'
   // decode; false decodes the runs between added tokens separately and concatenates the added tokens'

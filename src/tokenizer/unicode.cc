@@ -134,12 +134,19 @@ bool is_alphanumeric(char32_t c) {
   return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC) || is_numeric(c);
 }
 
+bool is_word_char(char32_t c) {
+  if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
+  if (c == 0x200C || c == 0x200D || u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC)) return true;
+  int8_t t = u_charType(static_cast<UChar32>(c));
+  return t == U_NON_SPACING_MARK || t == U_COMBINING_SPACING_MARK || t == U_ENCLOSING_MARK ||
+         t == U_DECIMAL_DIGIT_NUMBER || t == U_CONNECTOR_PUNCTUATION;
+}
+
 bool is_punctuation(char32_t c) {
   if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
   int8_t t = u_charType(static_cast<UChar32>(c));
   return t == U_CONNECTOR_PUNCTUATION || t == U_DASH_PUNCTUATION || t == U_START_PUNCTUATION ||
-         t == U_END_PUNCTUATION || t == U_INITIAL_PUNCTUATION || t == U_FINAL_PUNCTUATION ||
-         t == U_OTHER_PUNCTUATION;
+         t == U_END_PUNCTUATION || t == U_INITIAL_PUNCTUATION || t == U_FINAL_PUNCTUATION || t == U_OTHER_PUNCTUATION;
 }
 
 bool is_control_like(char32_t c) {
@@ -204,10 +211,18 @@ std::string normalize(std::string_view text, NormalForm form) {
   UErrorCode err = U_ZERO_ERROR;
   const UNormalizer2* norm = nullptr;
   switch (form) {
-    case NormalForm::kNFC: norm = unorm2_getNFCInstance(&err); break;
-    case NormalForm::kNFD: norm = unorm2_getNFDInstance(&err); break;
-    case NormalForm::kNFKC: norm = unorm2_getNFKCInstance(&err); break;
-    case NormalForm::kNFKD: norm = unorm2_getNFKDInstance(&err); break;
+    case NormalForm::kNFC:
+      norm = unorm2_getNFCInstance(&err);
+      break;
+    case NormalForm::kNFD:
+      norm = unorm2_getNFDInstance(&err);
+      break;
+    case NormalForm::kNFKC:
+      norm = unorm2_getNFKCInstance(&err);
+      break;
+    case NormalForm::kNFKD:
+      norm = unorm2_getNFKDInstance(&err);
+      break;
   }
   if (U_FAILURE(err)) return std::string(text);
   std::u16string src = to_utf16(text);
@@ -217,8 +232,8 @@ std::string normalize(std::string_view text, NormalForm form) {
   if (err == U_BUFFER_OVERFLOW_ERROR) {
     err = U_ZERO_ERROR;
     dst.resize(static_cast<size_t>(n) + 1);
-    n = unorm2_normalize(norm, reinterpret_cast<const UChar*>(src.data()), static_cast<int32_t>(src.size()),
-                         dst.data(), static_cast<int32_t>(dst.size()), &err);
+    n = unorm2_normalize(norm, reinterpret_cast<const UChar*>(src.data()), static_cast<int32_t>(src.size()), dst.data(),
+                         static_cast<int32_t>(dst.size()), &err);
   }
   if (U_FAILURE(err)) return std::string(text);
   std::string out;

@@ -26,12 +26,14 @@ size_t complete_utf8_prefix(std::string_view bytes);
 bool is_whitespace(char32_t c);
 // Rust char::is_alphanumeric (Alphabetic or Numeric general categories Nd/Nl/No).
 bool is_alphanumeric(char32_t c);
+// Rust regex \w: Alphabetic, marks, Nd, Pc, join controls.
+bool is_word_char(char32_t c);
 // Rust char::is_numeric (Nd, Nl, No).
 bool is_numeric(char32_t c);
 // ASCII punctuation or Unicode P* categories (HF `is_punc`).
 bool is_punctuation(char32_t c);
 // General category helpers used by BertNormalizer / StripAccents.
-bool is_control_like(char32_t c);    // Cc, Cf, Cn, Co
+bool is_control_like(char32_t c);     // Cc, Cf, Cn, Co
 bool is_mark_nonspacing(char32_t c);  // Mn
 bool is_combining_mark(char32_t c);   // Mn, Mc, Me
 bool is_chinese_char(char32_t c);     // the CJK blocks BERT pads with spaces

@@ -36,13 +36,7 @@ def vector_inputs(testdata):
         for line in f.read_text(encoding="utf-8").splitlines():
             out.extend(p for p in line.split("\t") if p)
     enc = json.loads((testdata / "test-vectors" / "llama2c" / "llama2_encode.json").read_text(encoding="utf-8"))
-    if isinstance(enc, dict):
-        enc = enc.get("prompts", [])
-    for e in enc:
-        if isinstance(e, str):
-            out.append(e)
-        elif isinstance(e, dict) and isinstance(e.get("prompt"), str):
-            out.append(e["prompt"])
+    out.extend(c["text"] for c in enc["cases"])
     return out
 
 
@@ -58,9 +52,10 @@ _ALPHABETS = [
 def random_strings(n, specials, seed):
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
+    for k in range(n):
         parts = []
-        for _ in range(rng.randint(1, 12)):
+        # Every tenth string is long (several hundred bytes): whole-text SentencePiece words, long runs.
+        for _ in range(rng.randint(30, 80) if k % 10 == 9 else rng.randint(1, 12)):
             r = rng.random()
             if r < 0.08 and specials:
                 parts.append(rng.choice(specials))
@@ -117,8 +112,9 @@ def build_reconstructed(testdata, tmp):
     n = t.get_vocab_size()
     t.add_special_tokens([AddedToken("<|begin_of_text|>", special=True), AddedToken("<|eot_id|>", special=True)])
     bos = t.token_to_id("<|begin_of_text|>")
-    t.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
-                                                     special_tokens=[("<|begin_of_text|>", bos)])
+    t.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])])
     built["llama3.2"] = t
     # BERT uncased: WordPiece from vocab.txt.
     t = Tokenizer(models.WordPiece.from_file(str(tk / "bert-base-uncased" / "vocab.txt"), unk_token="[UNK]"))
@@ -189,13 +185,35 @@ def build_synthetic(testdata, tmp):
         pre_tokenizers.Split(Regex(r"\p{Lu}"), behavior="contiguous"),
         pre_tokenizers.Split(Regex(r"[aeiou]+"), behavior="isolated", invert=True),
         pre_tokenizers.WhitespaceSplit()])
-    t.decoder = decoders.Sequence([decoders.Replace("_", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    t.decoder = decoders.Sequence([decoders.Replace("_", " "), decoders.Replace(Regex("[0-9]+"), "#"), decoders.Fuse(),
+                                   decoders.Strip(" ", 1, 0)])
     tr = trainers.BpeTrainer(vocab_size=500, special_tokens=["<unk>"])
     t.train_from_iterator(corpus, tr)
     t.add_tokens([AddedToken("<tool>", lstrip=True, rstrip=True), AddedToken("word", single_word=True),
                   AddedToken("_norm", normalized=True), AddedToken("hello", special=False)])
     t.add_special_tokens([AddedToken("<|end|>", special=True, rstrip=True)])
     built["synthetic-splits"] = t
+
+    # GPT-2 vocabulary behind NFC + Strip, ByteLevel with add_prefix_space, RoBERTa-style wrapping.
+    tk = testdata / "tokenizers" / "gpt2"
+    t = Tokenizer(models.BPE.from_file(str(tk / "vocab.json"), str(tk / "merges.txt")))
+    t.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Strip()])
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    t.decoder = decoders.ByteLevel()
+    t.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    t.add_tokens([AddedToken("  ", normalized=False), AddedToken("<mask>", lstrip=True, normalized=True)])
+    eot = t.token_to_id("<|endoftext|>")
+    t.post_processor = processors.RobertaProcessing(("<|endoftext|>", eot), ("<|endoftext|>", eot))
+    built["synthetic-gpt2-prefix-space"] = t
+
+    # SentencePiece-style BPE with byte fallback, Metaspace(prepend "first", split) and Metaspace decoding.
+    t = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=True)
+    t.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(prepend_scheme="first")])
+    tr = trainers.BpeTrainer(vocab_size=700, special_tokens=["<unk>", "<s>", "</s>"] +
+                             [f"<0x{b:02X}>" for b in range(256)])
+    t.train_from_iterator(corpus, tr)
+    built["synthetic-metaspace-first"] = t
 
     out = {}
     for name, t in built.items():
@@ -204,3 +222,27 @@ def build_synthetic(testdata, tmp):
         t.save(str(d / "tokenizer.json"))
         out[name] = d
     return out
+
+
+def build_precompiled(testdata, tmp):
+    """A Unigram tokenizer behind a Precompiled normalizer whose charsmap SentencePiece compiles (nmt_nfkc)."""
+    import io
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    corpus = training_corpus(testdata)
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus * 2), model_writer=buf, vocab_size=200,
+                                   model_type="unigram", normalization_rule_name="nmt_nfkc", minloglevel=2)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(buf.getvalue())
+    t = Tokenizer(models.Unigram())
+    t.normalizer = normalizers.Sequence([normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
+                                         normalizers.Replace(Regex(" {2,}"), " ")])
+    t.pre_tokenizer = pre_tokenizers.Metaspace()
+    t.decoder = decoders.Metaspace()
+    t.train_from_iterator(corpus, trainers.UnigramTrainer(vocab_size=300, special_tokens=["<unk>"], unk_token="<unk>"))
+    d = pathlib.Path(tmp) / "synthetic-precompiled"
+    d.mkdir(parents=True, exist_ok=True)
+    t.save(str(d / "tokenizer.json"))
+    return {"synthetic-precompiled": d}
