@@ -66,7 +66,7 @@ Value filter_tojson(const Value& v, Args& a) {
   if (!indent.is_none()) {
     o.has_indent = true;
     if (indent.is_string()) o.indent = indent.str();
-    else if (indent.is_int()) o.indent = std::string(std::max<int64_t>(0, indent.as_int()), ' ');
+    else if (indent.is_int()) o.indent = std::string(std::clamp<int64_t>(indent.as_int(), 0, 1 << 16), ' ');
     else throw TemplateError("tojson: indent must be an int or a string");
     o.item_separator = ",";
   }
@@ -87,6 +87,8 @@ Value filter_tojson(const Value& v, Args& a) {
 Value filter_indent(const Value& v, Args& a) {
   a.check("indent", 3, {"width", "first", "blank"});
   Value width = a.get(0, "width", Value(4));
+  if (!width.is_string() && !width.is_int()) throw TemplateError("indent width must be an int or a string");
+  if (width.is_int()) a.interp->check_size(static_cast<size_t>(std::max<int64_t>(0, width.as_int())));
   std::string ind = width.is_string() ? width.str() : std::string(std::max<int64_t>(0, width.as_int()), ' ');
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
@@ -360,6 +362,7 @@ Value call_builtin_filter(Interpreter& in, const std::string& name, const Value&
   if (name == "float") return filter_float(v, a);
   if (name == "abs") {
     if (!v.is_number()) throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
+    if (!v.is_float() && v.as_int() == INT64_MIN) throw TemplateError("integer overflow in abs()");
     return v.is_float() ? Value(std::fabs(v.as_double())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
   }
   if (name == "round") {
@@ -397,8 +400,11 @@ Value call_builtin_filter(Interpreter& in, const std::string& name, const Value&
     for (const Value& item : in.iterate(v)) {
       Value x = attribute.is_none() ? item : get_path(in, item, attribute);
       if (!x.is_number() || !total.is_number()) throw TemplateError("unsupported operand type(s) for +");
-      total = (x.is_float() || total.is_float()) ? Value(total.as_double() + x.as_double())
-                                                 : Value(total.as_int() + x.as_int());
+      int64_t r = 0;
+      if (!x.is_float() && !total.is_float() && __builtin_add_overflow(total.as_int(), x.as_int(), &r)) {
+        throw TemplateError("integer overflow in sum()");
+      }
+      total = (x.is_float() || total.is_float()) ? Value(total.as_double() + x.as_double()) : Value(r);
     }
     return total;
   }
@@ -410,6 +416,7 @@ Value call_builtin_filter(Interpreter& in, const std::string& name, const Value&
     std::string s = soft_str(v).str();
     int64_t len = static_cast<int64_t>(py_len(s));
     if (width <= len) return Value(s);
+    in.check_size(static_cast<size_t>(width));
     int64_t total = width - len, left = total / 2 + (total & width & 1);
     return Value(std::string(left, ' ') + s + std::string(total - left, ' '));
   }
@@ -467,7 +474,7 @@ bool call_builtin_test(Interpreter& in, const std::string& name, const Value& v,
     if (name == "even") return x % 2 == 0;
     int64_t d = arg().as_int();
     if (d == 0) throw TemplateError("integer division or modulo by zero");
-    return x % d == 0;
+    return d == -1 || x % d == 0;
   }
   if (name == "filter") return is_known_filter(v.to_str());
   if (name == "test") return is_known_test(v.to_str());

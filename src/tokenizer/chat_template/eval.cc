@@ -92,6 +92,7 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       if (v.is_undefined()) undefined_error(v);
       if (!v.is_number()) throw TemplateError("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
       if (e.name == "+") return v.is_float() ? v : Value(v.as_int());
+      if (!v.is_float() && v.as_int() == INT64_MIN) throw TemplateError("integer overflow in unary '-'");
       return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
     }
     case ExprKind::kBinary: return eval_binary(e.name, eval(*e.a, scope), eval(*e.b, scope));
@@ -158,9 +159,15 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     bool is_float = a.is_float() || b.is_float();
     double x = a.as_double(), y = b.as_double();
     int64_t i = a.as_int(), j = b.as_int();
-    if (op == "+") return is_float ? Value(x + y) : Value(i + j);
-    if (op == "-") return is_float ? Value(x - y) : Value(i - j);
-    if (op == "*") return is_float ? Value(x * y) : Value(i * j);
+    int64_t r = 0;
+    // Python ints never overflow; ours are 64-bit, so an overflow is reported instead of wrapping.
+    auto checked = [&](bool overflow) {
+      if (overflow) throw TemplateError("integer overflow in '" + op + "'");
+      return Value(r);
+    };
+    if (op == "+") return is_float ? Value(x + y) : checked(__builtin_add_overflow(i, j, &r));
+    if (op == "-") return is_float ? Value(x - y) : checked(__builtin_sub_overflow(i, j, &r));
+    if (op == "*") return is_float ? Value(x * y) : checked(__builtin_mul_overflow(i, j, &r));
     if (op == "/") {
       if (y == 0) throw TemplateError("division by zero");
       return Value(x / y);
@@ -172,13 +179,21 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
         return op == "%" ? Value(m) : Value(std::floor((x - m) / y));
       }
+      if (i == INT64_MIN && j == -1) throw TemplateError("integer overflow in '" + op + "'");
       int64_t q = floor_div(i, j);
       return op == "//" ? Value(q) : Value(i - q * j);
     }
     if (op == "**") {
       if (!is_float && j >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < j && k < 64; ++k) r *= i;
+        r = 1;
+        for (int64_t k = 0; k < j; ++k) {
+          if (__builtin_mul_overflow(r, i, &r)) throw TemplateError("integer overflow in '**'");
+          if (r == 0 || r == 1) break;  // 0**n, 1**n
+          if (r == -1) {
+            r = ((j - k - 1) % 2 == 0) ? -1 : 1;
+            break;
+          }
+        }
         return Value(r);
       }
       return Value(std::pow(x, y));
@@ -286,10 +301,11 @@ Value Interpreter::eval_slice(const Value& obj, const Value& start_v, const Valu
   };
   int64_t b = adjust(start, true), e = adjust(stop, false);
   std::vector<int64_t> idx;
+  using Wide = __int128;  // i + step must not overflow for huge steps
   if (step > 0) {
-    for (int64_t i = b; i < e; i += step) idx.push_back(i);
+    for (Wide i = b; i < e; i += step) idx.push_back(static_cast<int64_t>(i));
   } else {
-    for (int64_t i = b; i > e; i += step) idx.push_back(i);
+    for (Wide i = b; i > e; i += step) idx.push_back(static_cast<int64_t>(i));
   }
   if (obj.is_string()) {
     std::u32string out;

@@ -150,33 +150,42 @@ void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& ou
     items = std::move(kept);
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  Value prev_item = Value::undefined("previtem");
+  // One `loop` object and one iteration scope per loop, refreshed in place each iteration: jinja2 gives every
+  // iteration a fresh scope, which clearing the variables reproduces without an allocation per iteration.
+  enum LoopField { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kPrevitem, kNextitem };
+  auto loop = std::make_shared<DictData>();
+  for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "previtem", "nextitem"}) {
+    loop->items.emplace_back(Value(key), Value());
+  }
+  loop->items.emplace_back(Value("length"), Value(n));
+  loop->items.emplace_back(Value("depth"), Value(1));
+  loop->items.emplace_back(Value("depth0"), Value(0));
+  auto cycle_index = std::make_shared<int64_t>(0);
+  loop->items.emplace_back(Value("cycle"), Value::callable("loop.cycle", [cycle_index](Args& a) -> Value {
+                             if (a.positional.empty()) throw TemplateError("no items for cycling given");
+                             return a.positional[*cycle_index % static_cast<int64_t>(a.positional.size())];
+                           }));
+  const Value loop_value = Value::dict(loop);
+  auto iter_scope = std::make_shared<Scope>(scope);
   for (int64_t i = 0; i < n; ++i) {
     if (++num_iterations_ > limits_.max_loop_iterations) {
       throw TemplateError("loop iteration limit of " + std::to_string(limits_.max_loop_iterations) + " exceeded");
     }
-    auto iter_scope = std::make_shared<Scope>(scope);
-    auto loop = std::make_shared<DictData>();
-    loop->set("index", Value(i + 1));
-    loop->set("index0", Value(i));
-    loop->set("revindex", Value(n - i));
-    loop->set("revindex0", Value(n - i - 1));
-    loop->set("first", Value(i == 0));
-    loop->set("last", Value(i == n - 1));
-    loop->set("length", Value(n));
-    loop->set("depth", Value(1));
-    loop->set("depth0", Value(0));
-    loop->set("previtem", prev_item);
-    loop->set("nextitem", i + 1 < n ? items[i + 1] : Value::undefined("nextitem"));
-    loop->set("cycle", Value::callable("loop.cycle", [i](Args& a) -> Value {
-                if (a.positional.empty()) throw TemplateError("no items for cycling given");
-                return a.positional[i % a.positional.size()];
-              }));
-    iter_scope->vars["loop"] = Value::dict(loop);
+    auto& f = loop->items;
+    f[kIndex].second = Value(i + 1);
+    f[kIndex0].second = Value(i);
+    f[kRevindex].second = Value(n - i);
+    f[kRevindex0].second = Value(n - i - 1);
+    f[kFirst].second = Value(i == 0);
+    f[kLast].second = Value(i == n - 1);
+    f[kPrevitem].second = i > 0 ? items[i - 1] : Value::undefined("previtem");
+    f[kNextitem].second = i + 1 < n ? items[i + 1] : Value::undefined("nextitem");
+    *cycle_index = i;
+    iter_scope->vars.clear();
+    iter_scope->vars["loop"] = loop_value;
     assign_targets(s.targets, items[i], *iter_scope);
-    prev_item = items[i];
-    Flow f = exec_body(s.body, iter_scope, out);
-    if (f == Flow::kBreak) break;
+    Flow flow = exec_body(s.body, iter_scope, out);
+    if (flow == Flow::kBreak) break;
   }
   if (n == 0) exec_body(s.else_body, std::make_shared<Scope>(scope), out);
 }

@@ -18,8 +18,8 @@
 namespace llmserve::jinja {
 
 struct RenderLimits {
-  int64_t max_loop_iterations = 5'000'000;  // summed over every loop of one render
-  int max_call_depth = 200;                 // nested macro / caller calls
+  int64_t max_loop_iterations = 2'000'000;  // summed over every loop of one render
+  int max_call_depth = 128;                 // nested macro / caller calls
   size_t max_output_bytes = 32u << 20;      // any single string or output buffer
 };
 

@@ -233,8 +233,10 @@ Value builtin_range(Args& a) {
     throw TemplateError("range expected 1 to 3 arguments, got " + std::to_string(v.size()));
   }
   if (step == 0) throw TemplateError("range() arg 3 must not be zero");
-  int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                       : (start > stop ? (start - stop - step - 1) / -step : 0);
+  using Wide = __int128;  // the span of two int64 values does not fit an int64
+  Wide wn = step > 0 ? (stop > start ? (Wide(stop) - start + step - 1) / step : 0)
+                     : (start > stop ? (Wide(start) - stop - step - 1) / -Wide(step) : 0);
+  int64_t n = wn > 100001 ? 100001 : static_cast<int64_t>(wn);
   if (n > 100000) {  // jinja2.sandbox.MAX_RANGE
     throw TemplateError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   }
