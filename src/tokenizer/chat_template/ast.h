@@ -81,6 +81,9 @@ struct Stmt {
   std::string name;
   std::vector<std::pair<std::string, ExprPtr>> params;  // macro params with optional defaults
   bool recursive = false;
+  // Macros (and call blocks) accept extra positionals / unknown keywords / a caller only when their body
+  // mentions varargs / kwargs / caller, as jinja2 decides at compile time.
+  bool uses_varargs = false, uses_kwargs = false, uses_caller = false;
 };
 
 struct Template {

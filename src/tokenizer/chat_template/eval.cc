@@ -227,7 +227,11 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       return Value::list(std::move(items), seq->is_tuple());
     }
   }
-  if (op == "%" && a.is_string()) throw TemplateError("printf-style string formatting is not supported");
+  if (op == "%" && a.is_string()) {
+    Value r = percent_format(a.str(), b);
+    check_size(r.str().size());
+    return r;
+  }
   throw TemplateError(op_error(op, a, b));
 }
 

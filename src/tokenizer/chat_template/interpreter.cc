@@ -165,6 +165,14 @@ void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& ou
                              if (a.positional.empty()) throw TemplateError("no items for cycling given");
                              return a.positional[*cycle_index % static_cast<int64_t>(a.positional.size())];
                            }));
+  // loop.changed(*values): true when the values differ from the previous call's (the first call is true).
+  auto last_changed = std::make_shared<std::optional<Value>>();
+  loop->items.emplace_back(Value("changed"), Value::callable("loop.changed", [last_changed](Args& a) -> Value {
+                             Value now = Value::list(a.positional);
+                             if (*last_changed && values_equal(**last_changed, now)) return Value(false);
+                             *last_changed = now;
+                             return Value(true);
+                           }));
   const Value loop_value = Value::dict(loop);
   auto iter_scope = std::make_shared<Scope>(scope);
   for (int64_t i = 0; i < n; ++i) {
@@ -222,6 +230,10 @@ Value Interpreter::invoke_macro(const Stmt& s, const ScopePtr& closure, Args& ar
     ~DepthRestore() { --*d; }
   } restore{&call_depth_};
   auto scope = std::make_shared<Scope>(closure);
+  if (args.positional.size() > s.params.size() && !s.uses_varargs) {
+    throw TemplateError("macro '" + name + "' takes not more than " + std::to_string(s.params.size()) +
+                        " argument(s)");
+  }
   ValueList varargs;
   for (size_t i = 0; i < args.positional.size(); ++i) {
     if (i < s.params.size()) scope->vars[s.params[i].first] = args.positional[i];
@@ -229,7 +241,7 @@ Value Interpreter::invoke_macro(const Stmt& s, const ScopePtr& closure, Args& ar
   }
   auto kwargs = std::make_shared<DictData>();
   for (const auto& [k, v] : args.kwargs) {
-    if (k == "caller") {
+    if (k == "caller" && s.uses_caller) {
       scope->vars["caller"] = v;
       continue;
     }
@@ -240,6 +252,7 @@ Value Interpreter::invoke_macro(const Stmt& s, const ScopePtr& closure, Args& ar
       scope->vars[k] = v;
       is_param = true;
     }
+    if (!is_param && !s.uses_kwargs) throw TemplateError("macro '" + name + "' takes no keyword argument '" + k + "'");
     if (!is_param) kwargs->set(Value(k), v);
   }
   for (size_t i = args.positional.size(); i < s.params.size(); ++i) {

@@ -104,6 +104,9 @@ bool call_builtin_test(Interpreter& in, const std::string& name, const Value& v,
 // Returns a bound method for obj.name, or nullopt when the type has no such method.
 std::optional<Value> bound_method(const Value& obj, const std::string& name);
 void install_globals(Scope& globals, std::optional<std::tm> now);
+// Python `fmt % operand` and `fmt.format(*args, **kwargs)` (py_format.cc).
+Value percent_format(const std::string& fmt, const Value& operand);
+Value str_format(const std::string& fmt, const Args& args);
 // The Markup rule: Markup + str escapes the plain side. Returns the concatenation of two strings.
 Value concat_strings(const Value& a, const Value& b);
 

@@ -141,7 +141,11 @@ Value string_method(const Value& self, const std::string& name, Args& a) {
     }
     return Value(any);
   }
-  if (name == "format") throw TemplateError("str.format is not supported by this template engine");
+  if (name == "format") {
+    Value r = str_format(s, a);
+    a.interp->check_size(r.str().size());
+    return r;
+  }
   throw TemplateError("'str' object has no attribute '" + name + "'");
 }
 

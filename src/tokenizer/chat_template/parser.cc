@@ -264,9 +264,19 @@ class Parser {
     SoftGuard soft(this, false);
     int saved_loops = loop_depth_;
     loop_depth_ = 0;
+    std::set<std::string> names;
+    name_sinks_.push_back(&names);
     s->body = parse_statements({"endmacro"}, true);
+    name_sinks_.pop_back();
+    note_special_names(*s, names);
     loop_depth_ = saved_loops;
     return s;
+  }
+
+  static void note_special_names(Stmt& s, const std::set<std::string>& names) {
+    s.uses_varargs = names.count("varargs") > 0;
+    s.uses_kwargs = names.count("kwargs") > 0;
+    s.uses_caller = names.count("caller") > 0;
   }
 
   StmtPtr parse_call_block(StmtPtr s) {
@@ -277,7 +287,11 @@ class Parser {
     SoftGuard soft(this, false);
     int saved_loops = loop_depth_;
     loop_depth_ = 0;
+    std::set<std::string> names;
+    name_sinks_.push_back(&names);
     s->body = parse_statements({"endcall"}, true);
+    name_sinks_.pop_back();
+    note_special_names(*s, names);
     loop_depth_ = saved_loops;
     return s;
   }
@@ -474,6 +488,7 @@ class Parser {
         if (n == "none" || n == "None") return literal(Value::none(), line);
         auto e = node(ExprKind::kName, line);
         e->name = n;
+        for (auto* sink : name_sinks_) sink->insert(n);
         return e;
       }
       case TokenKind::kString: {
@@ -713,6 +728,7 @@ class Parser {
   int depth_ = 0;
   int loop_depth_ = 0;
   bool soft_ = false;
+  std::vector<std::set<std::string>*> name_sinks_;  // names referenced inside the macros being parsed
 };
 
 }  // namespace
