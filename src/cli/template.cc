@@ -56,7 +56,8 @@ StatusOr<ModelTemplate> load_model_template(const std::string& dir) {
     mt.source = *jinja;
     return mt;
   }
-  if (!config.contains("chat_template")) return not_found(dir + ": no chat_template.jinja and no chat_template in " + config_path);
+  if (!config.contains("chat_template"))
+    return not_found(dir + ": no chat_template.jinja and no chat_template in " + config_path);
   const OJson& ct = config["chat_template"];
   if (ct.is_string()) {
     mt.source = ct.get<std::string>();
@@ -99,8 +100,10 @@ std::string render_batch_line(const std::string& line, std::map<std::string, Sta
     out["error"] = it->second.status().message();
   } else {
     auto text = it->second->render(req.value("context", OJson::object()), options);
-    if (text.ok()) out["text"] = *text;
-    else out["error"] = text.status().message();
+    if (text.ok())
+      out["text"] = *text;
+    else
+      out["error"] = text.status().message();
   }
   return out.dump(-1, ' ', false, OJson::error_handler_t::replace);
 }

@@ -15,21 +15,21 @@ namespace {
 
 const std::set<std::string>& filter_names() {
   static const std::set<std::string> kNames = {
-      "abs",     "attr",       "capitalize", "count",  "d",      "default", "dictsort", "e",      "escape",
-      "first",   "float",      "indent",     "int",    "items",  "join",    "last",     "length", "list",
-      "lower",   "map",        "max",        "min",    "reject", "rejectattr", "replace", "reverse", "round",
-      "safe",    "select",     "selectattr", "sort",   "string", "sum",     "title",    "tojson", "trim",
-      "unique",  "upper",      "wordcount",  "forceescape", "center"};
+      "abs",    "attr",   "capitalize", "count",       "d",      "default",    "dictsort", "e",       "escape",
+      "first",  "float",  "indent",     "int",         "items",  "join",       "last",     "length",  "list",
+      "lower",  "map",    "max",        "min",         "reject", "rejectattr", "replace",  "reverse", "round",
+      "safe",   "select", "selectattr", "sort",        "string", "sum",        "title",    "tojson",  "trim",
+      "unique", "upper",  "wordcount",  "forceescape", "center"};
   return kNames;
 }
 
 const std::set<std::string>& test_names() {
   static const std::set<std::string> kNames = {
-      "boolean", "callable", "defined",  "divisibleby", "eq",   "equalto", "==",        "escaped", "even",
-      "false",   "filter",   "float",    "ge",          ">=",   "gt",      "greaterthan", ">",     "in",
-      "integer", "iterable", "le",       "<=",          "lower", "lt",     "lessthan",  "<",       "mapping",
-      "ne",      "!=",       "none",     "number",      "odd",  "sameas",  "sequence",  "string",  "test",
-      "true",    "undefined", "upper"};
+      "boolean",  "callable", "defined", "divisibleby", "eq",   "equalto",   "==",     "escaped",
+      "even",     "false",    "filter",  "float",       "ge",   ">=",        "gt",     "greaterthan",
+      ">",        "in",       "integer", "iterable",    "le",   "<=",        "lower",  "lt",
+      "lessthan", "<",        "mapping", "ne",          "!=",   "none",      "number", "odd",
+      "sameas",   "sequence", "string",  "test",        "true", "undefined", "upper"};
   return kNames;
 }
 
@@ -65,9 +65,12 @@ Value filter_tojson(const Value& v, Args& a) {
   Value indent = a.get(1, "indent", Value::none());
   if (!indent.is_none()) {
     o.has_indent = true;
-    if (indent.is_string()) o.indent = indent.str();
-    else if (indent.is_int()) o.indent = std::string(std::clamp<int64_t>(indent.as_int(), 0, 1 << 16), ' ');
-    else throw TemplateError("tojson: indent must be an int or a string");
+    if (indent.is_string())
+      o.indent = indent.str();
+    else if (indent.is_int())
+      o.indent = std::string(std::clamp<int64_t>(indent.as_int(), 0, 1 << 16), ' ');
+    else
+      throw TemplateError("tojson: indent must be an int or a string");
     o.item_separator = ",";
   }
   Value seps = a.get(2, "separators", Value::none());
@@ -307,8 +310,9 @@ Value call_builtin_filter(Interpreter& in, const std::string& name, const Value&
   if (name == "tojson") return filter_tojson(v, a);
   if (name == "trim") {
     Value chars = a.get(0, "chars", Value::none());
-    return Value(py_strip(soft_str(v).str(), chars.is_none() ? std::nullopt : std::optional(chars.to_str()), true, true),
-                 v.is_safe());
+    return Value(
+        py_strip(soft_str(v).str(), chars.is_none() ? std::nullopt : std::optional(chars.to_str()), true, true),
+        v.is_safe());
   }
   if (name == "length" || name == "count") return Value(len_of(v));
   if (name == "string") return soft_str(v);
@@ -380,8 +384,9 @@ Value call_builtin_filter(Interpreter& in, const std::string& name, const Value&
       return Value(std::strtod(buf, nullptr));
     }
     double scale = std::pow(10.0, static_cast<double>(precision));
-    double r = method == "ceil" ? std::ceil(x * scale) : method == "floor" ? std::floor(x * scale)
-                                                                           : std::nearbyint(x * scale);
+    double r = method == "ceil"    ? std::ceil(x * scale)
+               : method == "floor" ? std::floor(x * scale)
+                                   : std::nearbyint(x * scale);
     return Value(r / scale);
   }
   if (name == "reverse") {
@@ -441,8 +446,7 @@ bool call_builtin_test(Interpreter& in, const std::string& name, const Value& v,
   if (name == "callable") return v.is_callable();
   if (name == "iterable") return v.is_list() || v.is_string() || (v.is_dict() && !v.is_namespace()) || v.is_undefined();
   if (name == "sequence") {
-    return (v.is_list() && !v.is_iterator()) || v.is_string() || (v.is_dict() && !v.is_namespace()) ||
-           v.is_undefined();
+    return (v.is_list() && !v.is_iterator()) || v.is_string() || (v.is_dict() && !v.is_namespace()) || v.is_undefined();
   }
   if (name == "escaped") return v.is_safe();
   if (name == "lower") return py_lower(v.to_str()) == v.to_str();

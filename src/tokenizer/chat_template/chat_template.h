@@ -6,10 +6,9 @@
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 

@@ -68,8 +68,10 @@ Args Interpreter::eval_args(const Expr& e, const ScopePtr& scope) {
 
 Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
   switch (e.kind) {
-    case ExprKind::kLiteral: return e.value;
-    case ExprKind::kName: return lookup_name(e.name, scope);
+    case ExprKind::kLiteral:
+      return e.value;
+    case ExprKind::kName:
+      return lookup_name(e.name, scope);
     case ExprKind::kList:
     case ExprKind::kTuple: {
       ValueList items;
@@ -95,7 +97,8 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       if (!v.is_float() && v.as_int() == INT64_MIN) throw TemplateError("integer overflow in unary '-'");
       return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
     }
-    case ExprKind::kBinary: return eval_binary(e.name, eval(*e.a, scope), eval(*e.b, scope));
+    case ExprKind::kBinary:
+      return eval_binary(e.name, eval(*e.a, scope), eval(*e.b, scope));
     case ExprKind::kAnd: {
       Value a = eval(*e.a, scope);
       return a.truthy() ? eval(*e.b, scope) : a;
@@ -117,8 +120,10 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       if (eval(*e.b, scope).truthy()) return eval(*e.a, scope);
       return e.c ? eval(*e.c, scope) : Value::undefined();
     }
-    case ExprKind::kGetAttr: return get_attr(eval(*e.a, scope), e.name);
-    case ExprKind::kGetItem: return get_item(eval(*e.a, scope), eval(*e.b, scope));
+    case ExprKind::kGetAttr:
+      return get_attr(eval(*e.a, scope), e.name);
+    case ExprKind::kGetItem:
+      return get_item(eval(*e.a, scope), eval(*e.b, scope));
     case ExprKind::kSlice: {
       Value obj = eval(*e.a, scope);
       Value start = e.b ? eval(*e.b, scope) : Value::none();

@@ -77,15 +77,23 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, const ScopePtr& scope
 Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
   try {
     switch (s.kind) {
-      case StmtKind::kText: append(out, s.text); break;
-      case StmtKind::kPrint: append(out, to_str(eval(*s.expr, scope))); break;
+      case StmtKind::kText:
+        append(out, s.text);
+        break;
+      case StmtKind::kPrint:
+        append(out, to_str(eval(*s.expr, scope)));
+        break;
       case StmtKind::kIf:
         for (const auto& [cond, body] : s.branches) {
           if (eval(*cond, scope).truthy()) return exec_body(body, scope, out);
         }
         return exec_body(s.else_body, scope, out);
-      case StmtKind::kFor: exec_for(s, scope, out); break;
-      case StmtKind::kSet: exec_set(s, scope); break;
+      case StmtKind::kFor:
+        exec_for(s, scope, out);
+        break;
+      case StmtKind::kSet:
+        exec_set(s, scope);
+        break;
       case StmtKind::kBlockSet: {
         std::string body;
         exec_body(s.body, std::make_shared<Scope>(scope), body);
@@ -94,23 +102,30 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
         scope->vars[s.targets[0]] = v;
         break;
       }
-      case StmtKind::kMacro: scope->vars[s.name] = make_macro(s, scope); break;
-      case StmtKind::kCallBlock: exec_call_block(s, scope, out); break;
+      case StmtKind::kMacro:
+        scope->vars[s.name] = make_macro(s, scope);
+        break;
+      case StmtKind::kCallBlock:
+        exec_call_block(s, scope, out);
+        break;
       case StmtKind::kFilterBlock: {
         std::string body;
         exec_body(s.body, std::make_shared<Scope>(scope), body);
         append(out, to_str(eval_filter_chain(*s.filter, scope, Value(body))));
         break;
       }
-      case StmtKind::kBreak: return Flow::kBreak;
-      case StmtKind::kContinue: return Flow::kContinue;
+      case StmtKind::kBreak:
+        return Flow::kBreak;
+      case StmtKind::kContinue:
+        return Flow::kContinue;
       case StmtKind::kScope: {
         auto inner = std::make_shared<Scope>(scope);
         for (const auto& [name, expr] : s.params) inner->vars[name] = eval(*expr, scope);
         exec_body(s.body, inner, out);
         break;
       }
-      case StmtKind::kBody: return exec_body(s.body, scope, out);
+      case StmtKind::kBody:
+        return exec_body(s.body, scope, out);
     }
   } catch (TemplateError& e) {
     if (e.line == 0) e.line = s.line;
@@ -231,13 +246,14 @@ Value Interpreter::invoke_macro(const Stmt& s, const ScopePtr& closure, Args& ar
   } restore{&call_depth_};
   auto scope = std::make_shared<Scope>(closure);
   if (args.positional.size() > s.params.size() && !s.uses_varargs) {
-    throw TemplateError("macro '" + name + "' takes not more than " + std::to_string(s.params.size()) +
-                        " argument(s)");
+    throw TemplateError("macro '" + name + "' takes not more than " + std::to_string(s.params.size()) + " argument(s)");
   }
   ValueList varargs;
   for (size_t i = 0; i < args.positional.size(); ++i) {
-    if (i < s.params.size()) scope->vars[s.params[i].first] = args.positional[i];
-    else varargs.push_back(args.positional[i]);
+    if (i < s.params.size())
+      scope->vars[s.params[i].first] = args.positional[i];
+    else
+      varargs.push_back(args.positional[i]);
   }
   auto kwargs = std::make_shared<DictData>();
   for (const auto& [k, v] : args.kwargs) {
@@ -248,7 +264,8 @@ Value Interpreter::invoke_macro(const Stmt& s, const ScopePtr& closure, Args& ar
     bool is_param = false;
     for (size_t i = 0; i < s.params.size(); ++i) {
       if (s.params[i].first != k) continue;
-      if (i < args.positional.size()) throw TemplateError("macro '" + name + "' got multiple values for argument '" + k + "'");
+      if (i < args.positional.size())
+        throw TemplateError("macro '" + name + "' got multiple values for argument '" + k + "'");
       scope->vars[k] = v;
       is_param = true;
     }
@@ -285,7 +302,8 @@ void Interpreter::exec_call_block(const Stmt& s, const ScopePtr& scope, std::str
 Value Interpreter::call(const Value& callee, Args& args) {
   args.interp = this;
   if (callee.is_undefined()) {
-    throw TemplateError(callee.str().empty() ? "undefined value is not callable" : "'" + callee.str() + "' is undefined");
+    throw TemplateError(callee.str().empty() ? "undefined value is not callable"
+                                             : "'" + callee.str() + "' is undefined");
   }
   if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
   return callee.callable().fn(args);
@@ -340,7 +358,8 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
 
 ValueList Interpreter::iterate(const Value& v) {
   switch (v.type()) {
-    case Value::Type::kUndefined: return {};
+    case Value::Type::kUndefined:
+      return {};
     case Value::Type::kList:
       if (v.is_iterator()) {
         if (v.list_data().consumed) return {};
@@ -363,7 +382,8 @@ ValueList Interpreter::iterate(const Value& v) {
       }
       return chars;
     }
-    default: break;
+    default:
+      break;
   }
   throw TemplateError("'" + v.type_name() + "' object is not iterable");
 }

@@ -37,17 +37,38 @@ std::string unescape(const std::string& s, int line) {
     }
     char c = s[++i];
     switch (c) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
       case 'x':
       case 'u':
       case 'U': {
@@ -66,7 +87,8 @@ std::string unescape(const std::string& s, int line) {
       default:
         if (c >= '0' && c <= '7') {
           char32_t cp = c - '0';
-          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k) cp = cp * 8 + (s[++i] - '0');
+          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+            cp = cp * 8 + (s[++i] - '0');
           utf8_append(out, cp);
         } else {
           out += '\\';
@@ -213,9 +235,10 @@ class Lexer {
     emit(is_variable ? TokenKind::kVarBegin : TokenKind::kBlockBegin, "");
     std::vector<char> balance;
     while (true) {
-      if (pos_ >= src_.size()) throw TemplateError(is_variable ? "unexpected end of template, expected '}}'"
-                                                               : "unexpected end of template, expected '%}'",
-                                                   line_);
+      if (pos_ >= src_.size())
+        throw TemplateError(
+            is_variable ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'",
+            line_);
       if (balance.empty() && try_tag_end(is_variable)) return;
       char c = src_[pos_];
       if (is_ws(c)) {
@@ -260,8 +283,8 @@ class Lexer {
   void lex_number() {
     size_t b = pos_;
     auto digits = [&] {
-      while (pos_ < src_.size() && (is_digit(src_[pos_]) || (src_[pos_] == '_' && pos_ + 1 < src_.size() &&
-                                                              is_digit(src_[pos_ + 1]))))
+      while (pos_ < src_.size() &&
+             (is_digit(src_[pos_]) || (src_[pos_] == '_' && pos_ + 1 < src_.size() && is_digit(src_[pos_ + 1]))))
         ++pos_;
     };
     digits();
@@ -305,8 +328,8 @@ class Lexer {
   }
 
   void lex_operator(std::vector<char>& balance) {
-    static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[", "]", "(",
-                                 ")", "{", "}", ">", "<", "=", ".", ":", "|", ",", ";"};
+    static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                 "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
     for (const char* op : kOps) {
       size_t n = std::strlen(op);
       if (src_.compare(pos_, n, op) != 0) continue;

@@ -18,7 +18,8 @@ std::optional<std::string> opt_str(const Value& v, const char* what) {
 
 int64_t opt_int(const Value& v, int64_t def) {
   if (v.is_undefined() || v.is_none()) return def;
-  if (!v.is_int() && !v.is_bool()) throw TemplateError("'" + v.type_name() + "' object cannot be interpreted as an integer");
+  if (!v.is_int() && !v.is_bool())
+    throw TemplateError("'" + v.type_name() + "' object cannot be interpreted as an integer");
   return v.as_int();
 }
 
@@ -199,14 +200,15 @@ std::optional<Value> bound_method(const Value& obj, const std::string& name) {
   using Fn = Value (*)(const Value&, const std::string&, Args&);
   Fn fn = nullptr;
   if (obj.is_string() &&
-      is_one_of(name, {"strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith",
-                       "replace", "lower", "upper", "capitalize", "title", "find", "rfind", "index", "rindex",
-                       "count", "join", "removeprefix", "removesuffix", "isdigit", "isnumeric", "isdecimal",
-                       "isspace", "isalpha", "isalnum", "islower", "isupper", "format"})) {
+      is_one_of(name, {"strip",      "lstrip",       "rstrip",       "split",   "rsplit",    "splitlines",
+                       "startswith", "endswith",     "replace",      "lower",   "upper",     "capitalize",
+                       "title",      "find",         "rfind",        "index",   "rindex",    "count",
+                       "join",       "removeprefix", "removesuffix", "isdigit", "isnumeric", "isdecimal",
+                       "isspace",    "isalpha",      "isalnum",      "islower", "isupper",   "format"})) {
     fn = string_method;
   } else if (obj.is_dict() && !obj.is_namespace() &&
-             is_one_of(name, {"get", "items", "keys", "values", "copy", "pop", "popitem", "update", "setdefault",
-                              "clear"})) {
+             is_one_of(name,
+                       {"get", "items", "keys", "values", "copy", "pop", "popitem", "update", "setdefault", "clear"})) {
     fn = dict_method;
   } else if (obj.is_list() && (is_one_of(name, {"index", "count"}) ||
                                (!obj.is_tuple() && is_one_of(name, {"copy", "append", "pop", "insert", "extend",
@@ -223,7 +225,8 @@ Value builtin_range(Args& a) {
   if (!a.kwargs.empty()) throw TemplateError("range() takes no keyword arguments");
   std::vector<int64_t> v;
   for (const Value& x : a.positional) {
-    if (!x.is_int() && !x.is_bool()) throw TemplateError("'" + x.type_name() + "' object cannot be interpreted as an integer");
+    if (!x.is_int() && !x.is_bool())
+      throw TemplateError("'" + x.type_name() + "' object cannot be interpreted as an integer");
     v.push_back(x.as_int());
   }
   int64_t start = 0, stop = 0, step = 1;
@@ -283,9 +286,8 @@ void install_globals(Scope& globals, std::optional<std::tm> now) {
   globals.vars["range"] = Value::callable("range", builtin_range);
   globals.vars["namespace"] = Value::callable("namespace", builtin_namespace);
   globals.vars["dict"] = Value::callable("dict", builtin_dict);
-  globals.vars["raise_exception"] = Value::callable("raise_exception", [](Args& a) -> Value {
-    throw TemplateError(a.get(0, "message").to_str());
-  });
+  globals.vars["raise_exception"] =
+      Value::callable("raise_exception", [](Args& a) -> Value { throw TemplateError(a.get(0, "message").to_str()); });
   globals.vars["strftime_now"] = Value::callable("strftime_now", [now](Args& a) -> Value {
     Value fmt = a.get(0, "format");
     if (!fmt.is_string()) throw TemplateError("strftime() argument 1 must be str, not " + fmt.type_name());

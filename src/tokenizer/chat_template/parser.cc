@@ -71,10 +71,14 @@ class Parser {
   }
   std::string describe() const {
     switch (cur().kind) {
-      case TokenKind::kEof: return "end of template";
-      case TokenKind::kBlockEnd: return "end of statement block";
-      case TokenKind::kVarEnd: return "end of print statement";
-      default: return cur().text;
+      case TokenKind::kEof:
+        return "end of template";
+      case TokenKind::kBlockEnd:
+        return "end of statement block";
+      case TokenKind::kVarEnd:
+        return "end of print statement";
+      default:
+        return cur().text;
     }
   }
 
@@ -177,8 +181,10 @@ class Parser {
       std::string tok = cur().text;
       next();
       if (tok == "elif") continue;
-      if (tok == "else") s->else_body = parse_statements({"endif"}, true);
-      else expect_block_end();
+      if (tok == "else")
+        s->else_body = parse_statements({"endif"}, true);
+      else
+        expect_block_end();
       return s;
     }
   }
@@ -324,8 +330,10 @@ class Parser {
       if (!items.empty()) expect_op(",");
       if (is_tuple_end(extra_end)) break;
       items.push_back(parse_expression(with_condexpr));
-      if (is_op(",")) is_tuple = true;
-      else break;
+      if (is_op(","))
+        is_tuple = true;
+      else
+        break;
     }
     if (!is_tuple) {
       if (!items.empty()) return std::move(items[0]);
@@ -394,9 +402,8 @@ class Parser {
     std::unique_ptr<Expr> cmp;
     while (true) {
       std::string op;
-      if (cur().kind == TokenKind::kOperator &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" ||
-           cur().text == ">" || cur().text == ">=")) {
+      if (cur().kind == TokenKind::kOperator && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                                 cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         op = cur().text;
         next();
       } else if (skip_name("in")) {
@@ -524,7 +531,8 @@ class Parser {
         if (t.text == "[") return parse_list();
         if (t.text == "{") return parse_dict();
         break;
-      default: break;
+      default:
+        break;
     }
     fail("unexpected '" + describe() + "'");
   }

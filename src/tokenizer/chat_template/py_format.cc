@@ -24,7 +24,8 @@ std::string pad(const std::string& s, int64_t width, char align, char fill) {
 
 // Formats one number with a C conversion (d, f, e, g, x, o, X, E, G) plus flags/width/precision.
 std::string c_format(const Value& v, const std::string& flags, int64_t width, int64_t precision, char type) {
-  if (!v.is_number()) throw TemplateError(std::string("%") + type + " format: a real number is required, not " + v.type_name());
+  if (!v.is_number())
+    throw TemplateError(std::string("%") + type + " format: a real number is required, not " + v.type_name());
   std::string spec = "%" + flags;
   if (width >= 0) spec += std::to_string(std::min<int64_t>(width, 4096));
   if (precision >= 0) spec += "." + std::to_string(std::min<int64_t>(precision, 100));
@@ -70,7 +71,8 @@ Value percent_format(const std::string& fmt, const Value& operand) {
     std::string flags;
     while (i < fmt.size() && std::string("-+ #0").find(fmt[i]) != std::string::npos) flags += fmt[i++];
     int64_t width = -1, precision = -1;
-    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') width = std::max<int64_t>(width, 0) * 10 + (fmt[i++] - '0');
+    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9')
+      width = std::max<int64_t>(width, 0) * 10 + (fmt[i++] - '0');
     if (i < fmt.size() && fmt[i] == '.') {
       precision = 0;
       ++i;
@@ -111,8 +113,10 @@ Value str_format(const std::string& fmt, const Args& a) {
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
     if (c == '}') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
-      else throw TemplateError("Single '}' encountered in format string");
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}')
+        ++i;
+      else
+        throw TemplateError("Single '}' encountered in format string");
       out += '}';
       continue;
     }
@@ -151,9 +155,12 @@ Value str_format(const std::string& fmt, const Args& a) {
       if (!kw) throw TemplateError("KeyError: '" + field + "'");
       v = *kw;
     }
-    if (conversion == "r") v = Value(v.repr());
-    else if (conversion == "s") v = Value(v.to_str());
-    else if (!conversion.empty()) throw TemplateError("Unknown conversion specifier " + conversion);
+    if (conversion == "r")
+      v = Value(v.repr());
+    else if (conversion == "s")
+      v = Value(v.to_str());
+    else if (!conversion.empty())
+      throw TemplateError("Unknown conversion specifier " + conversion);
     if (spec.empty()) {
       out += v.to_str();
       continue;
@@ -170,11 +177,13 @@ Value str_format(const std::string& fmt, const Args& a) {
       p = 1;
     }
     int64_t width = 0, precision = -1;
-    while (p < spec.size() && spec[p] >= '0' && spec[p] <= '9') width = std::min<int64_t>(width * 10 + (spec[p++] - '0'), 1 << 20);
+    while (p < spec.size() && spec[p] >= '0' && spec[p] <= '9')
+      width = std::min<int64_t>(width * 10 + (spec[p++] - '0'), 1 << 20);
     if (p < spec.size() && spec[p] == '.') {
       precision = 0;
       ++p;
-      while (p < spec.size() && spec[p] >= '0' && spec[p] <= '9') precision = std::min<int64_t>(precision * 10 + (spec[p++] - '0'), 100);
+      while (p < spec.size() && spec[p] >= '0' && spec[p] <= '9')
+        precision = std::min<int64_t>(precision * 10 + (spec[p++] - '0'), 100);
     }
     std::string type = spec.substr(p);
     std::string body;

@@ -55,16 +55,21 @@ Value Value::callable(std::string name, NativeFn fn) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
       return Value(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
@@ -76,36 +81,53 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value()));
       return dict(std::move(d));
     }
-    default: return none();
+    default:
+      return none();
   }
 }
 
 bool Value::truthy() const {
   switch (type_) {
     case Type::kUndefined:
-    case Type::kNone: return false;
+    case Type::kNone:
+      return false;
     case Type::kBool:
-    case Type::kInt: return int_ != 0;
-    case Type::kFloat: return float_ != 0.0;
-    case Type::kString: return !str_.empty();
-    case Type::kList: return list_->is_iterator || !list_->items.empty();
-    case Type::kDict: return dict_->is_namespace || !dict_->items.empty();
-    case Type::kCallable: return true;
+    case Type::kInt:
+      return int_ != 0;
+    case Type::kFloat:
+      return float_ != 0.0;
+    case Type::kString:
+      return !str_.empty();
+    case Type::kList:
+      return list_->is_iterator || !list_->items.empty();
+    case Type::kDict:
+      return dict_->is_namespace || !dict_->items.empty();
+    case Type::kCallable:
+      return true;
   }
   return false;
 }
 
 std::string Value::type_name() const {
   switch (type_) {
-    case Type::kUndefined: return "Undefined";
-    case Type::kNone: return "NoneType";
-    case Type::kBool: return "bool";
-    case Type::kInt: return "int";
-    case Type::kFloat: return "float";
-    case Type::kString: return "str";
-    case Type::kList: return list_->is_iterator ? "generator" : list_->is_tuple ? "tuple" : "list";
-    case Type::kDict: return dict_->is_namespace ? "Namespace" : "dict";
-    case Type::kCallable: return "function";
+    case Type::kUndefined:
+      return "Undefined";
+    case Type::kNone:
+      return "NoneType";
+    case Type::kBool:
+      return "bool";
+    case Type::kInt:
+      return "int";
+    case Type::kFloat:
+      return "float";
+    case Type::kString:
+      return "str";
+    case Type::kList:
+      return list_->is_iterator ? "generator" : list_->is_tuple ? "tuple" : "list";
+    case Type::kDict:
+      return dict_->is_namespace ? "Namespace" : "dict";
+    case Type::kCallable:
+      return "function";
   }
   return "?";
 }
@@ -254,12 +276,23 @@ std::string html_escape(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&#34;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -267,20 +300,29 @@ std::string html_escape(const std::string& s) {
 
 std::string Value::to_str() const {
   switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kString: return str_;
-    default: return repr();
+    case Type::kUndefined:
+      return "";
+    case Type::kString:
+      return str_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kNone: return "None";
-    case Type::kBool: return int_ ? "True" : "False";
-    case Type::kInt: return std::to_string(int_);
-    case Type::kFloat: return float_repr(float_);
-    case Type::kString: return safe_ ? "Markup(" + string_repr(str_) + ")" : string_repr(str_);
+    case Type::kUndefined:
+      return "";
+    case Type::kNone:
+      return "None";
+    case Type::kBool:
+      return int_ ? "True" : "False";
+    case Type::kInt:
+      return std::to_string(int_);
+    case Type::kFloat:
+      return float_repr(float_);
+    case Type::kString:
+      return safe_ ? "Markup(" + string_repr(str_) + ")" : string_repr(str_);
     case Type::kList: {
       if (list_->is_iterator) return "<generator object>";
       std::string out = list_->is_tuple ? "(" : "[";
@@ -301,7 +343,8 @@ std::string Value::repr() const {
       }
       return out + (dict_->is_namespace ? "}>" : "}");
     }
-    case Type::kCallable: return "<function " + fn_->name + ">";
+    case Type::kCallable:
+      return "<function " + fn_->name + ">";
   }
   return "";
 }
@@ -315,8 +358,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case T::kUndefined:
-    case T::kNone: return true;
-    case T::kString: return a.str() == b.str();
+    case T::kNone:
+      return true;
+    case T::kString:
+      return a.str() == b.str();
     case T::kList: {
       if (a.is_iterator() || b.is_iterator()) return &a.list_data() == &b.list_data();
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
@@ -335,8 +380,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case T::kCallable: return &a.callable() == &b.callable();
-    default: return false;
+    case T::kCallable:
+      return &a.callable() == &b.callable();
+    default:
+      return false;
   }
 }
 
@@ -361,13 +408,27 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
   out += '"';
   for (char32_t c : utf8_decode(s)) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default: {
         char buf[16];
         if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
@@ -395,17 +456,28 @@ static void json_dump_into(std::string& out, const Value& v, const JsonDumpOptio
     for (int i = 0; i < level; ++i) out += o.indent;
   };
   switch (v.type()) {
-    case Value::Type::kNone: out += "null"; return;
-    case Value::Type::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Type::kInt: out += std::to_string(v.as_int()); return;
+    case Value::Type::kNone:
+      out += "null";
+      return;
+    case Value::Type::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Type::kInt:
+      out += std::to_string(v.as_int());
+      return;
     case Value::Type::kFloat: {
       double d = v.as_double();
-      if (std::isnan(d)) out += "NaN";
-      else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
-      else out += float_repr(d);
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        out += float_repr(d);
       return;
     }
-    case Value::Type::kString: json_string(out, v.str(), o.ensure_ascii); return;
+    case Value::Type::kString:
+      json_string(out, v.str(), o.ensure_ascii);
+      return;
     case Value::Type::kList: {
       if (v.is_iterator()) break;
       if (v.items().empty()) {
@@ -441,11 +513,16 @@ static void json_dump_into(std::string& out, const Value& v, const JsonDumpOptio
         first = false;
         if (o.has_indent) newline_indent(depth + 1);
         const Value& k = kv->first;
-        if (k.is_string()) json_string(out, k.str(), o.ensure_ascii);
-        else if (k.is_none()) out += "\"null\"";
-        else if (k.is_bool()) out += k.as_bool() ? "\"true\"" : "\"false\"";
-        else if (k.is_int() || k.is_float()) out += "\"" + k.repr() + "\"";
-        else throw TemplateError("keys must be str, int, float, bool or None, not " + k.type_name());
+        if (k.is_string())
+          json_string(out, k.str(), o.ensure_ascii);
+        else if (k.is_none())
+          out += "\"null\"";
+        else if (k.is_bool())
+          out += k.as_bool() ? "\"true\"" : "\"false\"";
+        else if (k.is_int() || k.is_float())
+          out += "\"" + k.repr() + "\"";
+        else
+          throw TemplateError("keys must be str, int, float, bool or None, not " + k.type_name());
         out += o.key_separator;
         json_dump_into(out, kv->second, o, depth + 1);
       }
@@ -453,7 +530,8 @@ static void json_dump_into(std::string& out, const Value& v, const JsonDumpOptio
       out += '}';
       return;
     }
-    default: break;
+    default:
+      break;
   }
   throw TemplateError("Object of type " + v.type_name() + " is not JSON serializable");
 }

@@ -6,12 +6,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace llmserve::jinja {
 
@@ -57,12 +56,12 @@ class Value {
     return v;
   }
   static Value none() { return Value(Type::kNone); }
-  Value(bool b) : type_(Type::kBool), int_(b) {}  // NOLINT
-  Value(int64_t i) : type_(Type::kInt), int_(i) {}  // NOLINT
-  Value(int i) : type_(Type::kInt), int_(i) {}  // NOLINT
-  Value(double d) : type_(Type::kFloat), float_(d) {}  // NOLINT
+  Value(bool b) : type_(Type::kBool), int_(b) {}                                                      // NOLINT
+  Value(int64_t i) : type_(Type::kInt), int_(i) {}                                                    // NOLINT
+  Value(int i) : type_(Type::kInt), int_(i) {}                                                        // NOLINT
+  Value(double d) : type_(Type::kFloat), float_(d) {}                                                 // NOLINT
   Value(std::string s, bool safe = false) : type_(Type::kString), safe_(safe), str_(std::move(s)) {}  // NOLINT
-  Value(const char* s) : Value(std::string(s)) {}  // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}                                                     // NOLINT
   static Value list(ValueList items, bool is_tuple = false);
   static Value iterator(ValueList items);
   static Value dict(std::shared_ptr<DictData> data);

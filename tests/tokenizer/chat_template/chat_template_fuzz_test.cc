@@ -34,13 +34,71 @@ std::vector<std::string> load_templates() {
 }
 
 // Jinja fragments that make mutations reach deeper into the grammar than random bytes do.
-const std::vector<std::string> kFragments = {
-    "{%", "%}", "{{", "}}", "{#", "#}", "{%-", "-%}", "{% endif %}", "{% endfor %}", "{% else %}", "{% if x %}",
-    "{% for a in b %}", "{% set x = 1 %}", "{% macro m(a) %}", "{% endmacro %}", "|tojson", "|trim", "|length",
-    " is defined", " is not none", "[::-1]", "(", ")", "[", "]", "{", "}", "'", "\"", "\\", ".", ",", ":", "~", "+",
-    "-", "*", "**", "//", "%", "not ", " and ", " or ", " in ", "loop.index", "ns.x", "namespace(", "range(99999)",
-    "{% break %}", "{% continue %}", "caller()", "{% call m() %}", "{% endcall %}", "{% raw %}", "{% endraw %}",
-    "\n", " ", "é", "\xff", "\xe2\x82", "0", "1e999", "9223372036854775807", "-9223372036854775808"};
+const std::vector<std::string> kFragments = {"{%",
+                                             "%}",
+                                             "{{",
+                                             "}}",
+                                             "{#",
+                                             "#}",
+                                             "{%-",
+                                             "-%}",
+                                             "{% endif %}",
+                                             "{% endfor %}",
+                                             "{% else %}",
+                                             "{% if x %}",
+                                             "{% for a in b %}",
+                                             "{% set x = 1 %}",
+                                             "{% macro m(a) %}",
+                                             "{% endmacro %}",
+                                             "|tojson",
+                                             "|trim",
+                                             "|length",
+                                             " is defined",
+                                             " is not none",
+                                             "[::-1]",
+                                             "(",
+                                             ")",
+                                             "[",
+                                             "]",
+                                             "{",
+                                             "}",
+                                             "'",
+                                             "\"",
+                                             "\\",
+                                             ".",
+                                             ",",
+                                             ":",
+                                             "~",
+                                             "+",
+                                             "-",
+                                             "*",
+                                             "**",
+                                             "//",
+                                             "%",
+                                             "not ",
+                                             " and ",
+                                             " or ",
+                                             " in ",
+                                             "loop.index",
+                                             "ns.x",
+                                             "namespace(",
+                                             "range(99999)",
+                                             "{% break %}",
+                                             "{% continue %}",
+                                             "caller()",
+                                             "{% call m() %}",
+                                             "{% endcall %}",
+                                             "{% raw %}",
+                                             "{% endraw %}",
+                                             "\n",
+                                             " ",
+                                             "é",
+                                             "\xff",
+                                             "\xe2\x82",
+                                             "0",
+                                             "1e999",
+                                             "9223372036854775807",
+                                             "-9223372036854775808"};
 
 std::string mutate(std::string s, std::mt19937_64& rng) {
   auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
@@ -48,11 +106,19 @@ std::string mutate(std::string s, std::mt19937_64& rng) {
   for (int e = 0; e < num_edits; ++e) {
     size_t pos = pick(s.size() + 1);
     switch (rng() % 6) {
-      case 0: s.erase(pos, 1 + pick(16)); break;                                     // delete a few bytes
-      case 1: s.insert(pos, kFragments[pick(kFragments.size())]); break;             // insert a fragment
-      case 2: s.insert(pos, 1, static_cast<char>(rng() & 0xFF)); break;             // insert a random byte
-      case 3: if (pos < s.size()) s[pos] = static_cast<char>(rng() & 0xFF); break;  // flip a byte
-      case 4: {                                                                      // duplicate a span
+      case 0:
+        s.erase(pos, 1 + pick(16));
+        break;  // delete a few bytes
+      case 1:
+        s.insert(pos, kFragments[pick(kFragments.size())]);
+        break;  // insert a fragment
+      case 2:
+        s.insert(pos, 1, static_cast<char>(rng() & 0xFF));
+        break;  // insert a random byte
+      case 3:
+        if (pos < s.size()) s[pos] = static_cast<char>(rng() & 0xFF);
+        break;   // flip a byte
+      case 4: {  // duplicate a span
         size_t len = pick(64);
         s.insert(pos, s.substr(pick(s.size() + 1), len));
         break;

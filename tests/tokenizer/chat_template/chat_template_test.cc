@@ -50,10 +50,12 @@ TEST(ChatTemplateTest, Expressions) {
             "None x False y []");
   EXPECT_EQ(ok("{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 1 == 1.0 }} {{ 'b' in d }} {{ 5 not in xs }} {{ 'ell' in s }}"),
             "True False True True True True");
-  EXPECT_EQ(ok("{{ xs[1:] }} {{ xs[::-1] }} {{ 'héllo'[1:3] }} {{ 'héllo'[-1] }} {{ xs[10] }}|"), "[1, 2] [2, 1, 3] él o |");
+  EXPECT_EQ(ok("{{ xs[1:] }} {{ xs[::-1] }} {{ 'héllo'[1:3] }} {{ 'héllo'[-1] }} {{ xs[10] }}|"),
+            "[1, 2] [2, 1, 3] él o |");
   EXPECT_EQ(ok("{{ d }} {{ (1,) }} {{ ['it\\'s', \"q\\\"\"] }}"),
             "{'b': 1, 'a': [1, 2], 'c': 'é\"<'} (1,) [\"it's\", 'q\"']");
-  EXPECT_EQ(ok("{{ d.a[0] }} {{ d['c'] }} {{ d.missing }}|{{ messages[-1].role }} {{ none.x }}|"), "1 é\"< |assistant |");
+  EXPECT_EQ(ok("{{ d.a[0] }} {{ d['c'] }} {{ d.missing }}|{{ messages[-1].role }} {{ none.x }}|"),
+            "1 é\"< |assistant |");
 }
 
 TEST(ChatTemplateTest, StringAndDictMethods) {
@@ -62,7 +64,8 @@ TEST(ChatTemplateTest, StringAndDictMethods) {
             "['a', 'b', '', 'c'] ['a', 'b'] ['a,b', 'c']");
   EXPECT_EQ(ok("{{ s.startswith('  H') }} {{ 'x.py'.endswith(('.js', '.py')) }} {{ 'aXa'.replace('a', 'b') }}"),
             "True True bXb");
-  EXPECT_EQ(ok("{{ d.get('b') }} {{ d.get('z', 0) }} {{ d.get('z') }} {{ d.keys() | list }}"), "1 0 None ['b', 'a', 'c']");
+  EXPECT_EQ(ok("{{ d.get('b') }} {{ d.get('z', 0) }} {{ d.get('z') }} {{ d.keys() | list }}"),
+            "1 0 None ['b', 'a', 'c']");
   EXPECT_EQ(ok("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}"), "b=1;a=[1, 2];c=é\"<;");
   // The immutable sandbox forbids mutating methods.
   EXPECT_NE(err("{{ xs.append(4) }}").find("unsafe"), std::string::npos);
@@ -80,7 +83,8 @@ TEST(ChatTemplateTest, Filters) {
   EXPECT_EQ(ok("{{ missing | default('D') }} {{ '' | default('E', true) }} {{ none | default('F') }}"), "D E None");
   EXPECT_EQ(ok("{{ 'ab' | upper }} {{ 'hello world' | title }} {{ 'hELLO' | capitalize }} {{ 'AB' | lower }}"),
             "AB Hello World Hello ab");
-  EXPECT_EQ(ok("{{ '42' | int }} {{ '4.7' | int }} {{ 'x' | int(-1) }} {{ 3 | float }} {{ 2.5 | round }}"), "42 4 -1 3.0 2.0");
+  EXPECT_EQ(ok("{{ '42' | int }} {{ '4.7' | int }} {{ 'x' | int(-1) }} {{ 3 | float }} {{ 2.5 | round }}"),
+            "42 4 -1 3.0 2.0");
   EXPECT_EQ(ok("{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}"), "a\n  b\n\n  c|  a\n  b");
   EXPECT_EQ(ok("{{ ['b', 'A', 'a', 'B'] | unique | list }} {{ {'b': 1, 'A': 2} | dictsort }}"),
             "['b', 'A'] [('A', 2), ('b', 1)]");
@@ -93,7 +97,8 @@ TEST(ChatTemplateTest, Filters) {
 
 TEST(ChatTemplateTest, ToJsonMatchesTransformers) {
   EXPECT_EQ(ok("{{ d | tojson }}"), R"({"b": 1, "a": [1, 2], "c": "é\"<"})");
-  EXPECT_EQ(ok("{{ d | tojson(indent=2) }}"), "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    2\n  ],\n  \"c\": \"é\\\"<\"\n}");
+  EXPECT_EQ(ok("{{ d | tojson(indent=2) }}"),
+            "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    2\n  ],\n  \"c\": \"é\\\"<\"\n}");
   EXPECT_EQ(ok("{{ d | tojson(separators=(',', ':'), sort_keys=true) }}"), R"({"a":[1,2],"b":1,"c":"é\"<"})");
   EXPECT_EQ(ok("{{ 'é😀\\n\\x01' | tojson(ensure_ascii=true) }}"), R"("\u00e9\ud83d\ude00\n\u0001")");
   EXPECT_EQ(ok("{{ [1.0, 1e16, none, true] | tojson }} {{ {} | tojson(indent=2) }}"), "[1.0, 1e+16, null, true] {}");
@@ -117,14 +122,16 @@ TEST(ChatTemplateTest, LoopsAndScoping) {
             "103TrueFalse3;212FalseFalse3;321FalseTrue3;");
   EXPECT_EQ(ok("{% for x in xs %}{{ loop.previtem }}-{{ loop.nextitem }}{{ loop.cycle('a', 'b') }} {% endfor %}"),
             "-1a 3-2b 1-a ");
-  EXPECT_EQ(ok("{% for x in [] %}x{% else %}empty{% endfor %}|{% for x in xs if x > 1 %}{{ x }}{{ loop.index }}{% endfor %}"),
-            "empty|3122");
+  EXPECT_EQ(
+      ok("{% for x in [] %}x{% else %}empty{% endfor %}|{% for x in xs if x > 1 %}{{ x }}{{ loop.index }}{% endfor %}"),
+      "empty|3122");
   EXPECT_EQ(ok("{% for x in xs %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 2 %}{% break %}{% endif %}{{ x }}"
                "{% endfor %}"),
             "3");
   // set inside a loop does not leak out, and every iteration starts fresh; namespaces carry values out.
-  EXPECT_EQ(ok("{% set y = 5 %}{% for x in xs %}{% if loop.first %}{% set y = 1 %}{% endif %}{{ y }}{% endfor %}{{ y }}"),
-            "1555");
+  EXPECT_EQ(
+      ok("{% set y = 5 %}{% for x in xs %}{% if loop.first %}{% set y = 1 %}{% endif %}{{ y }}{% endfor %}{{ y }}"),
+      "1555");
   EXPECT_EQ(ok("{% set ns = namespace(total=0, seen=[]) %}{% for x in xs %}{% set ns.total = ns.total + x %}"
                "{% set ns.seen = ns.seen + [x] %}{% endfor %}{{ ns.total }} {{ ns.seen }}"),
             "6 [3, 1, 2]");
@@ -133,8 +140,9 @@ TEST(ChatTemplateTest, LoopsAndScoping) {
 }
 
 TEST(ChatTemplateTest, MacrosCallAndFilterBlocks) {
-  EXPECT_EQ(ok("{% macro g(name, greet='Hi') %}{{ greet }} {{ name }}{% endmacro %}{{ g('A') }}/{{ g('B', greet='Yo') }}"),
-            "Hi A/Yo B");
+  EXPECT_EQ(
+      ok("{% macro g(name, greet='Hi') %}{{ greet }} {{ name }}{% endmacro %}{{ g('A') }}/{{ g('B', greet='Yo') }}"),
+      "Hi A/Yo B");
   EXPECT_EQ(ok("{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}"), "1(2,){'k': 3}");
   EXPECT_EQ(ok("{% macro r(k) %}{{ k }}{% if k > 0 %}{{ r(k - 1) }}{% endif %}{% endmacro %}{{ r(3) }}"), "3210");
   EXPECT_EQ(ok("{% macro w() %}<{{ caller(2) }}>{% endmacro %}{% call(v) w() %}v{{ v }}{% endcall %}"), "<v2>");
@@ -186,15 +194,16 @@ TEST(ChatTemplateTest, SandboxLimits) {
   EXPECT_NE(err("{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}", small).find("call depth"), std::string::npos);
   EXPECT_NE(err("{% for i in range(10000) %}{{ 'x' * 1000 }}{% endfor %}", small).find("output exceeds"),
             std::string::npos);
-  EXPECT_NE(err("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-                small)
-                .find("output exceeds"),
-            std::string::npos);
+  EXPECT_NE(
+      err("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", small)
+          .find("output exceeds"),
+      std::string::npos);
   EXPECT_NE(err("{{ 'x' * 1000000000000 }}").find("output exceeds"), std::string::npos);
   EXPECT_NE(err("{{ [1] * 1000000000000 }}").find("output exceeds"), std::string::npos);
   EXPECT_NE(err("{{ 'a' | indent(1000000000000) }}").find("output exceeds"), std::string::npos);
   // Deeply nested syntax is rejected by the parser instead of overflowing the stack.
-  EXPECT_NE(err("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(err("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"),
+            std::string::npos);
   EXPECT_NE(err("{{ " + std::string(5000, '[')).find("line 1"), std::string::npos);
   std::string deep_ifs;
   for (int i = 0; i < 1000; ++i) deep_ifs += "{% if true %}";
