@@ -223,6 +223,10 @@ SNIPPETS = [
     "|{{ '{{}}{}'.format(3) }}",
     "{{ '{:>6}|{:<4}|{:^7}|{:*^9}'.format('ab', 'c', 'mid', 'x') }}|{{ '{:.3f}|{:5d}|{!r}'.format(3.14159, 42, 'q') }}",
     "{{ '{} {}'.format(1) }}",
+    "{{ '%s-%s' | format('a', 2) }}|{{ [1, 2, 3, 4, 5] | batch(2) | list }}|{{ [1, 2, 3] | batch(2, 0) | list }}",
+    "{{ 'hello world foo bar' | truncate(9) }}|{{ 'hello world foo bar' | truncate(9, true) }}|"
+    "{{ 'short' | truncate(3, leeway=0, end='.') }}|{{ 'abc' | truncate(10) }}",
+    "{% if false %}{{ x | groupby('a') }}{{ x | wordwrap(3) }}{% endif %}known-but-unused",
     # whitespace control (trim_blocks + lstrip_blocks)
     "a\n  {% if true %}\n  b\n  {% endif %}\nc",
     "a\n  {%- if true %}\n  b\n  {%+ endif %}\nc",

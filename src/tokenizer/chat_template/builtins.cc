@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <utility>
 
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/parser.h"
@@ -19,7 +20,11 @@ const std::set<std::string>& filter_names() {
       "first",  "float",  "indent",     "int",         "items",  "join",       "last",     "length",  "list",
       "lower",  "map",    "max",        "min",         "reject", "rejectattr", "replace",  "reverse", "round",
       "safe",   "select", "selectattr", "sort",        "string", "sum",        "title",    "tojson",  "trim",
-      "unique", "upper",  "wordcount",  "forceescape", "center"};
+      "unique", "upper",  "wordcount",  "forceescape", "center", "format", "batch", "truncate",
+      // jinja2 builtins this interpreter does not implement: known at compile time (as in jinja2), so a template
+      // that only mentions them in a branch it never takes still renders; calling one is a clear runtime error.
+      "filesizeformat", "groupby", "pprint", "random", "slice", "striptags", "urlencode", "urlize", "wordwrap",
+      "xmlattr"};
   return kNames;
 }
 
@@ -425,6 +430,42 @@ Value call_builtin_filter(Interpreter& in, const std::string& name, const Value&
     int64_t total = width - len, left = total / 2 + (total & width & 1);
     return Value(std::string(left, ' ') + s + std::string(total - left, ' '));
   }
+  if (name == "format") {
+    bool single_mapping = a.positional.size() == 1 && a.positional[0].is_dict();
+    return percent_format(soft_str(v).str(), single_mapping ? a.positional[0] : Value::list(a.positional, true));
+  }
+  if (name == "batch") {
+    int64_t size = a.get(0, "linecount").as_int();
+    if (size <= 0) throw TemplateError("batch: linecount must be positive");
+    Value fill = a.get(1, "fill_with", Value::none());
+    ValueList out, cur;
+    for (const Value& item : in.iterate(v)) {
+      cur.push_back(item);
+      if (static_cast<int64_t>(cur.size()) == size) out.push_back(Value::list(std::exchange(cur, {})));
+    }
+    if (!cur.empty()) {
+      while (!fill.is_none() && static_cast<int64_t>(cur.size()) < size) cur.push_back(fill);
+      out.push_back(Value::list(std::move(cur)));
+    }
+    return Value::iterator(std::move(out));
+  }
+  if (name == "truncate") {
+    std::u32string s = utf8_decode(soft_str(v).str());
+    int64_t length = a.get(0, "length", Value(255)).as_int();
+    bool killwords = a.get(1, "killwords", Value(false)).truthy();
+    std::u32string end = utf8_decode(a.get(2, "end", Value("...")).to_str());
+    Value leeway_v = a.get(3, "leeway", Value::none());
+    int64_t leeway = leeway_v.is_none() ? 5 : leeway_v.as_int();
+    if (length < static_cast<int64_t>(end.size()) || leeway < 0) throw TemplateError("truncate: bad length/leeway");
+    if (static_cast<int64_t>(s.size()) <= length + leeway) return Value(utf8_encode(s));
+    std::u32string head = s.substr(0, length - end.size());
+    if (!killwords) {
+      size_t space = head.rfind(U' ');
+      if (space != std::u32string::npos) head = head.substr(0, space);
+    }
+    return Value(utf8_encode(head + end));
+  }
+  if (is_known_filter(name)) throw TemplateError("filter '" + name + "' is not supported by this template engine");
   *found = false;
   return Value();
 }
