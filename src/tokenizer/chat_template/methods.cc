@@ -3,6 +3,7 @@
 // Invariant: no method performs I/O; results are bounded by the interpreter's size limit.
 #include <chrono>
 #include <ctime>
+#include <unordered_set>
 
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/py_string.h"
@@ -187,32 +188,27 @@ Value list_method(const Value& self, const std::string& name, Args& a) {
   throw TemplateError("access to attribute '" + name + "' of '" + self.type_name() + "' object is unsafe.");
 }
 
-bool is_one_of(const std::string& name, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (name == n) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::optional<Value> bound_method(const Value& obj, const std::string& name) {
   using Fn = Value (*)(const Value&, const std::string&, Args&);
+  using Names = std::unordered_set<std::string>;
+  static const Names kStr = {"strip",     "lstrip",     "rstrip",     "split",        "rsplit",       "splitlines",
+                             "startswith", "endswith",  "replace",    "lower",        "upper",        "capitalize",
+                             "title",     "find",       "rfind",      "index",        "rindex",       "count",
+                             "join",      "isdigit",    "isnumeric",  "isdecimal",    "removeprefix", "removesuffix",
+                             "isspace",   "isalpha",    "isalnum",    "islower",      "isupper",      "format"};
+  static const Names kDict = {"get", "items", "keys", "values", "copy", "pop", "popitem", "update", "setdefault",
+                              "clear"};
+  static const Names kTuple = {"index", "count"};
+  static const Names kList = {"index", "count",  "copy", "append", "pop",    "insert",
+                              "extend", "remove", "sort", "reverse", "clear"};
   Fn fn = nullptr;
-  if (obj.is_string() &&
-      is_one_of(name, {"strip",      "lstrip",       "rstrip",       "split",   "rsplit",    "splitlines",
-                       "startswith", "endswith",     "replace",      "lower",   "upper",     "capitalize",
-                       "title",      "find",         "rfind",        "index",   "rindex",    "count",
-                       "join",       "removeprefix", "removesuffix", "isdigit", "isnumeric", "isdecimal",
-                       "isspace",    "isalpha",      "isalnum",      "islower", "isupper",   "format"})) {
+  if (obj.is_string() && kStr.count(name)) {
     fn = string_method;
-  } else if (obj.is_dict() && !obj.is_namespace() &&
-             is_one_of(name,
-                       {"get", "items", "keys", "values", "copy", "pop", "popitem", "update", "setdefault", "clear"})) {
+  } else if (obj.is_dict() && !obj.is_namespace() && kDict.count(name)) {
     fn = dict_method;
-  } else if (obj.is_list() && (is_one_of(name, {"index", "count"}) ||
-                               (!obj.is_tuple() && is_one_of(name, {"copy", "append", "pop", "insert", "extend",
-                                                                    "remove", "sort", "reverse", "clear"})))) {
+  } else if (obj.is_list() && !obj.is_iterator() && (obj.is_tuple() ? kTuple : kList).count(name)) {
     fn = list_method;
   }
   if (!fn) return std::nullopt;

@@ -406,6 +406,30 @@ bool values_less(const Value& a, const Value& b) {
 
 static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
+  if (!ensure_ascii) {  // fast path: only ASCII specials change; multi-byte UTF-8 sequences are copied verbatim
+    for (char ch : s) {
+      unsigned char c = static_cast<unsigned char>(ch);
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default:
+          if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out += buf;
+          } else {
+            out += ch;
+          }
+      }
+    }
+    out += '"';
+    return;
+  }
   for (char32_t c : utf8_decode(s)) {
     switch (c) {
       case '"':
