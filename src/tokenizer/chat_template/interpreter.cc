@@ -204,7 +204,9 @@ void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& ou
     f[kPrevitem].second = i > 0 ? items[i - 1] : Value::undefined("previtem");
     f[kNextitem].second = i + 1 < n ? items[i + 1] : Value::undefined("nextitem");
     *cycle_index = i;
-    iter_scope->vars.clear();
+    // The body usually assigns nothing, leaving exactly `loop` + the targets: then rebinding them is enough and
+    // costs no allocation. Anything else the previous iteration set is dropped, as in jinja2.
+    if (iter_scope->vars.size() != 1 + s.targets.size()) iter_scope->vars.clear();
     iter_scope->vars["loop"] = loop_value;
     assign_targets(s.targets, items[i], *iter_scope);
     Flow flow = exec_body(s.body, iter_scope, out);
