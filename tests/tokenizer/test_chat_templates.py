@@ -149,6 +149,23 @@ def conversations():
                       {"role": "assistant", "content": "Paris: 21.5 °C. Oslo: -3 °C with snow."},
                       {"role": "user", "content": "Thanks!"}],
             tools=[WEATHER_TOOL, SEARCH_TOOL], add_generation_prompt=True),
+        "tool_result_object": dict(
+            messages=[{"role": "system", "content": "Use tools when needed. Current date: 2024-07-26."},
+                      {"role": "user", "content": "Plan a trip to Zürich."},
+                      {"role": "assistant", "content": "<think>Need weather first.</think>",
+                       "tool_calls": [{"type": "function", "function": {
+                           "name": "get_weather", "arguments": {"city": "Zürich", "filters": {"rain": True,
+                                                                                           "hours": [6, 12, 18]}}}}]},
+                      {"role": "tool", "name": "get_weather",
+                       "content": {"temp_c": 18.25, "conditions": ["cloudy", "light rain"], "alert": None}},
+                      {"role": "assistant", "content": "Pack an umbrella ☔."},
+                      {"role": "user", "content": "And tomorrow?"}],
+            tools=[WEATHER_TOOL], add_generation_prompt=True, kwargs={"enable_thinking": True}),
+        "long_history": dict(
+            messages=[sys_msg] + [m for i in range(12) for m in (
+                {"role": "user", "content": f"Question {i}: what is {i} squared?"},
+                {"role": "assistant", "content": f"{i} squared is {i * i}."})],
+            add_generation_prompt=False),
         "thinking_disabled": dict(messages=[{"role": "user", "content": "Quick answer: capital of France?"}],
                                   add_generation_prompt=True, kwargs={"enable_thinking": False}),
         "content_parts": dict(messages=[{"role": "system", "content": [{"type": "text", "text": "Be concise."}]},
