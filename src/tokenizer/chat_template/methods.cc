@@ -46,6 +46,9 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix) {
   return one(affix);
 }
 
+Value string_search_method(const std::string& s, const std::string& name, Args& a);
+Value string_predicate_method(const std::string& s, const std::string& name, Args& a);
+
 Value string_method(const Value& self, const std::string& name, Args& a) {
   const std::string& s = self.str();
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
@@ -75,6 +78,11 @@ Value string_method(const Value& self, const std::string& name, Args& a) {
   if (name == "upper") return Value(py_upper(s));
   if (name == "capitalize") return Value(py_capitalize(s));
   if (name == "title") return Value(py_title(s));
+  return string_search_method(s, name, a);
+}
+
+// find/index/count/join/removeprefix and the is*() predicates.
+Value string_search_method(const std::string& s, const std::string& name, Args& a) {
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
     Value sub = a.get(0, nullptr);
     if (!sub.is_string()) throw TemplateError("must be str, not " + sub.type_name());
@@ -109,6 +117,10 @@ Value string_method(const Value& self, const std::string& name, Args& a) {
     if (!affix_match(s, x, name == "removeprefix")) return Value(s);
     return Value(name == "removeprefix" ? s.substr(x.str().size()) : s.substr(0, s.size() - x.str().size()));
   }
+  return string_predicate_method(s, name, a);
+}
+
+Value string_predicate_method(const std::string& s, const std::string& name, Args& a) {
   if (name == "isdigit" || name == "isnumeric" || name == "isdecimal") {
     if (s.empty()) return Value(false);
     for (char c : s) {
