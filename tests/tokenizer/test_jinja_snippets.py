@@ -239,6 +239,8 @@ SNIPPETS = [
     "text\n    {% set x = 1 %}    after\nend",
     "{{ '{{' }}|{{ {'a': {'b': 1}} }}|{{ [1, [2, [3]]] }}",
     "trailing newline kept?\n",
+    "a\u00a0\u3000 {%- if true -%} \u2003\u00a0b{% endif %}|\u00a0 {% if true %}x{% endif %}|\n\u2003{% if 1 %}y{% endif %}",
+    "{% raw -%} \u00a0 raw {%- endraw %}|{{ '\u00a0 x \u3000'.strip() }}|{{ '\u00a0 x \u3000' | trim }}",
     # syntax errors must fail on both sides
     "{% if %}{% endif %}",
     "{% for x in xs %}",

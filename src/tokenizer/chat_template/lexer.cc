@@ -14,6 +14,26 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
+// Byte length of the Python-whitespace code point (str.isspace / re's \s) starting at `pos`, or 0.
+size_t space_len_at(const std::string& s, size_t pos) {
+  if (pos >= s.size()) return 0;
+  unsigned char c = s[pos];
+  size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (len == 0 || pos + len > s.size()) return 0;
+  std::u32string cp = utf8_decode(s.substr(pos, len));
+  return cp.size() == 1 && py_isspace(cp[0]) ? len : 0;
+}
+
+// Byte length of the Python-whitespace code point ending at `end`, or 0.
+size_t space_len_before(const std::string& s, size_t end) {
+  size_t begin = end;
+  while (begin > 0 && end - begin < 4) {
+    --begin;
+    if ((static_cast<unsigned char>(s[begin]) & 0xC0) != 0x80) break;
+  }
+  return begin < end && space_len_at(s, begin) == end - begin ? end - begin : 0;
+}
+
 int count_newlines(const std::string& s, size_t begin, size_t end) {
   int n = 0;
   for (size_t i = begin; i < end; ++i) n += s[i] == '\n';
@@ -124,7 +144,7 @@ class Lexer {
   std::string strip_text(std::string text, char sign, bool is_variable) {
     if (sign == '-') {
       size_t end = text.size();
-      while (end > 0 && is_ws(text[end - 1])) --end;
+      while (size_t n = space_len_before(text, end)) end -= n;
       pending_newlines_ = count_newlines(text, end, text.size());
       text.resize(end);
     } else if (sign != '+' && !is_variable) {
@@ -132,7 +152,11 @@ class Lexer {
       l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
       if (l_pos > 0 || line_starting_) {
         bool all_ws = true;
-        for (size_t i = l_pos; i < text.size(); ++i) all_ws = all_ws && is_ws(text[i]);
+        for (size_t i = l_pos; i < text.size() && all_ws;) {
+          size_t n = space_len_at(text, i);
+          all_ws = n > 0;
+          i += n;
+        }
         if (all_ws) text.resize(l_pos);
       }
     }
@@ -148,7 +172,10 @@ class Lexer {
   // Consumes a block end after `%}`: `-%}` strips following whitespace; plain `%}` eats one newline.
   void consume_block_suffix(char sign) {
     if (sign == '-') {
-      while (pos_ < src_.size() && is_ws(src_[pos_])) line_ += src_[pos_++] == '\n';
+      while (size_t n = space_len_at(src_, pos_)) {
+        line_ += src_[pos_] == '\n';
+        pos_ += n;
+      }
     } else if (sign != '+' && pos_ < src_.size() && src_[pos_] == '\n') {
       ++pos_;
       ++line_;
@@ -173,7 +200,10 @@ class Lexer {
     emit_data(strip_text(text, sign, false));
     line_ += count_newlines(src_, tag, p);
     if (strip_after) {
-      while (p < src_.size() && is_ws(src_[p])) line_ += src_[p++] == '\n';
+      while (size_t n = space_len_at(src_, p)) {
+        line_ += src_[p] == '\n';
+        p += n;
+      }
     }
     // Body runs to the next {% endraw %}.
     for (size_t q = src_.find("{%", p); q != std::string::npos; q = src_.find("{%", q + 1)) {
