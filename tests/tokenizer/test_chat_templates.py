@@ -304,3 +304,31 @@ def test_render_errors_are_clear(llmserve_bin, tmp_path):
     r = subprocess.run([str(llmserve_bin), "template", "render", "--template", str(tmp_path / "raise.jinja"),
                         "--messages", str(tmp_path / "m.json")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "line 3: nope: 0" in r.stderr
+
+
+def test_model_dir_with_template_list_and_added_token_objects(llmserve_bin, tmp_path):
+    """tokenizer_config.json may hold a list of named templates ("default" is used) and AddedToken dicts."""
+    config = {
+        "bos_token": {"__type": "AddedToken", "content": "<BOS>", "lstrip": False},
+        "eos_token": "<EOS>",
+        "chat_template": [
+            {"name": "tool_use", "template": "TOOLS {{ messages | length }}"},
+            {"name": "default", "template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}"
+                                            "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]"
+                                            "{% endif %}"},
+        ],
+    }
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "m.json").write_text(json.dumps({"messages": [{"role": "user", "content": "ünï"}]}), encoding="utf-8")
+    args = [str(llmserve_bin), "template", "render", "--model", str(model_dir), "--messages", str(tmp_path / "m.json")]
+    r = subprocess.run(args, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode("utf-8") == "<BOS>[user] ünï<EOS>"
+    r = subprocess.run(args + ["--add-generation-prompt", "--bos-token", "", "--eos-token", "</s>"], capture_output=True,
+                       timeout=60)
+    assert r.stdout.decode("utf-8") == "<BOS>[user] ünï</s>[assistant]"
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "rag", "template": "x"}]}))
+    r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "no \"default\" entry" in r.stderr
