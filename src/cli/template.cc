@@ -148,6 +148,9 @@ Status render_one(const std::string& model, const std::string& template_path, co
   } else {
     context["messages"] = messages;
   }
+  // Like transformers' apply_chat_template, tools and documents are always passed, None when absent.
+  if (!context.contains("tools")) context["tools"] = nullptr;
+  if (!context.contains("documents")) context["documents"] = nullptr;
   if (!tools_path.empty()) {
     ASSIGN_OR_RETURN(OJson tools, read_json(tools_path));
     context["tools"] = tools;
@@ -166,7 +169,7 @@ Status render_one(const std::string& model, const std::string& template_path, co
 }
 
 int run_template(const std::vector<std::string>& args) {
-  ArgParser parser("template render",
+  ArgParser parser("template",
                    "Renders a chat template: --model DIR | --template FILE, with --messages FILE.json; or many cases "
                    "with --batch FILE.jsonl (lines {\"template\",\"context\",\"now\"} -> {\"text\"} | {\"error\"}).");
   std::string model, template_path, messages, tools, bos, eos, batch, now;

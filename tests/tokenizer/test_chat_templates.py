@@ -287,7 +287,8 @@ def test_render_single_with_model_dir(llmserve_bin, testdata, tmp_path):
         source = jinja_file.read_text(encoding="utf-8") if jinja_file.exists() else config["chat_template"]
         tokens = {k: (v["content"] if isinstance(v, dict) else v) for k in ("bos_token", "eos_token")
                   if isinstance(v := config.get(k), (str, dict))}
-        want = env.from_string(source).render(messages=messages, add_generation_prompt=True, **tokens)
+        want = env.from_string(source).render(messages=messages, tools=None, documents=None,
+                                              add_generation_prompt=True, **tokens)
         r = subprocess.run([str(llmserve_bin), "template", "render", "--model", str(model_dir), "--messages",
                             str(tmp_path / "m.json"), "--add-generation-prompt"], capture_output=True, timeout=60)
         assert r.returncode == 0, r.stderr.decode()

@@ -205,15 +205,15 @@ Value list_method(const Value& self, const std::string& name, Args& a) {
 std::optional<Value> bound_method(const Value& obj, const std::string& name) {
   using Fn = Value (*)(const Value&, const std::string&, Args&);
   using Names = std::unordered_set<std::string>;
-  static const Names kStr = {"strip",     "lstrip",     "rstrip",     "split",        "rsplit",       "splitlines",
-                             "startswith", "endswith",  "replace",    "lower",        "upper",        "capitalize",
-                             "title",     "find",       "rfind",      "index",        "rindex",       "count",
-                             "join",      "isdigit",    "isnumeric",  "isdecimal",    "removeprefix", "removesuffix",
-                             "isspace",   "isalpha",    "isalnum",    "islower",      "isupper",      "format"};
-  static const Names kDict = {"get", "items", "keys", "values", "copy", "pop", "popitem", "update", "setdefault",
-                              "clear"};
+  static const Names kStr = {"strip",      "lstrip",   "rstrip",    "split",     "rsplit",       "splitlines",
+                             "startswith", "endswith", "replace",   "lower",     "upper",        "capitalize",
+                             "title",      "find",     "rfind",     "index",     "rindex",       "count",
+                             "join",       "isdigit",  "isnumeric", "isdecimal", "removeprefix", "removesuffix",
+                             "isspace",    "isalpha",  "isalnum",   "islower",   "isupper",      "format"};
+  static const Names kDict = {"get", "items",   "keys",   "values",     "copy",
+                              "pop", "popitem", "update", "setdefault", "clear"};
   static const Names kTuple = {"index", "count"};
-  static const Names kList = {"index", "count",  "copy", "append", "pop",    "insert",
+  static const Names kList = {"index",  "count",  "copy", "append",  "pop",  "insert",
                               "extend", "remove", "sort", "reverse", "clear"};
   Fn fn = nullptr;
   if (obj.is_string() && kStr.count(name)) {
