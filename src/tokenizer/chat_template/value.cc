@@ -16,7 +16,27 @@ const Value* DictData::find(const Value& key) const {
   return nullptr;
 }
 
+static void check_storable(const Value& v) {
+  if (v.is_namespace()) throw TemplateError("namespace objects cannot be stored in lists or dicts (sandbox rule)");
+}
+
+static int child_depth(int depth_of_child) {
+  if (depth_of_child + 1 > kMaxValueDepth) {
+    throw TemplateError("value nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  }
+  return depth_of_child + 1;
+}
+
+int Value::depth() const {
+  if (type_ == Type::kList) return list_->depth;
+  if (type_ == Type::kDict) return dict_->depth;
+  return 0;
+}
+
 void DictData::set(const Value& key, Value value) {
+  check_storable(value);
+  check_storable(key);
+  depth = std::max({depth, child_depth(value.depth()), child_depth(key.depth())});
   for (auto& [k, v] : items) {
     if (values_equal(k, key)) {
       v = std::move(value);
@@ -29,6 +49,10 @@ void DictData::set(const Value& key, Value value) {
 Value Value::list(ValueList items, bool is_tuple) {
   Value v(Type::kList);
   auto data = std::make_shared<ListData>();
+  for (const Value& item : items) {
+    check_storable(item);
+    data->depth = std::max(data->depth, child_depth(item.depth()));
+  }
   data->items = std::move(items);
   data->is_tuple = is_tuple;
   v.list_ = std::move(data);
@@ -53,7 +77,10 @@ Value Value::callable(std::string name, NativeFn fn) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth >= kMaxValueDepth) {
+    throw TemplateError("JSON value nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  }
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return none();
@@ -73,12 +100,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<DictData>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value(), depth + 1));
       return dict(std::move(d));
     }
     default:

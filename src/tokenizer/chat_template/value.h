@@ -26,8 +26,13 @@ using ValueList = std::vector<Value>;
 struct Args;  // call arguments (positional + keyword), defined in interpreter.h
 using NativeFn = std::function<Value(Args& args)>;
 
+// Lists and dicts nest at most this deep (so every recursive walk — repr, ==, tojson, destruction — is bounded),
+// and namespaces are never stored inside them (so a namespace's mutation cannot deepen or cycle a container).
+constexpr int kMaxValueDepth = 200;
+
 struct ListData {
   ValueList items;
+  int depth = 1;
   bool is_tuple = false;
   // A Python generator/iterator (what map/select/selectattr/unique/reverse return): always truthy, no len(),
   // not subscriptable, and empty once iterated.
@@ -37,6 +42,7 @@ struct ListData {
 struct DictData {
   std::vector<std::pair<Value, Value>> items;  // insertion order, keys unique
   bool is_namespace = false;
+  int depth = 1;
   const Value* find(const Value& key) const;
   void set(const Value& key, Value value);
 };
@@ -67,7 +73,8 @@ class Value {
   static Value dict(std::shared_ptr<DictData> data);
   static Value dict() { return dict(std::make_shared<DictData>()); }
   static Value callable(std::string name, NativeFn fn);
-  static Value from_json(const nlohmann::ordered_json& j);
+  // Throws TemplateError when the JSON nests deeper than kMaxValueDepth.
+  static Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
   Type type() const { return type_; }
   bool is_undefined() const { return type_ == Type::kUndefined; }
@@ -95,6 +102,7 @@ class Value {
   DictData& mutable_namespace() const { return *dict_; }
   const Callable& callable() const { return *fn_; }
 
+  int depth() const;  // 0 for scalars, 1 for a flat list/dict
   bool truthy() const;
   // Python str(): what `{{ v }}` prints. Undefined prints "".
   std::string to_str() const;

@@ -208,6 +208,25 @@ TEST(ChatTemplateTest, SandboxLimits) {
   std::string deep_ifs;
   for (int i = 0; i < 1000; ++i) deep_ifs += "{% if true %}";
   EXPECT_NE(err(deep_ifs).find("nested too deeply"), std::string::npos);
+  // Values nest at most kMaxValueDepth deep, whether built by the template or given in the context, so repr,
+  // tojson, comparisons and destruction can never recurse without bound.
+  EXPECT_NE(err("{% set ns = namespace(v=[]) %}{% for i in range(100000) %}{% set ns.v = [ns.v] %}{% endfor %}"
+                "{{ ns.v }}")
+                .find("nested deeper"),
+            std::string::npos);
+  std::string deep_json = std::string(100000, '[') + std::string(100000, ']');
+  auto deep = OJson::parse("{\"x\": " + deep_json + "}", nullptr, false);
+  if (!deep.is_discarded()) {
+    auto t = ChatTemplate::parse("{{ x }}");
+    ASSERT_TRUE(t.ok());
+    auto r = t->render(deep);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("nested deeper"), std::string::npos);
+  }
+  // A namespace cannot be put inside a container (no cycles, no stale depths).
+  EXPECT_NE(err("{% set ns = namespace() %}{% set ns.self = ns %}").find("namespace objects cannot be stored"),
+            std::string::npos);
+  EXPECT_NE(err("{% set ns = namespace() %}{{ [ns] }}").find("namespace objects cannot be stored"), std::string::npos);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 30.0);
 }
