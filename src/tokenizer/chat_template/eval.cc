@@ -34,9 +34,9 @@ Value concat_strings(const Value& a, const Value& b) {
 }
 
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
-  if (++eval_depth_ > 400) {
+  if (++eval_depth_ > kMaxNesting) {
     --eval_depth_;
-    throw TemplateError("expression evaluation nested too deeply", e.line);
+    throw TemplateError("template evaluation nested too deeply (sandbox limit)", e.line);
   }
   struct Restore {
     int* d;

@@ -75,6 +75,14 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, const ScopePtr& scope
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+  if (++eval_depth_ > kMaxNesting) {
+    --eval_depth_;
+    throw TemplateError("template evaluation nested too deeply (sandbox limit)", s.line);
+  }
+  struct Restore {
+    int* d;
+    ~Restore() { --*d; }
+  } restore{&eval_depth_};
   try {
     switch (s.kind) {
       case StmtKind::kText:

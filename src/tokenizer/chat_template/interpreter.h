@@ -94,6 +94,9 @@ class Interpreter {
   std::optional<std::tm> now_;
   int64_t num_iterations_ = 0;
   int call_depth_ = 0;
+  // Statements being executed plus expressions being evaluated, nested (macro calls included): bounds the C++
+  // stack whatever mix of deep syntax and recursion a template uses.
+  static constexpr int kMaxNesting = 1500;
   int eval_depth_ = 0;
   ScopePtr globals_;
 };

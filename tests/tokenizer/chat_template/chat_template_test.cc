@@ -227,6 +227,13 @@ TEST(ChatTemplateTest, SandboxLimits) {
   EXPECT_NE(err("{% set ns = namespace() %}{% set ns.self = ns %}").find("namespace objects cannot be stored"),
             std::string::npos);
   EXPECT_NE(err("{% set ns = namespace() %}{{ [ns] }}").find("namespace objects cannot be stored"), std::string::npos);
+  // Deep statement nesting inside a recursive macro: bounded by the interpreter's nesting budget, not the stack.
+  std::string nested_body;
+  for (int i = 0; i < 150; ++i) nested_body += "{% if true %}";
+  nested_body += "{{ r(n + 1) }}";
+  for (int i = 0; i < 150; ++i) nested_body += "{% endif %}";
+  EXPECT_NE(err("{% macro r(n) %}" + nested_body + "{% endmacro %}{{ r(0) }}").find("nested too deeply"),
+            std::string::npos);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 30.0);
 }
