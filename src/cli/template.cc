@@ -56,7 +56,8 @@ StatusOr<ModelTemplate> load_model_template(const std::string& dir) {
     mt.source = *jinja;
     return mt;
   }
-  if (!config.contains("chat_template")) return not_found(dir + ": no chat_template.jinja and no chat_template in " + config_path);
+  if (!config.contains("chat_template"))
+    return not_found(dir + ": no chat_template.jinja and no chat_template in " + config_path);
   const OJson& ct = config["chat_template"];
   if (ct.is_string()) {
     mt.source = ct.get<std::string>();
@@ -99,8 +100,10 @@ std::string render_batch_line(const std::string& line, std::map<std::string, Sta
     out["error"] = it->second.status().message();
   } else {
     auto text = it->second->render(req.value("context", OJson::object()), options);
-    if (text.ok()) out["text"] = *text;
-    else out["error"] = text.status().message();
+    if (text.ok())
+      out["text"] = *text;
+    else
+      out["error"] = text.status().message();
   }
   return out.dump(-1, ' ', false, OJson::error_handler_t::replace);
 }
@@ -145,6 +148,9 @@ Status render_one(const std::string& model, const std::string& template_path, co
   } else {
     context["messages"] = messages;
   }
+  // Like transformers' apply_chat_template, tools and documents are always passed, None when absent.
+  if (!context.contains("tools")) context["tools"] = nullptr;
+  if (!context.contains("documents")) context["documents"] = nullptr;
   if (!tools_path.empty()) {
     ASSIGN_OR_RETURN(OJson tools, read_json(tools_path));
     context["tools"] = tools;
@@ -163,7 +169,7 @@ Status render_one(const std::string& model, const std::string& template_path, co
 }
 
 int run_template(const std::vector<std::string>& args) {
-  ArgParser parser("template render",
+  ArgParser parser("template",
                    "Renders a chat template: --model DIR | --template FILE, with --messages FILE.json; or many cases "
                    "with --batch FILE.jsonl (lines {\"template\",\"context\",\"now\"} -> {\"text\"} | {\"error\"}).");
   std::string model, template_path, messages, tools, bos, eos, batch, now;

@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <set>
+#include <unordered_map>
+#include <utility>
 
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/parser.h"
@@ -12,26 +13,6 @@
 
 namespace llmserve::jinja {
 namespace {
-
-const std::set<std::string>& filter_names() {
-  static const std::set<std::string> kNames = {
-      "abs",     "attr",       "capitalize", "count",  "d",      "default", "dictsort", "e",      "escape",
-      "first",   "float",      "indent",     "int",    "items",  "join",    "last",     "length", "list",
-      "lower",   "map",        "max",        "min",    "reject", "rejectattr", "replace", "reverse", "round",
-      "safe",    "select",     "selectattr", "sort",   "string", "sum",     "title",    "tojson", "trim",
-      "unique",  "upper",      "wordcount",  "forceescape", "center"};
-  return kNames;
-}
-
-const std::set<std::string>& test_names() {
-  static const std::set<std::string> kNames = {
-      "boolean", "callable", "defined",  "divisibleby", "eq",   "equalto", "==",        "escaped", "even",
-      "false",   "filter",   "float",    "ge",          ">=",   "gt",      "greaterthan", ">",     "in",
-      "integer", "iterable", "le",       "<=",          "lower", "lt",     "lessthan",  "<",       "mapping",
-      "ne",      "!=",       "none",     "number",      "odd",  "sameas",  "sequence",  "string",  "test",
-      "true",    "undefined", "upper"};
-  return kNames;
-}
 
 Value soft_str(const Value& v) { return v.is_string() ? v : Value(v.to_str()); }
 
@@ -65,9 +46,12 @@ Value filter_tojson(const Value& v, Args& a) {
   Value indent = a.get(1, "indent", Value::none());
   if (!indent.is_none()) {
     o.has_indent = true;
-    if (indent.is_string()) o.indent = indent.str();
-    else if (indent.is_int()) o.indent = std::string(std::max<int64_t>(0, indent.as_int()), ' ');
-    else throw TemplateError("tojson: indent must be an int or a string");
+    if (indent.is_string())
+      o.indent = indent.str();
+    else if (indent.is_int())
+      o.indent = std::string(std::clamp<int64_t>(indent.as_int(), 0, 1 << 16), ' ');
+    else
+      throw TemplateError("tojson: indent must be an int or a string");
     o.item_separator = ",";
   }
   Value seps = a.get(2, "separators", Value::none());
@@ -87,6 +71,8 @@ Value filter_tojson(const Value& v, Args& a) {
 Value filter_indent(const Value& v, Args& a) {
   a.check("indent", 3, {"width", "first", "blank"});
   Value width = a.get(0, "width", Value(4));
+  if (!width.is_string() && !width.is_int()) throw TemplateError("indent width must be an int or a string");
+  if (width.is_int()) a.interp->check_size(static_cast<size_t>(std::max<int64_t>(0, width.as_int())));
   std::string ind = width.is_string() ? width.str() : std::string(std::max<int64_t>(0, width.as_int()), ' ');
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
@@ -295,184 +281,319 @@ Value filter_minmax(Interpreter& in, const Value& v, Args& a, bool is_max) {
   return items[best];
 }
 
+// ---- filters with a body of a few lines, each named like jinja2's do_<name> ----
+
+using FilterFn = Value (*)(Interpreter& in, const Value& v, Args& a);
+using TestFn = bool (*)(Interpreter& in, const Value& v, Args& a);
+
+Value do_trim(Interpreter&, const Value& v, Args& a) {
+  Value chars = a.get(0, "chars", Value::none());
+  auto set = chars.is_none() ? std::nullopt : std::optional(chars.to_str());
+  return Value(py_strip(soft_str(v).str(), set, true, true), v.is_safe());
+}
+
+Value do_default(Interpreter&, const Value& v, Args& a) {
+  bool boolean = a.get(1, "boolean", Value(false)).truthy();
+  if (v.is_undefined() || (boolean && !v.truthy())) return a.get(0, "default_value", Value(""));
+  return v;
+}
+
+Value do_replace(Interpreter& in, const Value& v, Args& a) {
+  Value count = a.get(2, "count", Value::none());
+  std::string out =
+      py_replace(v.to_str(), a.get(0, "old").to_str(), a.get(1, "new").to_str(), count.is_none() ? -1 : count.as_int());
+  in.check_size(out.size());
+  return Value(out);
+}
+
+Value do_first(Interpreter& in, const Value& v, Args&) {
+  ValueList items = in.iterate(v);
+  return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
+}
+
+Value do_last(Interpreter& in, const Value& v, Args&) {
+  if (v.is_iterator()) throw TemplateError("'generator' object is not reversible");
+  if (v.is_dict()) throw TemplateError("'dict' object is not reversible");
+  ValueList items = in.iterate(v);
+  return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
+}
+
+Value do_items(Interpreter&, const Value& v, Args&) {
+  if (v.is_undefined()) return Value::iterator({});
+  if (!v.is_dict() || v.is_namespace()) throw TemplateError("Can only get item pairs from a mapping.");
+  ValueList items;
+  for (const auto& [k, val] : v.dict_data().items) items.push_back(Value::list({k, val}, true));
+  return Value::iterator(std::move(items));
+}
+
+Value do_abs(Interpreter&, const Value& v, Args&) {
+  if (!v.is_number()) throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
+  if (!v.is_float() && v.as_int() == INT64_MIN) throw TemplateError("integer overflow in abs()");
+  return v.is_float() ? Value(std::fabs(v.as_double())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+}
+
+Value do_round(Interpreter&, const Value& v, Args& a) {
+  int64_t precision = a.get(0, "precision", Value(0)).as_int();
+  std::string method = a.get(1, "method", Value("common")).to_str();
+  if (method != "common" && method != "ceil" && method != "floor") {
+    throw TemplateError("method must be 'common', 'ceil' or 'floor'");
+  }
+  if (!v.is_number()) throw TemplateError("type " + v.type_name() + " doesn't define __round__ method");
+  double x = v.as_double();
+  if (method == "common" && precision >= 0 && precision < 300 && std::isfinite(x)) {
+    // Python's round() is correctly rounded, half to even: exactly what printf's %.*f does.
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(precision), x);
+    return Value(std::strtod(buf, nullptr));
+  }
+  double scale = std::pow(10.0, static_cast<double>(precision));
+  double r = method == "ceil"    ? std::ceil(x * scale)
+             : method == "floor" ? std::floor(x * scale)
+                                 : std::nearbyint(x * scale);
+  return Value(r / scale);
+}
+
+Value do_reverse(Interpreter& in, const Value& v, Args&) {
+  if (v.is_string()) {
+    std::u32string s = utf8_decode(v.str());
+    std::reverse(s.begin(), s.end());
+    return Value(utf8_encode(s));
+  }
+  ValueList items = in.iterate(v);
+  std::reverse(items.begin(), items.end());
+  return Value::iterator(std::move(items));
+}
+
+Value do_sum(Interpreter& in, const Value& v, Args& a) {
+  Value attribute = a.get(0, "attribute", Value::none());
+  Value total = a.get(1, "start", Value(0));
+  for (const Value& item : in.iterate(v)) {
+    Value x = attribute.is_none() ? item : get_path(in, item, attribute);
+    if (!x.is_number() || !total.is_number()) throw TemplateError("unsupported operand type(s) for +");
+    int64_t r = 0;
+    if (!x.is_float() && !total.is_float() && __builtin_add_overflow(total.as_int(), x.as_int(), &r)) {
+      throw TemplateError("integer overflow in sum()");
+    }
+    total = (x.is_float() || total.is_float()) ? Value(total.as_double() + x.as_double()) : Value(r);
+  }
+  return total;
+}
+
+Value do_center(Interpreter& in, const Value& v, Args& a) {
+  int64_t width = a.get(0, "width", Value(80)).as_int();
+  std::string s = soft_str(v).str();
+  int64_t len = static_cast<int64_t>(py_len(s));
+  if (width <= len) return Value(s);
+  in.check_size(static_cast<size_t>(width));
+  int64_t total = width - len, left = total / 2 + (total & width & 1);
+  return Value(std::string(left, ' ') + s + std::string(total - left, ' '));
+}
+
+Value do_batch(Interpreter& in, const Value& v, Args& a) {
+  int64_t size = a.get(0, "linecount").as_int();
+  if (size <= 0) throw TemplateError("batch: linecount must be positive");
+  Value fill = a.get(1, "fill_with", Value::none());
+  ValueList out, cur;
+  for (const Value& item : in.iterate(v)) {
+    cur.push_back(item);
+    if (static_cast<int64_t>(cur.size()) == size) out.push_back(Value::list(std::exchange(cur, {})));
+  }
+  if (!cur.empty()) {
+    while (!fill.is_none() && static_cast<int64_t>(cur.size()) < size) cur.push_back(fill);
+    out.push_back(Value::list(std::move(cur)));
+  }
+  return Value::iterator(std::move(out));
+}
+
+Value do_truncate(Interpreter&, const Value& v, Args& a) {
+  std::u32string s = utf8_decode(soft_str(v).str());
+  int64_t length = a.get(0, "length", Value(255)).as_int();
+  bool killwords = a.get(1, "killwords", Value(false)).truthy();
+  std::u32string end = utf8_decode(a.get(2, "end", Value("...")).to_str());
+  Value leeway_v = a.get(3, "leeway", Value::none());
+  int64_t leeway = leeway_v.is_none() ? 5 : leeway_v.as_int();
+  if (length < static_cast<int64_t>(end.size()) || leeway < 0) throw TemplateError("truncate: bad length/leeway");
+  if (static_cast<int64_t>(s.size()) <= length + leeway) return Value(utf8_encode(s));
+  std::u32string head = s.substr(0, length - end.size());
+  if (!killwords) {
+    size_t space = head.rfind(U' ');
+    if (space != std::u32string::npos) head = head.substr(0, space);
+  }
+  return Value(utf8_encode(head + end));
+}
+
+Value do_format(Interpreter&, const Value& v, Args& a) {
+  bool single_mapping = a.positional.size() == 1 && a.positional[0].is_dict();
+  return percent_format(soft_str(v).str(), single_mapping ? a.positional[0] : Value::list(a.positional, true));
+}
+
+Value do_unsupported(Interpreter&, const Value&, Args&) {
+  throw TemplateError("this jinja2 filter is not supported by this template engine");
+}
+
+const std::unordered_map<std::string, FilterFn>& filter_table() {
+  static const std::unordered_map<std::string, FilterFn> kTable = {
+      {"tojson", [](Interpreter&, const Value& v, Args& a) { return filter_tojson(v, a); }},
+      {"trim", do_trim},
+      {"length", [](Interpreter&, const Value& v, Args&) { return Value(len_of(v)); }},
+      {"count", [](Interpreter&, const Value& v, Args&) { return Value(len_of(v)); }},
+      {"string", [](Interpreter&, const Value& v, Args&) { return soft_str(v); }},
+      {"safe", [](Interpreter&, const Value& v, Args&) { return Value(v.to_str(), true); }},
+      {"e", [](Interpreter&, const Value& v, Args&) { return v.is_safe() ? v : Value(html_escape(v.to_str()), true); }},
+      {"escape",
+       [](Interpreter&, const Value& v, Args&) { return v.is_safe() ? v : Value(html_escape(v.to_str()), true); }},
+      {"forceescape", [](Interpreter&, const Value& v, Args&) { return Value(html_escape(v.to_str()), true); }},
+      {"default", do_default},
+      {"d", do_default},
+      {"upper", [](Interpreter&, const Value& v, Args&) { return Value(py_upper(soft_str(v).str()), v.is_safe()); }},
+      {"lower", [](Interpreter&, const Value& v, Args&) { return Value(py_lower(soft_str(v).str()), v.is_safe()); }},
+      {"capitalize",
+       [](Interpreter&, const Value& v, Args&) { return Value(py_capitalize(soft_str(v).str()), v.is_safe()); }},
+      {"title", [](Interpreter&, const Value& v, Args&) { return filter_title(v); }},
+      {"replace", do_replace},
+      {"first", do_first},
+      {"last", do_last},
+      {"list", [](Interpreter& in, const Value& v, Args&) { return Value::list(in.iterate(v)); }},
+      {"items", do_items},
+      {"join", filter_join},
+      {"map", filter_map},
+      {"select", [](Interpreter& in, const Value& v, Args& a) { return filter_select(in, v, a, false, true); }},
+      {"reject", [](Interpreter& in, const Value& v, Args& a) { return filter_select(in, v, a, false, false); }},
+      {"selectattr", [](Interpreter& in, const Value& v, Args& a) { return filter_select(in, v, a, true, true); }},
+      {"rejectattr", [](Interpreter& in, const Value& v, Args& a) { return filter_select(in, v, a, true, false); }},
+      {"dictsort", [](Interpreter&, const Value& v, Args& a) { return filter_dictsort(v, a); }},
+      {"sort", filter_sort},
+      {"unique", filter_unique},
+      {"indent", [](Interpreter&, const Value& v, Args& a) { return filter_indent(v, a); }},
+      {"int", [](Interpreter&, const Value& v, Args& a) { return filter_int(v, a); }},
+      {"float", [](Interpreter&, const Value& v, Args& a) { return filter_float(v, a); }},
+      {"abs", do_abs},
+      {"round", do_round},
+      {"reverse", do_reverse},
+      {"sum", do_sum},
+      {"min", [](Interpreter& in, const Value& v, Args& a) { return filter_minmax(in, v, a, false); }},
+      {"max", [](Interpreter& in, const Value& v, Args& a) { return filter_minmax(in, v, a, true); }},
+      {"attr", [](Interpreter& in, const Value& v, Args& a) { return in.get_attr(v, a.get(0, "name").to_str()); }},
+      {"wordcount",
+       [](Interpreter&, const Value& v, Args&) {
+         return Value(static_cast<int64_t>(py_split(soft_str(v).str(), std::nullopt, -1).size()));
+       }},
+      {"center", do_center},
+      {"format", do_format},
+      {"batch", do_batch},
+      {"truncate", do_truncate},
+      // jinja2 builtins not implemented here: known at compile time (as in jinja2), so a template that mentions
+      // them only in a branch it never takes still renders; calling one is a clear runtime error.
+      {"filesizeformat", do_unsupported},
+      {"groupby", do_unsupported},
+      {"pprint", do_unsupported},
+      {"random", do_unsupported},
+      {"slice", do_unsupported},
+      {"striptags", do_unsupported},
+      {"urlencode", do_unsupported},
+      {"urlize", do_unsupported},
+      {"wordwrap", do_unsupported},
+      {"xmlattr", do_unsupported},
+  };
+  return kTable;
+}
+
+// ---- tests (jinja2/tests.py) ----
+
+bool is_iterable(const Value& v) {
+  return v.is_list() || v.is_string() || (v.is_dict() && !v.is_namespace()) || v.is_undefined();
+}
+
+bool test_in(Interpreter& in, const Value& v, Args& a) {
+  Value seq = a.get(0, nullptr);
+  if (seq.is_string()) return v.is_string() && seq.str().find(v.str()) != std::string::npos;
+  if (seq.is_dict()) return seq.dict_data().find(v) != nullptr;
+  for (const Value& x : in.iterate(seq)) {
+    if (values_equal(x, v)) return true;
+  }
+  return false;
+}
+
+int64_t int_operand(const Value& v) {
+  if (!v.is_int() && !v.is_bool()) throw TemplateError("not supported between instances of '" + v.type_name() + "'");
+  return v.as_int();
+}
+
+bool test_divisibleby(Interpreter&, const Value& v, Args& a) {
+  int64_t x = int_operand(v), d = a.get(0, nullptr).as_int();
+  if (d == 0) throw TemplateError("integer division or modulo by zero");
+  return d == -1 || x % d == 0;
+}
+
+Value arg0(Args& a) { return a.get(0, nullptr); }
+
+const std::unordered_map<std::string, TestFn>& test_table() {
+  static const std::unordered_map<std::string, TestFn> kTable = {
+      {"defined", [](Interpreter&, const Value& v, Args&) { return !v.is_undefined(); }},
+      {"undefined", [](Interpreter&, const Value& v, Args&) { return v.is_undefined(); }},
+      {"none", [](Interpreter&, const Value& v, Args&) { return v.is_none(); }},
+      {"string", [](Interpreter&, const Value& v, Args&) { return v.is_string(); }},
+      {"mapping", [](Interpreter&, const Value& v, Args&) { return v.is_dict() && !v.is_namespace(); }},
+      {"number", [](Interpreter&, const Value& v, Args&) { return v.is_number(); }},
+      {"integer", [](Interpreter&, const Value& v, Args&) { return v.is_int(); }},
+      {"float", [](Interpreter&, const Value& v, Args&) { return v.is_float(); }},
+      {"boolean", [](Interpreter&, const Value& v, Args&) { return v.is_bool(); }},
+      {"true", [](Interpreter&, const Value& v, Args&) { return v.is_bool() && v.as_bool(); }},
+      {"false", [](Interpreter&, const Value& v, Args&) { return v.is_bool() && !v.as_bool(); }},
+      {"callable", [](Interpreter&, const Value& v, Args&) { return v.is_callable(); }},
+      {"iterable", [](Interpreter&, const Value& v, Args&) { return is_iterable(v); }},
+      // len() and __getitem__ both work: not for generators; Undefined has both.
+      {"sequence", [](Interpreter&, const Value& v, Args&) { return is_iterable(v) && !v.is_iterator(); }},
+      {"escaped", [](Interpreter&, const Value& v, Args&) { return v.is_safe(); }},
+      {"lower", [](Interpreter&, const Value& v, Args&) { return py_lower(v.to_str()) == v.to_str(); }},
+      {"upper", [](Interpreter&, const Value& v, Args&) { return py_upper(v.to_str()) == v.to_str(); }},
+      {"eq", [](Interpreter&, const Value& v, Args& a) { return values_equal(v, arg0(a)); }},
+      {"equalto", [](Interpreter&, const Value& v, Args& a) { return values_equal(v, arg0(a)); }},
+      {"==", [](Interpreter&, const Value& v, Args& a) { return values_equal(v, arg0(a)); }},
+      {"ne", [](Interpreter&, const Value& v, Args& a) { return !values_equal(v, arg0(a)); }},
+      {"!=", [](Interpreter&, const Value& v, Args& a) { return !values_equal(v, arg0(a)); }},
+      {"lt", [](Interpreter&, const Value& v, Args& a) { return values_less(v, arg0(a)); }},
+      {"lessthan", [](Interpreter&, const Value& v, Args& a) { return values_less(v, arg0(a)); }},
+      {"<", [](Interpreter&, const Value& v, Args& a) { return values_less(v, arg0(a)); }},
+      {"gt", [](Interpreter&, const Value& v, Args& a) { return values_less(arg0(a), v); }},
+      {"greaterthan", [](Interpreter&, const Value& v, Args& a) { return values_less(arg0(a), v); }},
+      {">", [](Interpreter&, const Value& v, Args& a) { return values_less(arg0(a), v); }},
+      {"le", [](Interpreter&, const Value& v, Args& a) { return !values_less(arg0(a), v); }},
+      {"<=", [](Interpreter&, const Value& v, Args& a) { return !values_less(arg0(a), v); }},
+      {"ge", [](Interpreter&, const Value& v, Args& a) { return !values_less(v, arg0(a)); }},
+      {">=", [](Interpreter&, const Value& v, Args& a) { return !values_less(v, arg0(a)); }},
+      {"sameas",
+       [](Interpreter&, const Value& v, Args& a) {
+         Value o = arg0(a);
+         return v.type() == o.type() && values_equal(v, o);
+       }},
+      {"in", test_in},
+      {"odd", [](Interpreter&, const Value& v, Args&) { return int_operand(v) % 2 != 0; }},
+      {"even", [](Interpreter&, const Value& v, Args&) { return int_operand(v) % 2 == 0; }},
+      {"divisibleby", test_divisibleby},
+      {"filter", [](Interpreter&, const Value& v, Args&) { return is_known_filter(v.to_str()); }},
+      {"test", [](Interpreter&, const Value& v, Args&) { return is_known_test(v.to_str()); }},
+  };
+  return kTable;
+}
+
 }  // namespace
 
-bool is_known_filter(const std::string& name) { return filter_names().count(name) > 0; }
-bool is_known_test(const std::string& name) { return test_names().count(name) > 0; }
+bool is_known_filter(const std::string& name) { return filter_table().count(name) > 0; }
+bool is_known_test(const std::string& name) { return test_table().count(name) > 0; }
 
 Value call_builtin_filter(Interpreter& in, const std::string& name, const Value& v, Args& a, bool* found) {
-  *found = true;
-  if (name == "tojson") return filter_tojson(v, a);
-  if (name == "trim") {
-    Value chars = a.get(0, "chars", Value::none());
-    return Value(py_strip(soft_str(v).str(), chars.is_none() ? std::nullopt : std::optional(chars.to_str()), true, true),
-                 v.is_safe());
-  }
-  if (name == "length" || name == "count") return Value(len_of(v));
-  if (name == "string") return soft_str(v);
-  if (name == "safe") return Value(v.to_str(), true);
-  if (name == "e" || name == "escape" || name == "forceescape") {
-    return v.is_safe() && name != "forceescape" ? v : Value(html_escape(v.to_str()), true);
-  }
-  if (name == "default" || name == "d") {
-    bool boolean = a.get(1, "boolean", Value(false)).truthy();
-    if (v.is_undefined() || (boolean && !v.truthy())) return a.get(0, "default_value", Value(""));
-    return v;
-  }
-  if (name == "upper") return Value(py_upper(soft_str(v).str()), v.is_safe());
-  if (name == "lower") return Value(py_lower(soft_str(v).str()), v.is_safe());
-  if (name == "capitalize") return Value(py_capitalize(soft_str(v).str()), v.is_safe());
-  if (name == "title") return filter_title(v);
-  if (name == "replace") {
-    Value count = a.get(2, "count", Value::none());
-    std::string out = py_replace(v.to_str(), a.get(0, "old").to_str(), a.get(1, "new").to_str(),
-                                 count.is_none() ? -1 : count.as_int());
-    in.check_size(out.size());
-    return Value(out);
-  }
-  if (name == "first") {
-    ValueList items = in.iterate(v);
-    return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
-  }
-  if (name == "last") {
-    if (v.is_iterator()) throw TemplateError("'generator' object is not reversible");
-    if (v.is_dict()) throw TemplateError("'dict' object is not reversible");
-    ValueList items = in.iterate(v);
-    return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
-  }
-  if (name == "list") return Value::list(in.iterate(v));
-  if (name == "items") {
-    if (v.is_undefined()) return Value::iterator({});
-    if (!v.is_dict() || v.is_namespace()) throw TemplateError("Can only get item pairs from a mapping.");
-    ValueList items;
-    for (const auto& [k, val] : v.dict_data().items) items.push_back(Value::list({k, val}, true));
-    return Value::iterator(std::move(items));
-  }
-  if (name == "join") return filter_join(in, v, a);
-  if (name == "map") return filter_map(in, v, a);
-  if (name == "select" || name == "reject") return filter_select(in, v, a, false, name == "select");
-  if (name == "selectattr" || name == "rejectattr") return filter_select(in, v, a, true, name == "selectattr");
-  if (name == "dictsort") return filter_dictsort(v, a);
-  if (name == "sort") return filter_sort(in, v, a);
-  if (name == "unique") return filter_unique(in, v, a);
-  if (name == "indent") return filter_indent(v, a);
-  if (name == "int") return filter_int(v, a);
-  if (name == "float") return filter_float(v, a);
-  if (name == "abs") {
-    if (!v.is_number()) throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
-    return v.is_float() ? Value(std::fabs(v.as_double())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
-  }
-  if (name == "round") {
-    int64_t precision = a.get(0, "precision", Value(0)).as_int();
-    std::string method = a.get(1, "method", Value("common")).to_str();
-    if (method != "common" && method != "ceil" && method != "floor") {
-      throw TemplateError("method must be 'common', 'ceil' or 'floor'");
-    }
-    if (!v.is_number()) throw TemplateError("type " + v.type_name() + " doesn't define __round__ method");
-    double x = v.as_double();
-    if (method == "common" && precision >= 0 && precision < 300 && std::isfinite(x)) {
-      // Python's round() is correctly rounded, half to even: exactly what printf's %.*f does.
-      char buf[512];
-      std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(precision), x);
-      return Value(std::strtod(buf, nullptr));
-    }
-    double scale = std::pow(10.0, static_cast<double>(precision));
-    double r = method == "ceil" ? std::ceil(x * scale) : method == "floor" ? std::floor(x * scale)
-                                                                           : std::nearbyint(x * scale);
-    return Value(r / scale);
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      std::u32string s = utf8_decode(v.str());
-      std::reverse(s.begin(), s.end());
-      return Value(utf8_encode(s));
-    }
-    ValueList items = in.iterate(v);
-    std::reverse(items.begin(), items.end());
-    return Value::iterator(std::move(items));
-  }
-  if (name == "sum") {
-    Value attribute = a.get(0, "attribute", Value::none());
-    Value total = a.get(1, "start", Value(0));
-    for (const Value& item : in.iterate(v)) {
-      Value x = attribute.is_none() ? item : get_path(in, item, attribute);
-      if (!x.is_number() || !total.is_number()) throw TemplateError("unsupported operand type(s) for +");
-      total = (x.is_float() || total.is_float()) ? Value(total.as_double() + x.as_double())
-                                                 : Value(total.as_int() + x.as_int());
-    }
-    return total;
-  }
-  if (name == "min" || name == "max") return filter_minmax(in, v, a, name == "max");
-  if (name == "attr") return in.get_attr(v, a.get(0, "name").to_str());
-  if (name == "wordcount") return Value(static_cast<int64_t>(py_split(soft_str(v).str(), std::nullopt, -1).size()));
-  if (name == "center") {
-    int64_t width = a.get(0, "width", Value(80)).as_int();
-    std::string s = soft_str(v).str();
-    int64_t len = static_cast<int64_t>(py_len(s));
-    if (width <= len) return Value(s);
-    int64_t total = width - len, left = total / 2 + (total & width & 1);
-    return Value(std::string(left, ' ') + s + std::string(total - left, ' '));
-  }
-  *found = false;
-  return Value();
+  auto it = filter_table().find(name);
+  *found = it != filter_table().end();
+  if (!*found) return Value();
+  if (it->second == do_unsupported) throw TemplateError("filter '" + name + "' is not supported by this engine");
+  return it->second(in, v, a);
 }
 
 bool call_builtin_test(Interpreter& in, const std::string& name, const Value& v, Args& a, bool* found) {
-  *found = true;
-  auto arg = [&]() { return a.get(0, nullptr); };
-  if (name == "defined") return !v.is_undefined();
-  if (name == "undefined") return v.is_undefined();
-  if (name == "none") return v.is_none();
-  if (name == "string") return v.is_string();
-  if (name == "mapping") return v.is_dict() && !v.is_namespace();
-  if (name == "number") return v.is_number();
-  if (name == "integer") return v.is_int();
-  if (name == "float") return v.is_float();
-  if (name == "boolean") return v.is_bool();
-  if (name == "true") return v.is_bool() && v.as_bool();
-  if (name == "false") return v.is_bool() && !v.as_bool();
-  if (name == "callable") return v.is_callable();
-  if (name == "iterable") return v.is_list() || v.is_string() || (v.is_dict() && !v.is_namespace()) || v.is_undefined();
-  if (name == "sequence") {
-    return (v.is_list() && !v.is_iterator()) || v.is_string() || (v.is_dict() && !v.is_namespace()) ||
-           v.is_undefined();
-  }
-  if (name == "escaped") return v.is_safe();
-  if (name == "lower") return py_lower(v.to_str()) == v.to_str();
-  if (name == "upper") return py_upper(v.to_str()) == v.to_str();
-  if (name == "eq" || name == "equalto" || name == "==") return values_equal(v, arg());
-  if (name == "ne" || name == "!=") return !values_equal(v, arg());
-  if (name == "lt" || name == "lessthan" || name == "<") return values_less(v, arg());
-  if (name == "gt" || name == "greaterthan" || name == ">") return values_less(arg(), v);
-  if (name == "le" || name == "<=") return !values_less(arg(), v);
-  if (name == "ge" || name == ">=") return !values_less(v, arg());
-  if (name == "sameas") {
-    Value o = arg();
-    if (v.type() != o.type()) return false;
-    return values_equal(v, o);
-  }
-  if (name == "in") {
-    Value seq = arg();
-    if (seq.is_string()) return v.is_string() && seq.str().find(v.str()) != std::string::npos;
-    if (seq.is_dict()) return seq.dict_data().find(v) != nullptr;
-    for (const Value& x : in.iterate(seq)) {
-      if (values_equal(x, v)) return true;
-    }
-    return false;
-  }
-  if (name == "divisibleby" || name == "odd" || name == "even") {
-    if (!v.is_int() && !v.is_bool()) throw TemplateError("not supported between instances of '" + v.type_name() + "'");
-    int64_t x = v.as_int();
-    if (name == "odd") return x % 2 != 0;
-    if (name == "even") return x % 2 == 0;
-    int64_t d = arg().as_int();
-    if (d == 0) throw TemplateError("integer division or modulo by zero");
-    return x % d == 0;
-  }
-  if (name == "filter") return is_known_filter(v.to_str());
-  if (name == "test") return is_known_test(v.to_str());
-  *found = false;
-  return false;
+  auto it = test_table().find(name);
+  *found = it != test_table().end();
+  return *found && it->second(in, v, a);
 }
 
 }  // namespace llmserve::jinja

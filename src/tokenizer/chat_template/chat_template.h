@@ -6,10 +6,9 @@
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
@@ -20,8 +19,8 @@ struct Template;
 }
 
 struct ChatTemplateOptions {
-  int64_t max_loop_iterations = 5'000'000;  // summed over all loops of one render
-  int max_call_depth = 200;                 // nested macro calls
+  int64_t max_loop_iterations = 2'000'000;  // summed over all loops of one render
+  int max_call_depth = 128;                 // nested macro calls
   size_t max_output_bytes = 32u << 20;      // any string the template builds, and the output
   std::optional<std::tm> now;               // what strftime_now() sees; unset = the local time at render
 };

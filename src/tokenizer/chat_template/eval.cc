@@ -34,9 +34,9 @@ Value concat_strings(const Value& a, const Value& b) {
 }
 
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
-  if (++eval_depth_ > 400) {
+  if (++eval_depth_ > kMaxNesting) {
     --eval_depth_;
-    throw TemplateError("expression evaluation nested too deeply", e.line);
+    throw TemplateError("template evaluation nested too deeply (sandbox limit)", e.line);
   }
   struct Restore {
     int* d;
@@ -68,8 +68,10 @@ Args Interpreter::eval_args(const Expr& e, const ScopePtr& scope) {
 
 Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
   switch (e.kind) {
-    case ExprKind::kLiteral: return e.value;
-    case ExprKind::kName: return lookup_name(e.name, scope);
+    case ExprKind::kLiteral:
+      return e.value;
+    case ExprKind::kName:
+      return lookup_name(e.name, scope);
     case ExprKind::kList:
     case ExprKind::kTuple: {
       ValueList items;
@@ -92,9 +94,11 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       if (v.is_undefined()) undefined_error(v);
       if (!v.is_number()) throw TemplateError("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
       if (e.name == "+") return v.is_float() ? v : Value(v.as_int());
+      if (!v.is_float() && v.as_int() == INT64_MIN) throw TemplateError("integer overflow in unary '-'");
       return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
     }
-    case ExprKind::kBinary: return eval_binary(e.name, eval(*e.a, scope), eval(*e.b, scope));
+    case ExprKind::kBinary:
+      return eval_binary(e.name, eval(*e.a, scope), eval(*e.b, scope));
     case ExprKind::kAnd: {
       Value a = eval(*e.a, scope);
       return a.truthy() ? eval(*e.b, scope) : a;
@@ -116,8 +120,10 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       if (eval(*e.b, scope).truthy()) return eval(*e.a, scope);
       return e.c ? eval(*e.c, scope) : Value::undefined();
     }
-    case ExprKind::kGetAttr: return get_attr(eval(*e.a, scope), e.name);
-    case ExprKind::kGetItem: return get_item(eval(*e.a, scope), eval(*e.b, scope));
+    case ExprKind::kGetAttr:
+      return get_attr(eval(*e.a, scope), e.name);
+    case ExprKind::kGetItem:
+      return get_item(eval(*e.a, scope), eval(*e.b, scope));
     case ExprKind::kSlice: {
       Value obj = eval(*e.a, scope);
       Value start = e.b ? eval(*e.b, scope) : Value::none();
@@ -158,9 +164,15 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     bool is_float = a.is_float() || b.is_float();
     double x = a.as_double(), y = b.as_double();
     int64_t i = a.as_int(), j = b.as_int();
-    if (op == "+") return is_float ? Value(x + y) : Value(i + j);
-    if (op == "-") return is_float ? Value(x - y) : Value(i - j);
-    if (op == "*") return is_float ? Value(x * y) : Value(i * j);
+    int64_t r = 0;
+    // Python ints never overflow; ours are 64-bit, so an overflow is reported instead of wrapping.
+    auto checked = [&](bool overflow) {
+      if (overflow) throw TemplateError("integer overflow in '" + op + "'");
+      return Value(r);
+    };
+    if (op == "+") return is_float ? Value(x + y) : checked(__builtin_add_overflow(i, j, &r));
+    if (op == "-") return is_float ? Value(x - y) : checked(__builtin_sub_overflow(i, j, &r));
+    if (op == "*") return is_float ? Value(x * y) : checked(__builtin_mul_overflow(i, j, &r));
     if (op == "/") {
       if (y == 0) throw TemplateError("division by zero");
       return Value(x / y);
@@ -172,13 +184,21 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
         return op == "%" ? Value(m) : Value(std::floor((x - m) / y));
       }
+      if (i == INT64_MIN && j == -1) throw TemplateError("integer overflow in '" + op + "'");
       int64_t q = floor_div(i, j);
       return op == "//" ? Value(q) : Value(i - q * j);
     }
     if (op == "**") {
       if (!is_float && j >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < j && k < 64; ++k) r *= i;
+        r = 1;
+        for (int64_t k = 0; k < j; ++k) {
+          if (__builtin_mul_overflow(r, i, &r)) throw TemplateError("integer overflow in '**'");
+          if (r == 0 || r == 1) break;  // 0**n, 1**n
+          if (r == -1) {
+            r = ((j - k - 1) % 2 == 0) ? -1 : 1;
+            break;
+          }
+        }
         return Value(r);
       }
       return Value(std::pow(x, y));
@@ -212,7 +232,11 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       return Value::list(std::move(items), seq->is_tuple());
     }
   }
-  if (op == "%" && a.is_string()) throw TemplateError("printf-style string formatting is not supported");
+  if (op == "%" && a.is_string()) {
+    Value r = percent_format(a.str(), b);
+    check_size(r.str().size());
+    return r;
+  }
   throw TemplateError(op_error(op, a, b));
 }
 
@@ -286,10 +310,11 @@ Value Interpreter::eval_slice(const Value& obj, const Value& start_v, const Valu
   };
   int64_t b = adjust(start, true), e = adjust(stop, false);
   std::vector<int64_t> idx;
+  using Wide = __int128;  // i + step must not overflow for huge steps
   if (step > 0) {
-    for (int64_t i = b; i < e; i += step) idx.push_back(i);
+    for (Wide i = b; i < e; i += step) idx.push_back(static_cast<int64_t>(i));
   } else {
-    for (int64_t i = b; i > e; i += step) idx.push_back(i);
+    for (Wide i = b; i > e; i += step) idx.push_back(static_cast<int64_t>(i));
   }
   if (obj.is_string()) {
     std::u32string out;

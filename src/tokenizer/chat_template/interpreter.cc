@@ -75,17 +75,33 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, const ScopePtr& scope
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+  if (++eval_depth_ > kMaxNesting) {
+    --eval_depth_;
+    throw TemplateError("template evaluation nested too deeply (sandbox limit)", s.line);
+  }
+  struct Restore {
+    int* d;
+    ~Restore() { --*d; }
+  } restore{&eval_depth_};
   try {
     switch (s.kind) {
-      case StmtKind::kText: append(out, s.text); break;
-      case StmtKind::kPrint: append(out, to_str(eval(*s.expr, scope))); break;
+      case StmtKind::kText:
+        append(out, s.text);
+        break;
+      case StmtKind::kPrint:
+        append(out, to_str(eval(*s.expr, scope)));
+        break;
       case StmtKind::kIf:
         for (const auto& [cond, body] : s.branches) {
           if (eval(*cond, scope).truthy()) return exec_body(body, scope, out);
         }
         return exec_body(s.else_body, scope, out);
-      case StmtKind::kFor: exec_for(s, scope, out); break;
-      case StmtKind::kSet: exec_set(s, scope); break;
+      case StmtKind::kFor:
+        exec_for(s, scope, out);
+        break;
+      case StmtKind::kSet:
+        exec_set(s, scope);
+        break;
       case StmtKind::kBlockSet: {
         std::string body;
         exec_body(s.body, std::make_shared<Scope>(scope), body);
@@ -94,23 +110,30 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, std::s
         scope->vars[s.targets[0]] = v;
         break;
       }
-      case StmtKind::kMacro: scope->vars[s.name] = make_macro(s, scope); break;
-      case StmtKind::kCallBlock: exec_call_block(s, scope, out); break;
+      case StmtKind::kMacro:
+        scope->vars[s.name] = make_macro(s, scope);
+        break;
+      case StmtKind::kCallBlock:
+        exec_call_block(s, scope, out);
+        break;
       case StmtKind::kFilterBlock: {
         std::string body;
         exec_body(s.body, std::make_shared<Scope>(scope), body);
         append(out, to_str(eval_filter_chain(*s.filter, scope, Value(body))));
         break;
       }
-      case StmtKind::kBreak: return Flow::kBreak;
-      case StmtKind::kContinue: return Flow::kContinue;
+      case StmtKind::kBreak:
+        return Flow::kBreak;
+      case StmtKind::kContinue:
+        return Flow::kContinue;
       case StmtKind::kScope: {
         auto inner = std::make_shared<Scope>(scope);
         for (const auto& [name, expr] : s.params) inner->vars[name] = eval(*expr, scope);
         exec_body(s.body, inner, out);
         break;
       }
-      case StmtKind::kBody: return exec_body(s.body, scope, out);
+      case StmtKind::kBody:
+        return exec_body(s.body, scope, out);
     }
   } catch (TemplateError& e) {
     if (e.line == 0) e.line = s.line;
@@ -150,33 +173,52 @@ void Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, std::string& ou
     items = std::move(kept);
   }
   const int64_t n = static_cast<int64_t>(items.size());
-  Value prev_item = Value::undefined("previtem");
+  // One `loop` object and one iteration scope per loop, refreshed in place each iteration: jinja2 gives every
+  // iteration a fresh scope, which clearing the variables reproduces without an allocation per iteration.
+  enum LoopField { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kPrevitem, kNextitem };
+  auto loop = std::make_shared<DictData>();
+  for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "previtem", "nextitem"}) {
+    loop->items.emplace_back(Value(key), Value());
+  }
+  loop->items.emplace_back(Value("length"), Value(n));
+  loop->items.emplace_back(Value("depth"), Value(1));
+  loop->items.emplace_back(Value("depth0"), Value(0));
+  auto cycle_index = std::make_shared<int64_t>(0);
+  loop->items.emplace_back(Value("cycle"), Value::callable("loop.cycle", [cycle_index](Args& a) -> Value {
+                             if (a.positional.empty()) throw TemplateError("no items for cycling given");
+                             return a.positional[*cycle_index % static_cast<int64_t>(a.positional.size())];
+                           }));
+  // loop.changed(*values): true when the values differ from the previous call's (the first call is true).
+  auto last_changed = std::make_shared<std::optional<Value>>();
+  loop->items.emplace_back(Value("changed"), Value::callable("loop.changed", [last_changed](Args& a) -> Value {
+                             Value now = Value::list(a.positional);
+                             if (*last_changed && values_equal(**last_changed, now)) return Value(false);
+                             *last_changed = now;
+                             return Value(true);
+                           }));
+  const Value loop_value = Value::dict(loop);
+  auto iter_scope = std::make_shared<Scope>(scope);
   for (int64_t i = 0; i < n; ++i) {
     if (++num_iterations_ > limits_.max_loop_iterations) {
       throw TemplateError("loop iteration limit of " + std::to_string(limits_.max_loop_iterations) + " exceeded");
     }
-    auto iter_scope = std::make_shared<Scope>(scope);
-    auto loop = std::make_shared<DictData>();
-    loop->set("index", Value(i + 1));
-    loop->set("index0", Value(i));
-    loop->set("revindex", Value(n - i));
-    loop->set("revindex0", Value(n - i - 1));
-    loop->set("first", Value(i == 0));
-    loop->set("last", Value(i == n - 1));
-    loop->set("length", Value(n));
-    loop->set("depth", Value(1));
-    loop->set("depth0", Value(0));
-    loop->set("previtem", prev_item);
-    loop->set("nextitem", i + 1 < n ? items[i + 1] : Value::undefined("nextitem"));
-    loop->set("cycle", Value::callable("loop.cycle", [i](Args& a) -> Value {
-                if (a.positional.empty()) throw TemplateError("no items for cycling given");
-                return a.positional[i % a.positional.size()];
-              }));
-    iter_scope->vars["loop"] = Value::dict(loop);
+    auto& f = loop->items;
+    f[kIndex].second = Value(i + 1);
+    f[kIndex0].second = Value(i);
+    f[kRevindex].second = Value(n - i);
+    f[kRevindex0].second = Value(n - i - 1);
+    f[kFirst].second = Value(i == 0);
+    f[kLast].second = Value(i == n - 1);
+    f[kPrevitem].second = i > 0 ? items[i - 1] : Value::undefined("previtem");
+    f[kNextitem].second = i + 1 < n ? items[i + 1] : Value::undefined("nextitem");
+    *cycle_index = i;
+    // The body usually assigns nothing, leaving exactly `loop` + the targets: then rebinding them is enough and
+    // costs no allocation. Anything else the previous iteration set is dropped, as in jinja2.
+    if (iter_scope->vars.size() != 1 + s.targets.size()) iter_scope->vars.clear();
+    iter_scope->vars["loop"] = loop_value;
     assign_targets(s.targets, items[i], *iter_scope);
-    prev_item = items[i];
-    Flow f = exec_body(s.body, iter_scope, out);
-    if (f == Flow::kBreak) break;
+    Flow flow = exec_body(s.body, iter_scope, out);
+    if (flow == Flow::kBreak) break;
   }
   if (n == 0) exec_body(s.else_body, std::make_shared<Scope>(scope), out);
 }
@@ -213,24 +255,31 @@ Value Interpreter::invoke_macro(const Stmt& s, const ScopePtr& closure, Args& ar
     ~DepthRestore() { --*d; }
   } restore{&call_depth_};
   auto scope = std::make_shared<Scope>(closure);
+  if (args.positional.size() > s.params.size() && !s.uses_varargs) {
+    throw TemplateError("macro '" + name + "' takes not more than " + std::to_string(s.params.size()) + " argument(s)");
+  }
   ValueList varargs;
   for (size_t i = 0; i < args.positional.size(); ++i) {
-    if (i < s.params.size()) scope->vars[s.params[i].first] = args.positional[i];
-    else varargs.push_back(args.positional[i]);
+    if (i < s.params.size())
+      scope->vars[s.params[i].first] = args.positional[i];
+    else
+      varargs.push_back(args.positional[i]);
   }
   auto kwargs = std::make_shared<DictData>();
   for (const auto& [k, v] : args.kwargs) {
-    if (k == "caller") {
+    if (k == "caller" && s.uses_caller) {
       scope->vars["caller"] = v;
       continue;
     }
     bool is_param = false;
     for (size_t i = 0; i < s.params.size(); ++i) {
       if (s.params[i].first != k) continue;
-      if (i < args.positional.size()) throw TemplateError("macro '" + name + "' got multiple values for argument '" + k + "'");
+      if (i < args.positional.size())
+        throw TemplateError("macro '" + name + "' got multiple values for argument '" + k + "'");
       scope->vars[k] = v;
       is_param = true;
     }
+    if (!is_param && !s.uses_kwargs) throw TemplateError("macro '" + name + "' takes no keyword argument '" + k + "'");
     if (!is_param) kwargs->set(Value(k), v);
   }
   for (size_t i = args.positional.size(); i < s.params.size(); ++i) {
@@ -263,7 +312,8 @@ void Interpreter::exec_call_block(const Stmt& s, const ScopePtr& scope, std::str
 Value Interpreter::call(const Value& callee, Args& args) {
   args.interp = this;
   if (callee.is_undefined()) {
-    throw TemplateError(callee.str().empty() ? "undefined value is not callable" : "'" + callee.str() + "' is undefined");
+    throw TemplateError(callee.str().empty() ? "undefined value is not callable"
+                                             : "'" + callee.str() + "' is undefined");
   }
   if (!callee.is_callable()) throw TemplateError("'" + callee.type_name() + "' object is not callable");
   return callee.callable().fn(args);
@@ -318,7 +368,8 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
 
 ValueList Interpreter::iterate(const Value& v) {
   switch (v.type()) {
-    case Value::Type::kUndefined: return {};
+    case Value::Type::kUndefined:
+      return {};
     case Value::Type::kList:
       if (v.is_iterator()) {
         if (v.list_data().consumed) return {};
@@ -341,7 +392,8 @@ ValueList Interpreter::iterate(const Value& v) {
       }
       return chars;
     }
-    default: break;
+    default:
+      break;
   }
   throw TemplateError("'" + v.type_name() + "' object is not iterable");
 }

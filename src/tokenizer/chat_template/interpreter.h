@@ -18,8 +18,8 @@
 namespace llmserve::jinja {
 
 struct RenderLimits {
-  int64_t max_loop_iterations = 5'000'000;  // summed over every loop of one render
-  int max_call_depth = 200;                 // nested macro / caller calls
+  int64_t max_loop_iterations = 2'000'000;  // summed over every loop of one render
+  int max_call_depth = 128;                 // nested macro / caller calls
   size_t max_output_bytes = 32u << 20;      // any single string or output buffer
 };
 
@@ -94,6 +94,9 @@ class Interpreter {
   std::optional<std::tm> now_;
   int64_t num_iterations_ = 0;
   int call_depth_ = 0;
+  // Statements being executed plus expressions being evaluated, nested (macro calls included): bounds the C++
+  // stack whatever mix of deep syntax and recursion a template uses.
+  static constexpr int kMaxNesting = 1500;
   int eval_depth_ = 0;
   ScopePtr globals_;
 };
@@ -104,6 +107,9 @@ bool call_builtin_test(Interpreter& in, const std::string& name, const Value& v,
 // Returns a bound method for obj.name, or nullopt when the type has no such method.
 std::optional<Value> bound_method(const Value& obj, const std::string& name);
 void install_globals(Scope& globals, std::optional<std::tm> now);
+// Python `fmt % operand` and `fmt.format(*args, **kwargs)` (py_format.cc).
+Value percent_format(const std::string& fmt, const Value& operand);
+Value str_format(const std::string& fmt, const Args& args);
 // The Markup rule: Markup + str escapes the plain side. Returns the concatenation of two strings.
 Value concat_strings(const Value& a, const Value& b);
 

@@ -14,6 +14,26 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
+// Byte length of the Python-whitespace code point (str.isspace / re's \s) starting at `pos`, or 0.
+size_t space_len_at(const std::string& s, size_t pos) {
+  if (pos >= s.size()) return 0;
+  unsigned char c = s[pos];
+  size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (len == 0 || pos + len > s.size()) return 0;
+  std::u32string cp = utf8_decode(s.substr(pos, len));
+  return cp.size() == 1 && py_isspace(cp[0]) ? len : 0;
+}
+
+// Byte length of the Python-whitespace code point ending at `end`, or 0.
+size_t space_len_before(const std::string& s, size_t end) {
+  size_t begin = end;
+  while (begin > 0 && end - begin < 4) {
+    --begin;
+    if ((static_cast<unsigned char>(s[begin]) & 0xC0) != 0x80) break;
+  }
+  return begin < end && space_len_at(s, begin) == end - begin ? end - begin : 0;
+}
+
 int count_newlines(const std::string& s, size_t begin, size_t end) {
   int n = 0;
   for (size_t i = begin; i < end; ++i) n += s[i] == '\n';
@@ -37,17 +57,38 @@ std::string unescape(const std::string& s, int line) {
     }
     char c = s[++i];
     switch (c) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
       case 'x':
       case 'u':
       case 'U': {
@@ -66,7 +107,8 @@ std::string unescape(const std::string& s, int line) {
       default:
         if (c >= '0' && c <= '7') {
           char32_t cp = c - '0';
-          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k) cp = cp * 8 + (s[++i] - '0');
+          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+            cp = cp * 8 + (s[++i] - '0');
           utf8_append(out, cp);
         } else {
           out += '\\';
@@ -102,7 +144,7 @@ class Lexer {
   std::string strip_text(std::string text, char sign, bool is_variable) {
     if (sign == '-') {
       size_t end = text.size();
-      while (end > 0 && is_ws(text[end - 1])) --end;
+      while (size_t n = space_len_before(text, end)) end -= n;
       pending_newlines_ = count_newlines(text, end, text.size());
       text.resize(end);
     } else if (sign != '+' && !is_variable) {
@@ -110,7 +152,11 @@ class Lexer {
       l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
       if (l_pos > 0 || line_starting_) {
         bool all_ws = true;
-        for (size_t i = l_pos; i < text.size(); ++i) all_ws = all_ws && is_ws(text[i]);
+        for (size_t i = l_pos; i < text.size() && all_ws;) {
+          size_t n = space_len_at(text, i);
+          all_ws = n > 0;
+          i += n;
+        }
         if (all_ws) text.resize(l_pos);
       }
     }
@@ -126,7 +172,10 @@ class Lexer {
   // Consumes a block end after `%}`: `-%}` strips following whitespace; plain `%}` eats one newline.
   void consume_block_suffix(char sign) {
     if (sign == '-') {
-      while (pos_ < src_.size() && is_ws(src_[pos_])) line_ += src_[pos_++] == '\n';
+      while (size_t n = space_len_at(src_, pos_)) {
+        line_ += src_[pos_] == '\n';
+        pos_ += n;
+      }
     } else if (sign != '+' && pos_ < src_.size() && src_[pos_] == '\n') {
       ++pos_;
       ++line_;
@@ -151,7 +200,10 @@ class Lexer {
     emit_data(strip_text(text, sign, false));
     line_ += count_newlines(src_, tag, p);
     if (strip_after) {
-      while (p < src_.size() && is_ws(src_[p])) line_ += src_[p++] == '\n';
+      while (size_t n = space_len_at(src_, p)) {
+        line_ += src_[p] == '\n';
+        p += n;
+      }
     }
     // Body runs to the next {% endraw %}.
     for (size_t q = src_.find("{%", p); q != std::string::npos; q = src_.find("{%", q + 1)) {
@@ -213,9 +265,10 @@ class Lexer {
     emit(is_variable ? TokenKind::kVarBegin : TokenKind::kBlockBegin, "");
     std::vector<char> balance;
     while (true) {
-      if (pos_ >= src_.size()) throw TemplateError(is_variable ? "unexpected end of template, expected '}}'"
-                                                               : "unexpected end of template, expected '%}'",
-                                                   line_);
+      if (pos_ >= src_.size())
+        throw TemplateError(
+            is_variable ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'",
+            line_);
       if (balance.empty() && try_tag_end(is_variable)) return;
       char c = src_[pos_];
       if (is_ws(c)) {
@@ -260,8 +313,8 @@ class Lexer {
   void lex_number() {
     size_t b = pos_;
     auto digits = [&] {
-      while (pos_ < src_.size() && (is_digit(src_[pos_]) || (src_[pos_] == '_' && pos_ + 1 < src_.size() &&
-                                                              is_digit(src_[pos_ + 1]))))
+      while (pos_ < src_.size() &&
+             (is_digit(src_[pos_]) || (src_[pos_] == '_' && pos_ + 1 < src_.size() && is_digit(src_[pos_ + 1]))))
         ++pos_;
     };
     digits();
@@ -305,8 +358,8 @@ class Lexer {
   }
 
   void lex_operator(std::vector<char>& balance) {
-    static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[", "]", "(",
-                                 ")", "{", "}", ">", "<", "=", ".", ":", "|", ",", ";"};
+    static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                 "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
     for (const char* op : kOps) {
       size_t n = std::strlen(op);
       if (src_.compare(pos_, n, op) != 0) continue;

@@ -3,6 +3,7 @@
 // Invariant: no method performs I/O; results are bounded by the interpreter's size limit.
 #include <chrono>
 #include <ctime>
+#include <unordered_set>
 
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/py_string.h"
@@ -18,7 +19,8 @@ std::optional<std::string> opt_str(const Value& v, const char* what) {
 
 int64_t opt_int(const Value& v, int64_t def) {
   if (v.is_undefined() || v.is_none()) return def;
-  if (!v.is_int() && !v.is_bool()) throw TemplateError("'" + v.type_name() + "' object cannot be interpreted as an integer");
+  if (!v.is_int() && !v.is_bool())
+    throw TemplateError("'" + v.type_name() + "' object cannot be interpreted as an integer");
   return v.as_int();
 }
 
@@ -43,6 +45,9 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix) {
   }
   return one(affix);
 }
+
+Value string_search_method(const std::string& s, const std::string& name, Args& a);
+Value string_predicate_method(const std::string& s, const std::string& name, Args& a);
 
 Value string_method(const Value& self, const std::string& name, Args& a) {
   const std::string& s = self.str();
@@ -73,6 +78,11 @@ Value string_method(const Value& self, const std::string& name, Args& a) {
   if (name == "upper") return Value(py_upper(s));
   if (name == "capitalize") return Value(py_capitalize(s));
   if (name == "title") return Value(py_title(s));
+  return string_search_method(s, name, a);
+}
+
+// find/index/count/join/removeprefix and the is*() predicates.
+Value string_search_method(const std::string& s, const std::string& name, Args& a) {
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
     Value sub = a.get(0, nullptr);
     if (!sub.is_string()) throw TemplateError("must be str, not " + sub.type_name());
@@ -107,6 +117,10 @@ Value string_method(const Value& self, const std::string& name, Args& a) {
     if (!affix_match(s, x, name == "removeprefix")) return Value(s);
     return Value(name == "removeprefix" ? s.substr(x.str().size()) : s.substr(0, s.size() - x.str().size()));
   }
+  return string_predicate_method(s, name, a);
+}
+
+Value string_predicate_method(const std::string& s, const std::string& name, Args& a) {
   if (name == "isdigit" || name == "isnumeric" || name == "isdecimal") {
     if (s.empty()) return Value(false);
     for (char c : s) {
@@ -141,7 +155,11 @@ Value string_method(const Value& self, const std::string& name, Args& a) {
     }
     return Value(any);
   }
-  if (name == "format") throw TemplateError("str.format is not supported by this template engine");
+  if (name == "format") {
+    Value r = str_format(s, a);
+    a.interp->check_size(r.str().size());
+    return r;
+  }
   throw TemplateError("'str' object has no attribute '" + name + "'");
 }
 
@@ -182,31 +200,27 @@ Value list_method(const Value& self, const std::string& name, Args& a) {
   throw TemplateError("access to attribute '" + name + "' of '" + self.type_name() + "' object is unsafe.");
 }
 
-bool is_one_of(const std::string& name, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (name == n) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::optional<Value> bound_method(const Value& obj, const std::string& name) {
   using Fn = Value (*)(const Value&, const std::string&, Args&);
+  using Names = std::unordered_set<std::string>;
+  static const Names kStr = {"strip",      "lstrip",   "rstrip",    "split",     "rsplit",       "splitlines",
+                             "startswith", "endswith", "replace",   "lower",     "upper",        "capitalize",
+                             "title",      "find",     "rfind",     "index",     "rindex",       "count",
+                             "join",       "isdigit",  "isnumeric", "isdecimal", "removeprefix", "removesuffix",
+                             "isspace",    "isalpha",  "isalnum",   "islower",   "isupper",      "format"};
+  static const Names kDict = {"get", "items",   "keys",   "values",     "copy",
+                              "pop", "popitem", "update", "setdefault", "clear"};
+  static const Names kTuple = {"index", "count"};
+  static const Names kList = {"index",  "count",  "copy", "append",  "pop",  "insert",
+                              "extend", "remove", "sort", "reverse", "clear"};
   Fn fn = nullptr;
-  if (obj.is_string() &&
-      is_one_of(name, {"strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith",
-                       "replace", "lower", "upper", "capitalize", "title", "find", "rfind", "index", "rindex",
-                       "count", "join", "removeprefix", "removesuffix", "isdigit", "isnumeric", "isdecimal",
-                       "isspace", "isalpha", "isalnum", "islower", "isupper", "format"})) {
+  if (obj.is_string() && kStr.count(name)) {
     fn = string_method;
-  } else if (obj.is_dict() && !obj.is_namespace() &&
-             is_one_of(name, {"get", "items", "keys", "values", "copy", "pop", "popitem", "update", "setdefault",
-                              "clear"})) {
+  } else if (obj.is_dict() && !obj.is_namespace() && kDict.count(name)) {
     fn = dict_method;
-  } else if (obj.is_list() && (is_one_of(name, {"index", "count"}) ||
-                               (!obj.is_tuple() && is_one_of(name, {"copy", "append", "pop", "insert", "extend",
-                                                                    "remove", "sort", "reverse", "clear"})))) {
+  } else if (obj.is_list() && !obj.is_iterator() && (obj.is_tuple() ? kTuple : kList).count(name)) {
     fn = list_method;
   }
   if (!fn) return std::nullopt;
@@ -219,7 +233,8 @@ Value builtin_range(Args& a) {
   if (!a.kwargs.empty()) throw TemplateError("range() takes no keyword arguments");
   std::vector<int64_t> v;
   for (const Value& x : a.positional) {
-    if (!x.is_int() && !x.is_bool()) throw TemplateError("'" + x.type_name() + "' object cannot be interpreted as an integer");
+    if (!x.is_int() && !x.is_bool())
+      throw TemplateError("'" + x.type_name() + "' object cannot be interpreted as an integer");
     v.push_back(x.as_int());
   }
   int64_t start = 0, stop = 0, step = 1;
@@ -233,8 +248,10 @@ Value builtin_range(Args& a) {
     throw TemplateError("range expected 1 to 3 arguments, got " + std::to_string(v.size()));
   }
   if (step == 0) throw TemplateError("range() arg 3 must not be zero");
-  int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                       : (start > stop ? (start - stop - step - 1) / -step : 0);
+  using Wide = __int128;  // the span of two int64 values does not fit an int64
+  Wide wn = step > 0 ? (stop > start ? (Wide(stop) - start + step - 1) / step : 0)
+                     : (start > stop ? (Wide(start) - stop - step - 1) / -Wide(step) : 0);
+  int64_t n = wn > 100001 ? 100001 : static_cast<int64_t>(wn);
   if (n > 100000) {  // jinja2.sandbox.MAX_RANGE
     throw TemplateError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   }
@@ -277,9 +294,8 @@ void install_globals(Scope& globals, std::optional<std::tm> now) {
   globals.vars["range"] = Value::callable("range", builtin_range);
   globals.vars["namespace"] = Value::callable("namespace", builtin_namespace);
   globals.vars["dict"] = Value::callable("dict", builtin_dict);
-  globals.vars["raise_exception"] = Value::callable("raise_exception", [](Args& a) -> Value {
-    throw TemplateError(a.get(0, "message").to_str());
-  });
+  globals.vars["raise_exception"] =
+      Value::callable("raise_exception", [](Args& a) -> Value { throw TemplateError(a.get(0, "message").to_str()); });
   globals.vars["strftime_now"] = Value::callable("strftime_now", [now](Args& a) -> Value {
     Value fmt = a.get(0, "format");
     if (!fmt.is_string()) throw TemplateError("strftime() argument 1 must be str, not " + fmt.type_name());

@@ -71,10 +71,14 @@ class Parser {
   }
   std::string describe() const {
     switch (cur().kind) {
-      case TokenKind::kEof: return "end of template";
-      case TokenKind::kBlockEnd: return "end of statement block";
-      case TokenKind::kVarEnd: return "end of print statement";
-      default: return cur().text;
+      case TokenKind::kEof:
+        return "end of template";
+      case TokenKind::kBlockEnd:
+        return "end of statement block";
+      case TokenKind::kVarEnd:
+        return "end of print statement";
+      default:
+        return cur().text;
     }
   }
 
@@ -177,8 +181,10 @@ class Parser {
       std::string tok = cur().text;
       next();
       if (tok == "elif") continue;
-      if (tok == "else") s->else_body = parse_statements({"endif"}, true);
-      else expect_block_end();
+      if (tok == "else")
+        s->else_body = parse_statements({"endif"}, true);
+      else
+        expect_block_end();
       return s;
     }
   }
@@ -264,9 +270,19 @@ class Parser {
     SoftGuard soft(this, false);
     int saved_loops = loop_depth_;
     loop_depth_ = 0;
+    std::set<std::string> names;
+    name_sinks_.push_back(&names);
     s->body = parse_statements({"endmacro"}, true);
+    name_sinks_.pop_back();
+    note_special_names(*s, names);
     loop_depth_ = saved_loops;
     return s;
+  }
+
+  static void note_special_names(Stmt& s, const std::set<std::string>& names) {
+    s.uses_varargs = names.count("varargs") > 0;
+    s.uses_kwargs = names.count("kwargs") > 0;
+    s.uses_caller = names.count("caller") > 0;
   }
 
   StmtPtr parse_call_block(StmtPtr s) {
@@ -277,7 +293,11 @@ class Parser {
     SoftGuard soft(this, false);
     int saved_loops = loop_depth_;
     loop_depth_ = 0;
+    std::set<std::string> names;
+    name_sinks_.push_back(&names);
     s->body = parse_statements({"endcall"}, true);
+    name_sinks_.pop_back();
+    note_special_names(*s, names);
     loop_depth_ = saved_loops;
     return s;
   }
@@ -310,8 +330,10 @@ class Parser {
       if (!items.empty()) expect_op(",");
       if (is_tuple_end(extra_end)) break;
       items.push_back(parse_expression(with_condexpr));
-      if (is_op(",")) is_tuple = true;
-      else break;
+      if (is_op(","))
+        is_tuple = true;
+      else
+        break;
     }
     if (!is_tuple) {
       if (!items.empty()) return std::move(items[0]);
@@ -380,9 +402,8 @@ class Parser {
     std::unique_ptr<Expr> cmp;
     while (true) {
       std::string op;
-      if (cur().kind == TokenKind::kOperator &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" ||
-           cur().text == ">" || cur().text == ">=")) {
+      if (cur().kind == TokenKind::kOperator && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                                 cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         op = cur().text;
         next();
       } else if (skip_name("in")) {
@@ -474,6 +495,7 @@ class Parser {
         if (n == "none" || n == "None") return literal(Value::none(), line);
         auto e = node(ExprKind::kName, line);
         e->name = n;
+        for (auto* sink : name_sinks_) sink->insert(n);
         return e;
       }
       case TokenKind::kString: {
@@ -509,7 +531,8 @@ class Parser {
         if (t.text == "[") return parse_list();
         if (t.text == "{") return parse_dict();
         break;
-      default: break;
+      default:
+        break;
     }
     fail("unexpected '" + describe() + "'");
   }
@@ -713,6 +736,7 @@ class Parser {
   int depth_ = 0;
   int loop_depth_ = 0;
   bool soft_ = false;
+  std::vector<std::set<std::string>*> name_sinks_;  // names referenced inside the macros being parsed
 };
 
 }  // namespace

@@ -16,7 +16,27 @@ const Value* DictData::find(const Value& key) const {
   return nullptr;
 }
 
+static void check_storable(const Value& v) {
+  if (v.is_namespace()) throw TemplateError("namespace objects cannot be stored in lists or dicts (sandbox rule)");
+}
+
+static int child_depth(int depth_of_child) {
+  if (depth_of_child + 1 > kMaxValueDepth) {
+    throw TemplateError("value nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  }
+  return depth_of_child + 1;
+}
+
+int Value::depth() const {
+  if (type_ == Type::kList) return list_->depth;
+  if (type_ == Type::kDict) return dict_->depth;
+  return 0;
+}
+
 void DictData::set(const Value& key, Value value) {
+  check_storable(value);
+  check_storable(key);
+  depth = std::max({depth, child_depth(value.depth()), child_depth(key.depth())});
   for (auto& [k, v] : items) {
     if (values_equal(k, key)) {
       v = std::move(value);
@@ -29,6 +49,10 @@ void DictData::set(const Value& key, Value value) {
 Value Value::list(ValueList items, bool is_tuple) {
   Value v(Type::kList);
   auto data = std::make_shared<ListData>();
+  for (const Value& item : items) {
+    check_storable(item);
+    data->depth = std::max(data->depth, child_depth(item.depth()));
+  }
   data->items = std::move(items);
   data->is_tuple = is_tuple;
   v.list_ = std::move(data);
@@ -53,59 +77,84 @@ Value Value::callable(std::string name, NativeFn fn) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth >= kMaxValueDepth) {
+    throw TemplateError("JSON value nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  }
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
       return Value(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<DictData>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value(), depth + 1));
       return dict(std::move(d));
     }
-    default: return none();
+    default:
+      return none();
   }
 }
 
 bool Value::truthy() const {
   switch (type_) {
     case Type::kUndefined:
-    case Type::kNone: return false;
+    case Type::kNone:
+      return false;
     case Type::kBool:
-    case Type::kInt: return int_ != 0;
-    case Type::kFloat: return float_ != 0.0;
-    case Type::kString: return !str_.empty();
-    case Type::kList: return list_->is_iterator || !list_->items.empty();
-    case Type::kDict: return dict_->is_namespace || !dict_->items.empty();
-    case Type::kCallable: return true;
+    case Type::kInt:
+      return int_ != 0;
+    case Type::kFloat:
+      return float_ != 0.0;
+    case Type::kString:
+      return !str_.empty();
+    case Type::kList:
+      return list_->is_iterator || !list_->items.empty();
+    case Type::kDict:
+      return dict_->is_namespace || !dict_->items.empty();
+    case Type::kCallable:
+      return true;
   }
   return false;
 }
 
 std::string Value::type_name() const {
   switch (type_) {
-    case Type::kUndefined: return "Undefined";
-    case Type::kNone: return "NoneType";
-    case Type::kBool: return "bool";
-    case Type::kInt: return "int";
-    case Type::kFloat: return "float";
-    case Type::kString: return "str";
-    case Type::kList: return list_->is_iterator ? "generator" : list_->is_tuple ? "tuple" : "list";
-    case Type::kDict: return dict_->is_namespace ? "Namespace" : "dict";
-    case Type::kCallable: return "function";
+    case Type::kUndefined:
+      return "Undefined";
+    case Type::kNone:
+      return "NoneType";
+    case Type::kBool:
+      return "bool";
+    case Type::kInt:
+      return "int";
+    case Type::kFloat:
+      return "float";
+    case Type::kString:
+      return "str";
+    case Type::kList:
+      return list_->is_iterator ? "generator" : list_->is_tuple ? "tuple" : "list";
+    case Type::kDict:
+      return dict_->is_namespace ? "Namespace" : "dict";
+    case Type::kCallable:
+      return "function";
   }
   return "?";
 }
@@ -254,12 +303,23 @@ std::string html_escape(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&#34;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -267,20 +327,29 @@ std::string html_escape(const std::string& s) {
 
 std::string Value::to_str() const {
   switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kString: return str_;
-    default: return repr();
+    case Type::kUndefined:
+      return "";
+    case Type::kString:
+      return str_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (type_) {
-    case Type::kUndefined: return "";
-    case Type::kNone: return "None";
-    case Type::kBool: return int_ ? "True" : "False";
-    case Type::kInt: return std::to_string(int_);
-    case Type::kFloat: return float_repr(float_);
-    case Type::kString: return safe_ ? "Markup(" + string_repr(str_) + ")" : string_repr(str_);
+    case Type::kUndefined:
+      return "";
+    case Type::kNone:
+      return "None";
+    case Type::kBool:
+      return int_ ? "True" : "False";
+    case Type::kInt:
+      return std::to_string(int_);
+    case Type::kFloat:
+      return float_repr(float_);
+    case Type::kString:
+      return safe_ ? "Markup(" + string_repr(str_) + ")" : string_repr(str_);
     case Type::kList: {
       if (list_->is_iterator) return "<generator object>";
       std::string out = list_->is_tuple ? "(" : "[";
@@ -301,7 +370,8 @@ std::string Value::repr() const {
       }
       return out + (dict_->is_namespace ? "}>" : "}");
     }
-    case Type::kCallable: return "<function " + fn_->name + ">";
+    case Type::kCallable:
+      return "<function " + fn_->name + ">";
   }
   return "";
 }
@@ -315,8 +385,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case T::kUndefined:
-    case T::kNone: return true;
-    case T::kString: return a.str() == b.str();
+    case T::kNone:
+      return true;
+    case T::kString:
+      return a.str() == b.str();
     case T::kList: {
       if (a.is_iterator() || b.is_iterator()) return &a.list_data() == &b.list_data();
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
@@ -335,8 +407,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case T::kCallable: return &a.callable() == &b.callable();
-    default: return false;
+    case T::kCallable:
+      return &a.callable() == &b.callable();
+    default:
+      return false;
   }
 }
 
@@ -359,15 +433,67 @@ bool values_less(const Value& a, const Value& b) {
 
 static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
+  if (!ensure_ascii) {  // fast path: only ASCII specials change; multi-byte UTF-8 sequences are copied verbatim
+    for (char ch : s) {
+      unsigned char c = static_cast<unsigned char>(ch);
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        default:
+          if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out += buf;
+          } else {
+            out += ch;
+          }
+      }
+    }
+    out += '"';
+    return;
+  }
   for (char32_t c : utf8_decode(s)) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default: {
         char buf[16];
         if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
@@ -395,17 +521,28 @@ static void json_dump_into(std::string& out, const Value& v, const JsonDumpOptio
     for (int i = 0; i < level; ++i) out += o.indent;
   };
   switch (v.type()) {
-    case Value::Type::kNone: out += "null"; return;
-    case Value::Type::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Type::kInt: out += std::to_string(v.as_int()); return;
+    case Value::Type::kNone:
+      out += "null";
+      return;
+    case Value::Type::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Type::kInt:
+      out += std::to_string(v.as_int());
+      return;
     case Value::Type::kFloat: {
       double d = v.as_double();
-      if (std::isnan(d)) out += "NaN";
-      else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
-      else out += float_repr(d);
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        out += float_repr(d);
       return;
     }
-    case Value::Type::kString: json_string(out, v.str(), o.ensure_ascii); return;
+    case Value::Type::kString:
+      json_string(out, v.str(), o.ensure_ascii);
+      return;
     case Value::Type::kList: {
       if (v.is_iterator()) break;
       if (v.items().empty()) {
@@ -441,11 +578,16 @@ static void json_dump_into(std::string& out, const Value& v, const JsonDumpOptio
         first = false;
         if (o.has_indent) newline_indent(depth + 1);
         const Value& k = kv->first;
-        if (k.is_string()) json_string(out, k.str(), o.ensure_ascii);
-        else if (k.is_none()) out += "\"null\"";
-        else if (k.is_bool()) out += k.as_bool() ? "\"true\"" : "\"false\"";
-        else if (k.is_int() || k.is_float()) out += "\"" + k.repr() + "\"";
-        else throw TemplateError("keys must be str, int, float, bool or None, not " + k.type_name());
+        if (k.is_string())
+          json_string(out, k.str(), o.ensure_ascii);
+        else if (k.is_none())
+          out += "\"null\"";
+        else if (k.is_bool())
+          out += k.as_bool() ? "\"true\"" : "\"false\"";
+        else if (k.is_int() || k.is_float())
+          out += "\"" + k.repr() + "\"";
+        else
+          throw TemplateError("keys must be str, int, float, bool or None, not " + k.type_name());
         out += o.key_separator;
         json_dump_into(out, kv->second, o, depth + 1);
       }
@@ -453,7 +595,8 @@ static void json_dump_into(std::string& out, const Value& v, const JsonDumpOptio
       out += '}';
       return;
     }
-    default: break;
+    default:
+      break;
   }
   throw TemplateError("Object of type " + v.type_name() + " is not JSON serializable");
 }

@@ -6,12 +6,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace llmserve::jinja {
 
@@ -27,8 +26,13 @@ using ValueList = std::vector<Value>;
 struct Args;  // call arguments (positional + keyword), defined in interpreter.h
 using NativeFn = std::function<Value(Args& args)>;
 
+// Lists and dicts nest at most this deep (so every recursive walk — repr, ==, tojson, destruction — is bounded),
+// and namespaces are never stored inside them (so a namespace's mutation cannot deepen or cycle a container).
+constexpr int kMaxValueDepth = 200;
+
 struct ListData {
   ValueList items;
+  int depth = 1;
   bool is_tuple = false;
   // A Python generator/iterator (what map/select/selectattr/unique/reverse return): always truthy, no len(),
   // not subscriptable, and empty once iterated.
@@ -38,6 +42,7 @@ struct ListData {
 struct DictData {
   std::vector<std::pair<Value, Value>> items;  // insertion order, keys unique
   bool is_namespace = false;
+  int depth = 1;
   const Value* find(const Value& key) const;
   void set(const Value& key, Value value);
 };
@@ -57,18 +62,19 @@ class Value {
     return v;
   }
   static Value none() { return Value(Type::kNone); }
-  Value(bool b) : type_(Type::kBool), int_(b) {}  // NOLINT
-  Value(int64_t i) : type_(Type::kInt), int_(i) {}  // NOLINT
-  Value(int i) : type_(Type::kInt), int_(i) {}  // NOLINT
-  Value(double d) : type_(Type::kFloat), float_(d) {}  // NOLINT
+  Value(bool b) : type_(Type::kBool), int_(b) {}                                                      // NOLINT
+  Value(int64_t i) : type_(Type::kInt), int_(i) {}                                                    // NOLINT
+  Value(int i) : type_(Type::kInt), int_(i) {}                                                        // NOLINT
+  Value(double d) : type_(Type::kFloat), float_(d) {}                                                 // NOLINT
   Value(std::string s, bool safe = false) : type_(Type::kString), safe_(safe), str_(std::move(s)) {}  // NOLINT
-  Value(const char* s) : Value(std::string(s)) {}  // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}                                                     // NOLINT
   static Value list(ValueList items, bool is_tuple = false);
   static Value iterator(ValueList items);
   static Value dict(std::shared_ptr<DictData> data);
   static Value dict() { return dict(std::make_shared<DictData>()); }
   static Value callable(std::string name, NativeFn fn);
-  static Value from_json(const nlohmann::ordered_json& j);
+  // Throws TemplateError when the JSON nests deeper than kMaxValueDepth.
+  static Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
   Type type() const { return type_; }
   bool is_undefined() const { return type_ == Type::kUndefined; }
@@ -96,6 +102,7 @@ class Value {
   DictData& mutable_namespace() const { return *dict_; }
   const Callable& callable() const { return *fn_; }
 
+  int depth() const;  // 0 for scalars, 1 for a flat list/dict
   bool truthy() const;
   // Python str(): what `{{ v }}` prints. Undefined prints "".
   std::string to_str() const;
