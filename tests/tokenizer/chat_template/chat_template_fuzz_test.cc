@@ -156,7 +156,7 @@ TEST(ChatTemplateFuzzTest, RandomMutationsOfRealTemplatesNeverCrash) {
   options.now = std::tm{};
   auto context = fuzz_context();
   int num_parsed = 0, num_rendered = 0;
-  const int kNumCases = 3000;
+  const int kNumCases = 2000;  // plus 2000 random-byte templates below; ~5 s under ASan
   for (int i = 0; i < kNumCases; ++i) {
     std::string source = mutate(templates[i % templates.size()], rng);
     auto t = ChatTemplate::parse(source);
