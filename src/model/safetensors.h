@@ -63,7 +63,7 @@ constexpr int kMaxSafetensorsJsonDepth = 16;
 class SafetensorsFile {
  public:
   // Maps `path` read-only (MAP_PRIVATE) and validates the header and every tensor entry. Errors name the file
-  // and, where one is at fault, the tensor: InvalidArgument / DataLoss for malformed files, NotFound when
+  // and, where one is at fault, the tensor: InvalidArgument for malformed files, NotFound when
   // the file is missing.
   static StatusOr<SafetensorsFile> open(const std::string& path);
 
