@@ -1,15 +1,18 @@
 // `llmserve tokenize --tokenizer DIR --input FILE.jsonl`: one JSON result line per input line, in order.
 // {"text", "add_special_tokens"} -> {"ids", "tokens"}; {"ids", "skip_special_tokens"} -> {"text", "stream"}
-// (full decode and the incremental detokenizer's concatenated output). Bad lines answer {"error": ...}.
+// (full decode and the incremental detokenizer's concatenated output); {"messages", "add_generation_prompt",
+// "tools"} -> {"ids", "tokens", "text"} through the model's chat template. Bad lines answer {"error": ...}.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
 #include "core/thread_pool.h"
+#include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,20 +36,53 @@ bool get_bool(const Json& j, const char* key, bool fallback, std::string* error)
   return it->get<bool>();
 }
 
-std::string process_line(const Tokenizer& tok, const std::string& line, size_t line_no) {
+Json ids_and_tokens(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  Json tokens = Json::array();
+  for (int32_t id : ids) tokens.push_back(tok.id_to_token(id).value_or(""));
+  return {{"ids", ids}, {"tokens", tokens}};
+}
+
+// Renders the conversation with the model's chat template as transformers' apply_chat_template does (tools and
+// documents null when absent, the tokenizer's bos/eos strings), then encodes without adding special tokens: the
+// template writes them itself.
+std::string process_messages(const Tokenizer& tok, const StatusOr<ChatTemplate>& chat_template,
+                             const std::string& line, const std::string& where) {
+  if (!chat_template.ok()) return error_line(where + chat_template.status().message());
+  // Parsed again with key order kept: templates print tool schemas with tojson.
+  nlohmann::ordered_json in = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
+  const auto& messages = in["messages"];
+  if (!messages.is_array()) return error_line(where + "\"messages\" must be a list of message objects");
+  auto gen = in.find("add_generation_prompt");
+  if (gen != in.end() && !gen->is_boolean()) return error_line(where + "\"add_generation_prompt\" must be a boolean");
+  nlohmann::ordered_json context = {{"messages", messages},
+                                    {"tools", in.contains("tools") ? in["tools"] : nullptr},
+                                    {"documents", in.contains("documents") ? in["documents"] : nullptr},
+                                    {"add_generation_prompt", gen != in.end() && gen->get<bool>()},
+                                    {"bos_token", tok.bos_token()},
+                                    {"eos_token", tok.eos_token()}};
+  if (auto kw = in.find("chat_template_kwargs"); kw != in.end()) {
+    if (!kw->is_object()) return error_line(where + "\"chat_template_kwargs\" must be an object");
+    for (auto it = kw->begin(); it != kw->end(); ++it) context[it.key()] = it.value();
+  }
+  StatusOr<std::string> text = chat_template->render(context);
+  if (!text.ok()) return error_line(where + "chat template: " + text.status().message());
+  Json out = ids_and_tokens(tok, tok.encode(*text, /*add_special_tokens=*/false));
+  out["text"] = *text;
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string process_line(const Tokenizer& tok, const StatusOr<ChatTemplate>& chat_template, const std::string& line,
+                         size_t line_no) {
   std::string where = "line " + std::to_string(line_no) + ": ";
   Json in = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (in.is_discarded() || !in.is_object()) return error_line(where + "not a JSON object");
   std::string err;
-  if (in.contains("messages")) return error_line(where + "chat templates not available in this build");
+  if (in.contains("messages")) return process_messages(tok, chat_template, line, where);
   if (auto it = in.find("text"); it != in.end()) {
     if (!it->is_string()) return error_line(where + "\"text\" must be a string");
     bool add_special = get_bool(in, "add_special_tokens", true, &err);
     if (!err.empty()) return error_line(where + err);
-    std::vector<int32_t> ids = tok.encode(it->get_ref<const std::string&>(), add_special);
-    Json tokens = Json::array();
-    for (int32_t id : ids) tokens.push_back(tok.id_to_token(id).value_or(""));
-    Json out = {{"ids", ids}, {"tokens", tokens}};
+    Json out = ids_and_tokens(tok, tok.encode(it->get_ref<const std::string&>(), add_special));
     return out.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
   if (auto it = in.find("ids"); it != in.end()) {
@@ -75,7 +111,9 @@ int run_tokenize(const std::vector<std::string>& args) {
   std::string tokenizer_path, input = "-";
   ArgParser parser("tokenize",
                    "Tokenizes JSONL: each line {\"text\": ..., \"add_special_tokens\": bool} gives "
-                   "{\"ids\": [...], \"tokens\": [...]}; {\"ids\": [...]} gives {\"text\": ...}.");
+                   "{\"ids\": [...], \"tokens\": [...]}; {\"ids\": [...]} gives {\"text\": ...};\n"
+                   "{\"messages\": [...], \"add_generation_prompt\": bool, \"tools\": [...]} renders the model's chat "
+                   "template and gives {\"ids\", \"tokens\", \"text\"}.");
   parser.add_string("tokenizer", &tokenizer_path, "model directory or tokenizer.json path");
   parser.add_string("input", &input, "JSONL file, or - for stdin (default)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -100,9 +138,12 @@ int run_tokenize(const std::vector<std::string>& args) {
   }
   std::vector<std::string> lines;
   for (std::string line; std::getline(*in, line);) lines.push_back(std::move(line));
+  std::optional<std::string> source = (*tok)->chat_template();
+  const StatusOr<ChatTemplate> chat_template =
+      source ? ChatTemplate::parse(*source) : StatusOr<ChatTemplate>(not_found("the tokenizer has no chat template"));
   std::vector<std::string> results(lines.size());
   ThreadPool::global().parallel_for(static_cast<int64_t>(lines.size()), 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) results[i] = process_line(**tok, lines[i], static_cast<size_t>(i + 1));
+    for (int64_t i = begin; i < end; ++i) results[i] = process_line(**tok, chat_template, lines[i], static_cast<size_t>(i + 1));
   });
   for (const auto& r : results) {
     std::fwrite(r.data(), 1, r.size(), stdout);

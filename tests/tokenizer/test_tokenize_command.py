@@ -1,7 +1,10 @@
-# `llmserve tokenize` protocol: per-line errors as JSON (never a crash), messages lines answered with the
-# not-in-this-build error, and clear failures for a missing or malformed tokenizer.
+# `llmserve tokenize` protocol: per-line errors as JSON (never a crash), messages lines rendered through the
+# model's chat template exactly as jinja2 + HF tokenizers do, and clear failures for a bad tokenizer.
 import json
 import subprocess
+
+import tokenizers
+from test_chat_templates import make_env
 
 
 def run(llmserve_bin, *args, stdin=""):
@@ -30,7 +33,7 @@ def test_per_line_errors_do_not_stop_the_stream(llmserve_bin, testdata):
     assert outs[0] == {"ids": [1, 15043, 3186], "tokens": ["<s>", "▁Hello", "▁world"]}
     for i in (1, 2, 4, 5, 6, 7):
         assert set(outs[i]) == {"error"} and outs[i]["error"].startswith(f"line {i + 1}: ")
-    assert outs[3] == {"error": "line 4: chat templates not available in this build"}
+    assert outs[3]["text"] == "<|user|>\nhi</s>\n" and outs[3]["ids"]
     assert outs[8]["ids"] == [15043, 3186]
     assert outs[9]["text"] == "Hello world" and outs[9]["stream"] == "Hello world"  # unknown ids skipped
 
@@ -50,3 +53,36 @@ def test_missing_or_malformed_tokenizer(llmserve_bin, testdata, tmp_path):
     assert r.returncode == 1 and "model.merges[0]" in r.stderr
     r = run(llmserve_bin)
     assert r.returncode == 2 and "--tokenizer" in r.stderr
+
+
+def test_messages_lines_match_jinja2_and_hf_tokenizers(llmserve_bin, testdata):
+    tok_dir = testdata / "tokenizers" / "tinyllama-1.1b-chat-v1.0"
+    template = make_env().from_string((tok_dir / "chat_template.jinja").read_text())
+    hf = tokenizers.Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    conversations = [
+        {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}],
+         "add_generation_prompt": True},
+        {"messages": [{"role": "user", "content": "Привет, 世界! 🌍"}, {"role": "assistant", "content": "Hello."},
+                      {"role": "user", "content": ""}], "add_generation_prompt": False},
+    ]
+    bad = ['{"messages": "hi"}', '{"messages": [], "add_generation_prompt": 1}',
+           '{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 3}']
+    lines = [json.dumps(c, ensure_ascii=False) for c in conversations] + bad
+    r = run(llmserve_bin, "--tokenizer", str(tok_dir), stdin="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    outs = [json.loads(line) for line in r.stdout.split("\n") if line]
+    for conv, out in zip(conversations, outs):
+        text = template.render(messages=conv["messages"], add_generation_prompt=conv["add_generation_prompt"],
+                               tools=None, documents=None, bos_token="<s>", eos_token="</s>")
+        assert out["text"] == text
+        assert out["ids"] == hf.encode(text, add_special_tokens=False).ids
+    for i, out in enumerate(outs[len(conversations):], start=len(conversations) + 1):
+        assert set(out) == {"error"} and out["error"].startswith(f"line {i}: ")
+
+
+def test_messages_without_a_chat_template_is_a_line_error(llmserve_bin, testdata):
+    r = run(llmserve_bin, "--tokenizer", str(testdata / "tokenizers" / "phi-2" / "tokenizer.json"),
+            stdin='{"messages": [{"role": "user", "content": "hi"}]}\n{"text": "a b"}\n')
+    outs = [json.loads(line) for line in r.stdout.split("\n") if line]
+    assert outs[0] == {"error": "line 1: the tokenizer has no chat template"}
+    assert outs[1]["ids"] == [64, 275]
