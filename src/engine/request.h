@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/request_id.h"
 #include "engine/sampling_params.h"
 
 namespace llmserve {
@@ -45,7 +46,7 @@ class Request {
   Request(Request&&) = default;
   Request& operator=(Request&&) = default;
 
-  const std::string& request_id() const { return request_id_; }
+  const RequestId& request_id() const { return request_id_; }
   const SamplingParams& sampling_params() const { return sampling_params_; }
   double arrival_time() const { return arrival_time_; }
   int32_t priority() const { return priority_; }
@@ -78,7 +79,7 @@ class Request {
   friend class Scheduler;
   friend class KVCacheManager;
   int32_t kv_slot_ = -1;  // KVCacheManager's per-request record while it holds blocks; -1 when none
-  std::string request_id_;
+  RequestId request_id_;
   SamplingParams sampling_params_;
   double arrival_time_;
   int32_t priority_;

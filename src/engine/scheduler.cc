@@ -43,7 +43,7 @@ struct Scheduler::StepState {
   };
   int64_t token_budget = 0;
   std::vector<Entry> entries;
-  std::vector<std::string> preempted_req_ids;
+  std::vector<RequestId> preempted_req_ids;
 };
 
 Scheduler::Scheduler(SchedulerConfig config, KVCacheConfig cache_config)
@@ -84,7 +84,7 @@ Status Scheduler::add_request(EngineCoreRequest in) {
   if (requests_.count(in.request_id)) {
     return {StatusCode::kAlreadyExists, "request id '" + in.request_id + "' is already in use"};
   }
-  auto req = std::make_unique<Request>(std::move(in));
+  auto req = std::make_unique<Request>(std::move(in));  // its RequestId is the one allocation every copy shares
   req->max_tokens_ = requested.value_or(max_len - prompt_len);
   req->token_ids_.reserve(static_cast<size_t>(prompt_len + req->max_tokens_));
   Request* raw = req.get();
@@ -247,12 +247,12 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
   outs.outputs.reserve(outs.outputs.size() + runner_output.req_ids.size());
   CHECK_EQ(runner_output.req_ids.size(), runner_output.sampled_token_ids.size());
   CHECK_EQ(runner_output.req_ids.size(), scheduler_output.num_scheduled_tokens.size());
-  std::vector<std::string> finished;
+  std::vector<RequestId> finished;
   for (size_t i = 0; i < runner_output.req_ids.size(); ++i) {
-    const std::string& id = runner_output.req_ids[i];
+    const RequestId& id = runner_output.req_ids[i];
     Request* found = i < in_flight_.size() ? in_flight_[i] : nullptr;
-    if (found == nullptr || found->request_id() != id) {
-      auto it = requests_.find(id);
+    if (found == nullptr || !(found->request_id() == id)) {
+      auto it = requests_.find(id.str());
       if (it == requests_.end()) continue;  // finished from outside while the step ran
       found = it->second.get();
     }
@@ -296,7 +296,7 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
   in_flight_.clear();
   if (!finished.empty()) {
     std::erase_if(running_, [](const Request* r) { return is_finished(r->status); });
-    for (const auto& id : finished) requests_.erase(id);
+    for (const auto& id : finished) requests_.erase(id.str());
   }
   SchedulerStats& s = outs.scheduler_stats;
   s.num_running_reqs = num_running();
@@ -326,7 +326,7 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
   req.status = status;
   req.stop_reason = std::move(stop_reason);
   EngineCoreOutput& o = pending_outputs_.emplace_back();
-  o.request_id = request_id;
+  o.request_id = req.request_id();
   o.finish_reason = finish_reason_of(status);
   o.stop_reason = req.stop_reason;
   o.num_cached_tokens = std::max<int64_t>(0, req.num_cached_tokens);
@@ -335,7 +335,7 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
     o.events = std::move(ev->second);
     pending_events_.erase(ev);
   }
-  finished_req_ids_.push_back(request_id);
+  finished_req_ids_.push_back(req.request_id());
   std::replace(in_flight_.begin(), in_flight_.end(), &req, static_cast<Request*>(nullptr));
   requests_.erase(it);
   return true;
@@ -346,7 +346,7 @@ const Request* Scheduler::get_request(const std::string& request_id) const {
   return it == requests_.end() ? nullptr : it->second.get();
 }
 
-int64_t SchedulerOutput::num_scheduled_tokens_of(const std::string& req_id) const {
+int64_t SchedulerOutput::num_scheduled_tokens_of(const std::string& req_id) const {  // NOLINT
   for (const auto& s : num_scheduled_tokens) {
     if (s.req_id == req_id) return s.num_tokens;
   }

@@ -93,7 +93,7 @@ class Scheduler {
   // The last schedule()'s requests in num_scheduled_tokens order (nullptr once finished from outside): lets
   // update_from_output() skip the id lookup when the runner keeps the scheduler's order.
   std::vector<Request*> in_flight_;
-  std::vector<std::string> finished_req_ids_;       // for the next SchedulerOutput
+  std::vector<RequestId> finished_req_ids_;         // for the next SchedulerOutput
   std::vector<EngineCoreOutput> pending_outputs_;   // final outputs of requests finished from outside
   std::unordered_map<std::string, std::vector<EngineCoreEvent>> pending_events_;
   int64_t num_preemptions_ = 0;                     // since the previous stats

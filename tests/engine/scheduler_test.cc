@@ -194,7 +194,7 @@ TEST(SchedulerTest, FrontendStopStringAndAbort) {
   EXPECT_FALSE(s.finish_request("a", RequestStatus::kFinishedStopped));  // already finished
   EXPECT_FALSE(s.abort_request("nope"));
   so = s.schedule();
-  EXPECT_EQ(so.finished_req_ids, std::vector<std::string>{"a"});
+  EXPECT_EQ(so.finished_req_ids, std::vector<RequestId>{"a"});
   EXPECT_TRUE(s.abort_request("b"));  // mid-step: its runner output is ignored
   EngineCoreOutputs outs = s.update_from_output(so, runner.execute(so));
   ASSERT_GE(outs.outputs.size(), 2u);
