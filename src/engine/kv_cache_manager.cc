@@ -73,17 +73,27 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
   CHECK_GE(num_new_tokens, 0);
   CHECK_LE(req.num_computed_tokens + num_new_computed_tokens + num_new_tokens, req.num_tokens())
       << "request " << req.request_id() << " schedules tokens it does not have";
+  if (new_computed_blocks == nullptr && req.kv_slot_.index >= 0) {
+    // Decode fast path: the blocks held already cover the new tokens and no block becomes full.
+    const RequestBlocks& held = slots_[static_cast<size_t>(req.kv_slot_.index)];
+    const int64_t bs = pool_.block_size();
+    const int64_t total = req.num_computed_tokens + num_new_computed_tokens + num_new_tokens;
+    if ((total + bs - 1) / bs <= static_cast<int64_t>(held.block_ids.size()) &&
+        (!enable_caching_ || total / bs <= held.num_cached_blocks)) {
+      return KVCacheBlocks();
+    }
+  }
   if (!can_allocate(req, num_new_tokens, new_computed_blocks, num_new_computed_tokens)) return std::nullopt;
-  if (req.kv_slot_ < 0) {
+  if (req.kv_slot_.index < 0) {
     if (free_slots_.empty()) {
-      req.kv_slot_ = static_cast<int32_t>(slots_.size());
+      req.kv_slot_.index = static_cast<int32_t>(slots_.size());
       slots_.emplace_back();
     } else {
-      req.kv_slot_ = free_slots_.back();
+      req.kv_slot_.index = free_slots_.back();
       free_slots_.pop_back();
     }
   }
-  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_)];
+  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_.index)];
   const int32_t num_new_blocks = num_blocks_needed(&rb, req, num_new_tokens, new_computed_blocks,
                                                    num_new_computed_tokens);
   if (new_computed_blocks) {
@@ -127,14 +137,14 @@ void KVCacheManager::cache_full_blocks(Request& req, RequestBlocks& rb, int64_t 
 }
 
 void KVCacheManager::free(Request& req) {
-  if (req.kv_slot_ < 0) return;
-  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_)];
+  if (req.kv_slot_.index < 0) return;
+  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_.index)];
   std::reverse(rb.block_ids.begin(), rb.block_ids.end());
   pool_.free_blocks(rb.block_ids);
   rb.block_ids.clear();  // keeps its capacity for the slot's next owner
   rb.num_cached_blocks = 0;
-  free_slots_.push_back(req.kv_slot_);
-  req.kv_slot_ = -1;
+  free_slots_.push_back(req.kv_slot_.index);
+  req.kv_slot_.index = -1;
 }
 
 const std::vector<int32_t>& KVCacheManager::get_block_ids(const Request& req) const {

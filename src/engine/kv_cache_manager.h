@@ -90,7 +90,7 @@ class KVCacheManager {
     int32_t num_cached_blocks = 0;  // leading blocks already registered in the prefix cache
   };
   const RequestBlocks* find(const Request& req) const {
-    return req.kv_slot_ < 0 ? nullptr : &slots_[static_cast<size_t>(req.kv_slot_)];
+    return req.kv_slot_.index < 0 ? nullptr : &slots_[static_cast<size_t>(req.kv_slot_.index)];
   }
   int32_t num_blocks_needed(const RequestBlocks* rb, const Request& req, int64_t num_new_tokens,
                             const KVCacheBlocks* new_computed_blocks, int64_t num_new_computed_tokens) const;

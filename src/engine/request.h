@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -78,7 +79,18 @@ class Request {
  private:
   friend class Scheduler;
   friend class KVCacheManager;
-  int32_t kv_slot_ = -1;  // KVCacheManager's per-request record while it holds blocks; -1 when none
+  // KVCacheManager's per-request record while it holds blocks; -1 when none. A move leaves -1 behind, so a
+  // moved-from Request can never free the blocks of the one it was moved into.
+  struct KvSlot {
+    int32_t index = -1;
+    KvSlot() = default;
+    KvSlot(KvSlot&& o) noexcept : index(std::exchange(o.index, -1)) {}
+    KvSlot& operator=(KvSlot&& o) noexcept {
+      index = std::exchange(o.index, -1);
+      return *this;
+    }
+  };
+  KvSlot kv_slot_;
   RequestId request_id_;
   SamplingParams sampling_params_;
   double arrival_time_;

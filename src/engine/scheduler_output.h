@@ -70,6 +70,7 @@ struct ModelRunnerOutput {
   std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
 };
 
+// Per-request lifecycle events (as in vLLM); new tokens are stamped by EngineCoreOutputs::timestamp instead.
 enum class EngineCoreEventType { kQueued, kScheduled, kPreempted };
 
 struct EngineCoreEvent {
@@ -103,7 +104,7 @@ struct SchedulerStats {
 struct EngineCoreOutputs {
   std::vector<EngineCoreOutput> outputs;
   SchedulerStats scheduler_stats;
-  double timestamp = 0.0;
+  double timestamp = 0.0;  // when these outputs were made (log_stats only): the NEW_TOKENS time of each output
 };
 
 }  // namespace llmserve

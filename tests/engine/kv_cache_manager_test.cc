@@ -258,3 +258,23 @@ TEST(KVCacheManagerTest, PromptLogprobsSkipTheCacheAndCachingCanBeOff) {
 
 }  // namespace
 }  // namespace llmserve
+
+namespace llmserve {
+namespace {
+
+TEST(KVCacheManagerTest, MovedFromRequestHoldsNothing) {
+  KVCacheManager kv({.num_blocks = 4, .block_size = 2});
+  Request a = make_request("a", {1, 2, 3});
+  admit(kv, a);
+  Request b = std::move(a);
+  EXPECT_TRUE(kv.get_block_ids(a).empty());  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_EQ(kv.get_block_ids(b).size(), 2u);
+  kv.free(a);  // no-op
+  EXPECT_EQ(kv.block_pool().num_free_blocks(), 2);
+  kv.free(b);
+  EXPECT_EQ(kv.block_pool().num_free_blocks(), 4);
+  EXPECT_EQ(kv.num_requests(), 0);
+}
+
+}  // namespace
+}  // namespace llmserve
