@@ -17,9 +17,7 @@ namespace {
 using namespace llmserve;
 using Clock = std::chrono::steady_clock;
 
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 // CPU time of this thread, microseconds: unlike wall time it excludes the slices other processes take on a
 // shared machine (their cache pollution still counts).
@@ -68,7 +66,8 @@ Result run(int num_reqs, int prompt_len, int num_steps, bool long_ids) {
   const int block_size = 16;
   const int64_t max_model_len = prompt_len + num_steps + 256;
   const int blocks_per_req = static_cast<int>((max_model_len + block_size - 1) / block_size);
-  SchedulerConfig cfg{.max_num_batched_tokens = std::max<int64_t>(8192, num_reqs), .max_num_seqs = num_reqs,
+  SchedulerConfig cfg{.max_num_batched_tokens = std::max<int64_t>(8192, num_reqs),
+                      .max_num_seqs = num_reqs,
                       .max_model_len = max_model_len};
   KVCacheConfig cache{.num_blocks = num_reqs * blocks_per_req + 64, .block_size = block_size};
   Scheduler sched(cfg, cache);
@@ -130,9 +129,11 @@ int main(int argc, char** argv) {
   const int prompt_len = 128, num_steps = 2000;
   const int trials = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   std::printf("scheduler_bench: decode steps, prompt %d tokens, block 16, %d measured steps\n", prompt_len, num_steps);
-  std::printf("trial with the median CPU time of %d; wall-clock columns from that trial; best = lowest trial\n", trials);
-  std::printf("| running | id chars | CPU us/step | best CPU us/step | wall schedule() us | wall update_from_output() us "
-              "| wall p50 us | wall p99 us | CPU ns/request |\n");
+  std::printf("trial with the median CPU time of %d; wall-clock columns from that trial; best = lowest trial\n",
+              trials);
+  std::printf(
+      "| running | id chars | CPU us/step | best CPU us/step | wall schedule() us | wall update_from_output() us "
+      "| wall p50 us | wall p99 us | CPU ns/request |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (bool long_ids : {true, false}) {
     for (int n : {16, 256, 1024}) {

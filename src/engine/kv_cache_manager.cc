@@ -58,7 +58,8 @@ int32_t KVCacheManager::num_blocks_needed(const RequestBlocks* rb, const Request
 bool KVCacheManager::can_allocate(const Request& req, int64_t num_new_tokens, const KVCacheBlocks* new_computed_blocks,
                                   int64_t num_new_computed_tokens) const {
   const RequestBlocks* rb = find(req);
-  const int32_t num_new_blocks = num_blocks_needed(rb, req, num_new_tokens, new_computed_blocks, num_new_computed_tokens);
+  const int32_t num_new_blocks =
+      num_blocks_needed(rb, req, num_new_tokens, new_computed_blocks, num_new_computed_tokens);
   // Computed blocks sitting in the free queue leave it when we take them, shrinking what is left to allocate.
   int32_t num_revived = 0;
   if (new_computed_blocks) {
@@ -94,8 +95,8 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
     }
   }
   RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_.index)];
-  const int32_t num_new_blocks = num_blocks_needed(&rb, req, num_new_tokens, new_computed_blocks,
-                                                   num_new_computed_tokens);
+  const int32_t num_new_blocks =
+      num_blocks_needed(&rb, req, num_new_tokens, new_computed_blocks, num_new_computed_tokens);
   if (new_computed_blocks) {
     CHECK(rb.block_ids.empty() || new_computed_blocks->empty()) << "prefix hit for a request holding blocks";
     pool_.touch(new_computed_blocks->block_ids());

@@ -19,7 +19,7 @@ struct KVCacheConfig {
   int32_t num_blocks = 0;
   int32_t block_size = 16;  // tokens per block
   bool enable_prefix_caching = true;
-  BlockHashFn hash_fn{};    // empty: default_block_hash (tests inject colliding ones)
+  BlockHashFn hash_fn{};  // empty: default_block_hash (tests inject colliding ones)
 };
 
 // Block ids handed from the cache manager to the scheduler; the scheduler only forwards them to the runner.

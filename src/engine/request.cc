@@ -8,21 +8,30 @@ namespace llmserve {
 
 const char* request_status_name(RequestStatus status) {
   switch (status) {
-    case RequestStatus::kWaiting: return "WAITING";
-    case RequestStatus::kRunning: return "RUNNING";
-    case RequestStatus::kPreempted: return "PREEMPTED";
-    case RequestStatus::kFinishedStopped: return "FINISHED_STOPPED";
-    case RequestStatus::kFinishedLength: return "FINISHED_LENGTH";
-    case RequestStatus::kFinishedAborted: return "FINISHED_ABORTED";
+    case RequestStatus::kWaiting:
+      return "WAITING";
+    case RequestStatus::kRunning:
+      return "RUNNING";
+    case RequestStatus::kPreempted:
+      return "PREEMPTED";
+    case RequestStatus::kFinishedStopped:
+      return "FINISHED_STOPPED";
+    case RequestStatus::kFinishedLength:
+      return "FINISHED_LENGTH";
+    case RequestStatus::kFinishedAborted:
+      return "FINISHED_ABORTED";
   }
   return "?";
 }
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
   }
   return "?";
 }

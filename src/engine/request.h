@@ -20,10 +20,10 @@ struct EngineCoreRequest {
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling_params;
-  double arrival_time = 0.0;           // seconds, any monotone clock; FCFS order and priority tie-break
-  int32_t priority = 0;                // lower value is served earlier (priority policy only)
+  double arrival_time = 0.0;  // seconds, any monotone clock; FCFS order and priority tie-break
+  int32_t priority = 0;       // lower value is served earlier (priority policy only)
   std::optional<int32_t> eos_token_id;
-  uint64_t cache_salt = 0;             // extra key of every block hash: requests with different salts never share
+  uint64_t cache_salt = 0;  // extra key of every block hash: requests with different salts never share
 };
 
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinishedStopped, kFinishedLength, kFinishedAborted };

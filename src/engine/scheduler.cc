@@ -26,8 +26,8 @@ Status SchedulerConfig::validate(const KVCacheConfig& cache) const {
   if (max_model_len > capacity) {
     return invalid_argument("max_model_len (" + std::to_string(max_model_len) +
                             ") is larger than the KV cache can hold (" + std::to_string(cache.num_blocks) +
-                            " blocks of " + std::to_string(cache.block_size) + " tokens = " +
-                            std::to_string(capacity) + " tokens)");
+                            " blocks of " + std::to_string(cache.block_size) + " tokens = " + std::to_string(capacity) +
+                            " tokens)");
   }
   return ok_status();
 }
@@ -75,9 +75,9 @@ Status Scheduler::add_request(EngineCoreRequest in) {
   const std::optional<int64_t> requested = in.sampling_params.max_tokens;
   if (requested && prompt_len + *requested > max_len) {
     return invalid_argument("max_tokens: this model's maximum context length is " + std::to_string(max_len) +
-                            " tokens. However, you requested " + std::to_string(prompt_len + *requested) +
-                            " tokens (" + std::to_string(prompt_len) + " in the prompt, " +
-                            std::to_string(*requested) + " in the completion). Please reduce the length of the "
+                            " tokens. However, you requested " + std::to_string(prompt_len + *requested) + " tokens (" +
+                            std::to_string(prompt_len) + " in the prompt, " + std::to_string(*requested) +
+                            " in the completion). Please reduce the length of the "
                             "prompt or completion.");
   }
   if (requested && *requested < 1) return invalid_argument("max_tokens must be at least 1");
@@ -131,8 +131,8 @@ void Scheduler::schedule_running(StepState& st) {
   while (i < running_.size() && st.token_budget > 0) {
     Request* req = running_[i];
     CHECK_LE(req->num_tokens(), config_.max_model_len) << req->request_id();
-    const int64_t num_new_tokens = std::min(
-        req->num_tokens() + req->num_output_placeholders - req->num_computed_tokens, st.token_budget);
+    const int64_t num_new_tokens =
+        std::min(req->num_tokens() + req->num_output_placeholders - req->num_computed_tokens, st.token_budget);
     if (num_new_tokens <= 0) {
       ++i;
       continue;
@@ -156,8 +156,7 @@ void Scheduler::schedule_running(StepState& st) {
 }
 
 void Scheduler::schedule_waiting(StepState& st) {
-  while (!waiting_->empty() && st.token_budget > 0 &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  while (!waiting_->empty() && st.token_budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* req = waiting_->peek();
     KVCacheBlocks computed;
     int64_t num_new_computed = 0;
@@ -199,14 +198,12 @@ SchedulerOutput Scheduler::schedule() {
     if (e.kind == StepState::Kind::kNew) {
       out.scheduled_new_reqs.push_back({req.request_id(),
                                         std::vector<int32_t>(req.token_ids().begin(), req.token_ids().end()),
-                                        req.sampling_params(), kv_.get_block_ids(req),
-                                        req.num_computed_tokens});
+                                        req.sampling_params(), kv_.get_block_ids(req), req.num_computed_tokens});
     } else {
       CachedRequestData& c = out.scheduled_cached_reqs.emplace_back();
       c.req_id = req.request_id();
       c.resumed_from_preemption = e.kind == StepState::Kind::kResumed;
-      c.new_block_ids = c.resumed_from_preemption ? kv_.get_block_ids(req)
-                                                  : e.new_blocks.take_block_ids();
+      c.new_block_ids = c.resumed_from_preemption ? kv_.get_block_ids(req) : e.new_blocks.take_block_ids();
       c.num_computed_tokens = req.num_computed_tokens;
     }
     req.num_computed_tokens += e.num_tokens;
@@ -259,8 +256,8 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
     Request& req = *found;
     if (req.status != RequestStatus::kRunning) continue;  // a new request reusing an aborted id
     const auto& sampled = runner_output.sampled_token_ids[i];
-    const bool has_prompt_logprobs = i < runner_output.prompt_logprobs.size() &&
-                                     !runner_output.prompt_logprobs[i].empty();
+    const bool has_prompt_logprobs =
+        i < runner_output.prompt_logprobs.size() && !runner_output.prompt_logprobs[i].empty();
     if (sampled.empty() && !has_prompt_logprobs) continue;
     CHECK(sampled.empty() || req.num_computed_tokens == req.num_tokens())
         << "runner sampled for " << id << " before its prompt was computed";

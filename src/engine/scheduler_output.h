@@ -86,7 +86,7 @@ struct EngineCoreOutput {
   std::optional<FinishReason> finish_reason;  // set on the request's last output
   StopReason stop_reason;                     // with kStop: EOS (monostate), stop token id or stop string
   int64_t num_cached_tokens = 0;
-  std::vector<EngineCoreEvent> events;        // only when SchedulerConfig::log_stats
+  std::vector<EngineCoreEvent> events;  // only when SchedulerConfig::log_stats
 
   bool finished() const { return finish_reason.has_value(); }
 };

@@ -217,7 +217,9 @@ TEST(SchedulerTest, AdmissionOrderFollowsPolicy) {
     FakeRunner runner(16, 4, 50);
     std::vector<EngineCoreRequest> reqs;
     for (int i = 0; i < 30; ++i) {
-      reqs.push_back(make("r" + std::to_string(i), 1 + rng() % 10, 1 + rng() % 3, static_cast<int32_t>(rng() % 4),
+      std::string id = "r";
+      id += std::to_string(i);  // (not "r" + to_string: GCC 12 warns falsely with -Wrestrict)
+      reqs.push_back(make(id, 1 + rng() % 10, 1 + rng() % 3, static_cast<int32_t>(rng() % 4),
                           static_cast<double>(rng() % 5)));
     }
     for (const auto& r : reqs) ASSERT_TRUE(s.add_request(r).ok());
