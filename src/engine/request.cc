@@ -2,6 +2,8 @@
 // The only place that maps RequestStatus onto the OpenAI finish_reason vocabulary.
 #include "engine/request.h"
 
+#include <algorithm>
+
 #include "core/logging.h"
 
 namespace llmserve {
@@ -41,6 +43,18 @@ FinishReason finish_reason_of(RequestStatus status) {
   if (status == RequestStatus::kFinishedStopped) return FinishReason::kStop;
   if (status == RequestStatus::kFinishedLength) return FinishReason::kLength;
   return FinishReason::kAbort;
+}
+
+std::vector<EngineCoreRequest> fan_out_parallel_sampling(const EngineCoreRequest& parent) {
+  const int32_t n = std::max<int32_t>(1, parent.sampling_params.n);
+  std::vector<EngineCoreRequest> children(static_cast<size_t>(n), parent);
+  for (int32_t i = 0; i < n; ++i) {
+    EngineCoreRequest& c = children[static_cast<size_t>(i)];
+    c.request_id = std::to_string(i) + "_" + parent.request_id;
+    c.sampling_params.n = 1;
+    if (parent.sampling_params.seed) c.sampling_params.seed = *parent.sampling_params.seed + i;
+  }
+  return children;
 }
 
 Request::Request(EngineCoreRequest req)

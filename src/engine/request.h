@@ -26,6 +26,11 @@ struct EngineCoreRequest {
   uint64_t cache_salt = 0;  // extra key of every block hash: requests with different salts never share
 };
 
+// Parallel sampling (n > 1) as in vLLM: the frontend submits n child requests "<i>_<id>" (i = 0..n-1), each
+// with n = 1 and, when the parent is seeded, seed + i. Their identical prompts share full KV blocks through
+// the prefix cache (a child admitted in the same step hits blocks the first child allocated).
+std::vector<EngineCoreRequest> fan_out_parallel_sampling(const EngineCoreRequest& parent);
+
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinishedStopped, kFinishedLength, kFinishedAborted };
 enum class FinishReason { kStop, kLength, kAbort };
 
