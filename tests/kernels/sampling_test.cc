@@ -213,6 +213,10 @@ TEST(Filters, TopPRenormalisesAfterTopK) {
 TEST(Filters, NanBecomesMaskedAndAllMaskedRowStays) {
   EXPECT_EQ(row(filtered(rows({{NAN, 1.f, 2.f}}), 2, 1.f, 0.f), 0), (std::vector<float>{-kInf, 1.f, 2.f}));
   EXPECT_EQ(row(filtered(rows({{-kInf, -kInf}}), 1, 0.5f, 0.5f), 0), (std::vector<float>{-kInf, -kInf}));
+  // Out-of-range parameters (the Sampler rejects them) still keep the max: min_p > 1, top_p <= 0.
+  EXPECT_EQ(row(filtered(rows({{0.f, 2.f, 1.f}}), 0, 1.f, 1.5f), 0), (std::vector<float>{-kInf, 2.f, -kInf}));
+  EXPECT_EQ(row(filtered(rows({{0.f, 2.f, 1.f}}), 0, 0.f, 0.f), 0), (std::vector<float>{-kInf, 2.f, -kInf}));
+  EXPECT_EQ(row(filtered(rows({{0.f, 2.f, 1.f}}), 0, -1.f, 0.f), 0), (std::vector<float>{-kInf, 2.f, -kInf}));
 }
 
 TEST(Filters, MatchFullSortReferenceOnRandomRows) {

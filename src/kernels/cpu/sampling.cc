@@ -148,7 +148,8 @@ void filter_row(float* x, int64_t vocab, int32_t top_k, float top_p, float min_p
   c.clear();
   for (int64_t j = 0; j < vocab; ++j) {
     const float v = x[j];
-    if (v == kNegInf || v < kth || static_cast<double>(v) < min_p_floor) continue;
+    if (v == kNegInf || v < kth) continue;
+    if (v != max_logit && static_cast<double>(v) < min_p_floor) continue;  // (min_p > 1 still keeps the max)
     const float weight = std::exp(v - max_logit);
     if (use_min_p && v != max_logit && !(weight >= min_p)) continue;
     c.push_back({v, static_cast<int32_t>(j), weight});
