@@ -25,6 +25,16 @@ Status check_ids(std::span<const int32_t> ids, int64_t vocab, const char* field)
   return ok_status();
 }
 
+// Tensor::from_i32 / from_f32 copy from vector::data(), which may be null for an empty vector (a memcpy from null
+// is undefined even for 0 bytes): empty lists become Tensor::empty({0}).
+Tensor i32_tensor(const std::vector<int32_t>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kI32) : Tensor::from_i32(v, {static_cast<int64_t>(v.size())});
+}
+
+Tensor f32_tensor(const std::vector<float>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kF32) : Tensor::from_f32(v, {static_cast<int64_t>(v.size())});
+}
+
 // A TokenLists (CSR) built row by row.
 struct ListsBuilder {
   std::vector<int32_t> offsets{0};
@@ -32,10 +42,7 @@ struct ListsBuilder {
   std::vector<float> values;  // logit_bias only
 
   void end_row() { offsets.push_back(static_cast<int32_t>(ids.size())); }
-  ops::TokenLists lists() const {
-    return {Tensor::from_i32(offsets, {static_cast<int64_t>(offsets.size())}),
-            Tensor::from_i32(ids, {static_cast<int64_t>(ids.size())})};
-  }
+  ops::TokenLists lists() const { return {i32_tensor(offsets), i32_tensor(ids)}; }
 };
 
 bool penalties_on(const SamplingSettings& s) {
@@ -131,8 +138,7 @@ void apply_logits_processors(Tensor& logits, std::span<const SamplerRequest> req
   }
   if (!stop_ids.ids.empty()) ops::mask_tokens(logits, stop_ids.lists());
   if (!bias.ids.empty()) {
-    ops::apply_logit_bias(logits,
-                          {bias.lists(), Tensor::from_f32(bias.values, {static_cast<int64_t>(bias.values.size())})});
+    ops::apply_logit_bias(logits, {bias.lists(), f32_tensor(bias.values)});
   }
   if (any_penalty) {
     ops::apply_penalties(logits, {prompt_ids.lists(), output_ids.lists(), Tensor::from_f32(repetition, {n}),

@@ -37,18 +37,22 @@ std::vector<float> row(const Tensor& t, int64_t r) {
   return std::vector<float>(p, p + t.size(1));
 }
 
+// Tensor::from_f32 / from_i32 memcpy from vector::data(), null for an empty vector: build empty ones directly.
+Tensor f32s(const std::vector<float>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kF32) : Tensor::from_f32(v, {static_cast<int64_t>(v.size())});
+}
+Tensor i32s(const std::vector<int32_t>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kI32) : Tensor::from_i32(v, {static_cast<int64_t>(v.size())});
+}
+
 ops::TokenLists lists(const std::vector<std::vector<int32_t>>& per_row) {
   std::vector<int32_t> offsets{0}, ids;
   for (const auto& v : per_row) {
     ids.insert(ids.end(), v.begin(), v.end());
     offsets.push_back(static_cast<int32_t>(ids.size()));
   }
-  return {Tensor::from_i32(offsets, {static_cast<int64_t>(offsets.size())}),
-          Tensor::from_i32(ids, {static_cast<int64_t>(ids.size())})};
+  return {i32s(offsets), i32s(ids)};
 }
-
-Tensor f32s(const std::vector<float>& v) { return Tensor::from_f32(v, {static_cast<int64_t>(v.size())}); }
-Tensor i32s(const std::vector<int32_t>& v) { return Tensor::from_i32(v, {static_cast<int64_t>(v.size())}); }
 Tensor i64s(const std::vector<int64_t>& v) { return Tensor::from_i64(v, {static_cast<int64_t>(v.size())}); }
 
 // Filters every row of `logits` with the same parameters; returns the result.
