@@ -84,21 +84,21 @@ Tensor Tensor::from_blob(void* data, Shape shape, DType dtype, std::shared_ptr<v
 Tensor Tensor::from_f32(const std::vector<float>& values, Shape shape, DType dtype) {
   Tensor t = empty(std::move(shape), dtype);
   CHECK_EQ(static_cast<size_t>(t.numel()), values.size());
-  convert_elements(values.data(), DType::kF32, t.data_, dtype, values.size());
+  if (!values.empty()) convert_elements(values.data(), DType::kF32, t.data_, dtype, values.size());
   return t;
 }
 
 Tensor Tensor::from_i32(const std::vector<int32_t>& values, Shape shape) {
   Tensor t = empty(std::move(shape), DType::kI32);
   CHECK_EQ(static_cast<size_t>(t.numel()), values.size());
-  std::memcpy(t.data_, values.data(), values.size() * 4);
+  if (!values.empty()) std::memcpy(t.data_, values.data(), values.size() * 4);  // data() may be null
   return t;
 }
 
 Tensor Tensor::from_i64(const std::vector<int64_t>& values, Shape shape) {
   Tensor t = empty(std::move(shape), DType::kI64);
   CHECK_EQ(static_cast<size_t>(t.numel()), values.size());
-  std::memcpy(t.data_, values.data(), values.size() * 8);
+  if (!values.empty()) std::memcpy(t.data_, values.data(), values.size() * 8);
   return t;
 }
 
