@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/status.h"
 #include "core/tensor.h"
 
 namespace llmserve::ops {
@@ -93,5 +94,85 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
 // out_ids [n] i32 = argmax of each row of logits [n, vocab]; ties pick the lowest id; NaN is never chosen over
 // a number.
 void argmax(Tensor& out_ids, const Tensor& logits);
+
+// ==== sampling (kernels/sampling_ops.cc checks and dispatches; kernels/cpu/sampling.cc) ====
+// Every op works on a batch of rows, logits [num_reqs, vocab] f32 (row-strided), edited in place, with per-row
+// parameters as tensors on the logits' device so the CUDA ops take the same arguments. Each Params struct has a
+// check() that returns InvalidArgument naming the field whose shape / dtype / device does not fit the logits;
+// the op aborts (CHECK) on such an error, and on ids outside [0, vocab) or malformed offsets (caller bugs: the
+// runtime's Sampler validates user input first). vLLM V1 order: see runtime/sampler.h.
+
+// Temperatures below this mean greedy sampling (vLLM's _SAMPLING_EPS).
+inline constexpr float kSamplingEps = 1e-5f;
+
+// Variable-length lists of token ids, one per row (CSR): row r owns token_ids[offsets[r], offsets[r + 1]).
+struct TokenLists {
+  Tensor offsets;    // [num_reqs + 1] i32, offsets[0] == 0, non-decreasing, offsets[num_reqs] <= token_ids size
+  Tensor token_ids;  // [total] i32, each in [0, vocab)
+  Status check(const Tensor& logits, const char* name) const;
+};
+
+// vLLM's penalties. For every id in the row's prompt or output (once, however often it occurs):
+// logit = logit > 0 ? logit * (1 / repetition_penalty) : logit * repetition_penalty. Then for every id occurring
+// c > 0 times in the output: logit -= frequency_penalty * c; logit -= presence_penalty.
+struct PenaltyParams {
+  TokenLists prompt_tokens;     // only read for rows with repetition_penalty != 1
+  TokenLists output_tokens;
+  Tensor repetition_penalties;  // [num_reqs] f32, > 0; 1 = off
+  Tensor frequency_penalties;   // [num_reqs] f32; 0 = off
+  Tensor presence_penalties;    // [num_reqs] f32; 0 = off
+  Status check(const Tensor& logits) const;
+};
+void apply_penalties(Tensor& logits, const PenaltyParams& params);
+
+// logits[r, tokens.token_ids[j]] += values[j] for each j of row r (a repeated id adds twice).
+struct LogitBiasParams {
+  TokenLists tokens;
+  Tensor values;  // [total] f32, parallel to tokens.token_ids
+  Status check(const Tensor& logits) const;
+};
+void apply_logit_bias(Tensor& logits, const LogitBiasParams& params);
+
+// logits[r, id] = -inf for every id in row r's list (min_tokens: the stop / eos ids of rows still short of it).
+void mask_tokens(Tensor& logits, const TokenLists& tokens);
+
+// logits[r, :] /= temperatures[r] for rows with temperature >= kSamplingEps; greedy rows are left unchanged.
+// temperatures [num_reqs] f32.
+void apply_temperature(Tensor& logits, const Tensor& temperatures);
+
+// vLLM's min-p, top-k and top-p masks on (temperature-scaled) logits: filtered tokens become -inf. Tokens are
+// ranked by logit descending, equal logits by lower id first; every mask keeps a prefix of that ranking and
+// always keeps the first token, so a row keeps at least one finite logit if it had one. NaN logits become -inf.
+//   min-p: keeps tokens with prob >= min_p * max_prob, evaluated as exp(logit - max_logit) >= min_p.
+//   top-k: keeps every token whose logit >= the k-th largest logit (all ties at the threshold are kept, as
+//          vLLM's `logits < kth_value` mask does, so more than k tokens may survive).
+//   top-p: on the distribution renormalised over the survivors of min-p and top-k, keeps the ranking's
+//          shortest prefix whose probability mass reaches top_p: a token stays iff the mass ranked before it is
+//          < top_p (sums in double). Ties at the cut are settled by the id order above.
+// The three commute as vLLM applies them (min-p, then top-k, then top-p on the renormalised remainder).
+struct SamplingFilterParams {
+  Tensor top_k;  // [num_reqs] i32; <= 0 or >= vocab: off
+  Tensor top_p;  // [num_reqs] f32 in (0, 1]; >= 1: off
+  Tensor min_p;  // [num_reqs] f32 in [0, 1]; <= 0: off
+  Status check(const Tensor& logits) const;
+};
+void apply_top_k_top_p_min_p(Tensor& logits, const SamplingFilterParams& params);
+
+// Draws one token per row. Greedy rows (temperature < kSamplingEps) take the argmax (lowest id on ties). Other
+// rows sample from softmax(logits row) by inverse CDF: u = philox::uniform(seeds[r], offsets[r]) in [0, 1),
+// and the token is the first id (ascending id order) whose cumulative weight exp(logit - max) exceeds u * total
+// (sums in double). -inf logits have weight 0 and are never drawn; a row with no finite logit takes its argmax.
+struct SampleParams {
+  Tensor temperatures;  // [num_reqs] f32: only compared with kSamplingEps (apply_temperature has scaled the row)
+  Tensor seeds;         // [num_reqs] i64: Philox key (bit pattern)
+  Tensor offsets;       // [num_reqs] i64: Philox counter (bit pattern), e.g. the request's step index
+  Status check(const Tensor& logits) const;
+};
+void sample(Tensor& out_ids, const Tensor& logits, const SampleParams& params);
+
+// For each row: out_logprobs[r] = logprobs[r, token_ids[r]] and out_ranks[r] = the number of ids whose logprob
+// is >= it (1 = most likely; ties count against the token, vLLM's rank rule). logprobs [num_reqs, vocab] f32;
+// token_ids [num_reqs] i32; out_logprobs [num_reqs] f32; out_ranks [num_reqs] i32.
+void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids);
 
 }  // namespace llmserve::ops

@@ -1,0 +1,109 @@
+// The structs that cross the engine-core boundary (DESIGN §6): SchedulerOutput (scheduler -> runner),
+// ModelRunnerOutput (runner -> scheduler) and EngineCoreOutputs (core -> frontend). Plain data, no behaviour:
+// the runner sees only these, never a Request.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampling_params.h"
+
+namespace llmserve {
+
+// A request the runner has not seen (first scheduling).
+struct NewRequestData {
+  std::string req_id;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams sampling_params;
+  std::vector<int32_t> block_ids;   // all its blocks, in logical order
+  int64_t num_computed_tokens = 0;  // tokens already in the cache (prefix hit); computing starts here
+};
+
+// A request the runner already holds state for.
+struct CachedRequestData {
+  std::string req_id;
+  // True after a preemption: new_block_ids then replaces the runner's block list instead of extending it, and
+  // the runner recomputes from num_computed_tokens using the tokens it kept (prompt + its sampled ids).
+  bool resumed_from_preemption = false;
+  std::vector<int32_t> new_block_ids;
+  int64_t num_computed_tokens = 0;  // before this step's tokens
+};
+
+struct ScheduledTokens {
+  std::string req_id;
+  int64_t num_tokens = 0;
+};
+
+struct SchedulerOutput {
+  std::vector<NewRequestData> scheduled_new_reqs;
+  std::vector<CachedRequestData> scheduled_cached_reqs;
+  // Tokens to compute this step per scheduled request, in scheduling order (new and cached together).
+  std::vector<ScheduledTokens> num_scheduled_tokens;
+  int64_t total_num_scheduled_tokens = 0;
+  // Requests finished (stopped, length, aborted) since the previous step: the runner drops their state.
+  std::vector<std::string> finished_req_ids;
+  // Requests preempted by this step: the runner drops them from its batch but keeps their tokens.
+  std::vector<std::string> preempted_req_ids;
+
+  // Scheduled tokens of one request, 0 if not scheduled. Linear scan: for tests and tools.
+  int64_t num_scheduled_tokens_of(const std::string& req_id) const;
+};
+
+// Top-k logprobs of one position: the sampled (or prompt) token first, then the top-k.
+struct TokenLogprobs {
+  std::vector<int32_t> token_ids;
+  std::vector<float> logprobs;
+  int32_t sampled_token_rank = 0;
+};
+
+struct ModelRunnerOutput {
+  std::vector<std::string> req_ids;  // batch order; every request of num_scheduled_tokens appears once
+  // Per request: sampled ids (several with speculative decoding). Empty while a prompt is only partly
+  // computed (a chunked prefill step samples nothing usable).
+  std::vector<std::vector<int32_t>> sampled_token_ids;
+  // Per request, per sampled token; empty when not requested.
+  std::vector<std::vector<TokenLogprobs>> logprobs;
+  // Per request, per prompt position computed this step; empty when not requested.
+  std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
+};
+
+enum class EngineCoreEventType { kQueued, kScheduled, kPreempted };
+
+struct EngineCoreEvent {
+  EngineCoreEventType type;
+  double timestamp;  // seconds, SchedulerConfig::clock
+};
+
+struct EngineCoreOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;
+  std::vector<TokenLogprobs> new_logprobs;
+  std::vector<TokenLogprobs> new_prompt_logprobs;
+  std::optional<FinishReason> finish_reason;  // set on the request's last output
+  StopReason stop_reason;                     // with kStop: EOS (monostate), stop token id or stop string
+  int64_t num_cached_tokens = 0;
+  std::vector<EngineCoreEvent> events;        // only when SchedulerConfig::log_stats
+
+  bool finished() const { return finish_reason.has_value(); }
+};
+
+struct SchedulerStats {
+  int64_t num_running_reqs = 0;
+  int64_t num_waiting_reqs = 0;
+  double kv_cache_usage = 0.0;        // fraction of blocks in use, [0, 1]
+  int64_t prefix_cache_requests = 0;  // since the previous stats
+  int64_t prefix_cache_queries = 0;   // tokens looked up since the previous stats
+  int64_t prefix_cache_hits = 0;      // tokens served from the cache since the previous stats
+  int64_t num_preemptions = 0;        // since the previous stats
+};
+
+struct EngineCoreOutputs {
+  std::vector<EngineCoreOutput> outputs;
+  SchedulerStats scheduler_stats;
+  double timestamp = 0.0;
+};
+
+}  // namespace llmserve

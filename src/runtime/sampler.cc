@@ -1,0 +1,208 @@
+// Sampler: validates each request's settings, packs them into the per-row tensors of the kernels' sampling ops
+// and runs those ops in vLLM V1's order (listed in sampler.h). Rows whose settings make a step a no-op
+// (penalties off, temperature 1, no filters) are passed neutral values, and a step nobody needs is skipped.
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/ops.h"
+#include "kernels/philox.h"
+
+namespace llmserve {
+namespace {
+
+Status bad(const std::string& field, const std::string& detail) { return invalid_argument(field + " " + detail); }
+
+Status check_ids(std::span<const int32_t> ids, int64_t vocab, const char* field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return bad(std::string(field) + "[" + std::to_string(i) + "]",
+                 "= " + std::to_string(ids[i]) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  return ok_status();
+}
+
+// A TokenLists (CSR) built row by row.
+struct ListsBuilder {
+  std::vector<int32_t> offsets{0};
+  std::vector<int32_t> ids;
+  std::vector<float> values;  // logit_bias only
+
+  void end_row() { offsets.push_back(static_cast<int32_t>(ids.size())); }
+  ops::TokenLists lists() const {
+    return {Tensor::from_i32(offsets, {static_cast<int64_t>(offsets.size())}),
+            Tensor::from_i32(ids, {static_cast<int64_t>(ids.size())})};
+  }
+};
+
+bool penalties_on(const SamplingSettings& s) {
+  return s.repetition_penalty != 1.f || s.frequency_penalty != 0.f || s.presence_penalty != 0.f;
+}
+
+bool is_greedy(const SamplingSettings& s) { return s.temperature < ops::kSamplingEps; }
+
+}  // namespace
+
+Status Sampler::validate(const SamplingSettings& s, int64_t vocab) {
+  if (!(std::isfinite(s.temperature) && s.temperature >= 0.f))
+    return bad("temperature", std::to_string(s.temperature) + " must be >= 0");
+  if (!(s.top_p > 0.f && s.top_p <= 1.f)) return bad("top_p", std::to_string(s.top_p) + " must be in (0, 1]");
+  if (s.top_k < -1) return bad("top_k", std::to_string(s.top_k) + " must be 0 or -1 (off), or >= 1");
+  if (!(s.min_p >= 0.f && s.min_p <= 1.f)) return bad("min_p", std::to_string(s.min_p) + " must be in [0, 1]");
+  if (!(s.presence_penalty >= -2.f && s.presence_penalty <= 2.f)) {
+    return bad("presence_penalty", std::to_string(s.presence_penalty) + " must be in [-2, 2]");
+  }
+  if (!(s.frequency_penalty >= -2.f && s.frequency_penalty <= 2.f)) {
+    return bad("frequency_penalty", std::to_string(s.frequency_penalty) + " must be in [-2, 2]");
+  }
+  if (!(std::isfinite(s.repetition_penalty) && s.repetition_penalty > 0.f)) {
+    return bad("repetition_penalty", std::to_string(s.repetition_penalty) + " must be > 0");
+  }
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || id >= vocab) {
+      return bad("logit_bias",
+                 "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+    if (!std::isfinite(bias)) return bad("logit_bias", "value for token " + std::to_string(id) + " is not finite");
+  }
+  if (s.min_tokens < 0) return bad("min_tokens", std::to_string(s.min_tokens) + " must be >= 0");
+  RETURN_IF_ERROR(check_ids(s.all_stop_token_ids, vocab, "all_stop_token_ids"));
+  if (s.logprobs && (*s.logprobs < -1 || *s.logprobs > vocab)) {
+    return bad("logprobs",
+               std::to_string(*s.logprobs) + " must be -1 (whole vocabulary) or in [0, " + std::to_string(vocab) + "]");
+  }
+  return ok_status();
+}
+
+StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerRequest> requests) {
+  const int64_t n = static_cast<int64_t>(requests.size());
+  CHECK(logits.defined() && logits.dim() == 2 && logits.size(0) == n && logits.dtype() == DType::kF32 &&
+        logits.device().is_cpu())
+      << "Sampler: logits " << (logits.defined() ? logits.to_string() : "undefined") << " for " << n << " requests";
+  const int64_t vocab = logits.size(1);
+  CHECK_GT(vocab, 0) << "Sampler: empty vocabulary";
+  int64_t max_num_logprobs = -1;  // -1: nobody asked for logprobs
+  for (int64_t r = 0; r < n; ++r) {
+    const SamplerRequest& req = requests[r];
+    CHECK(req.sampling != nullptr) << "Sampler: row " << r << " has no settings";
+    const SamplingSettings& s = *req.sampling;
+    const std::string row = "request row " + std::to_string(r);
+    RETURN_IF_ERROR(validate(s, vocab).with_context(row));
+    if (req.step < 0) return invalid_argument(row + ": step " + std::to_string(req.step) + " must be >= 0");
+    if (s.repetition_penalty != 1.f) {
+      RETURN_IF_ERROR(check_ids(req.prompt_token_ids, vocab, "prompt_token_ids").with_context(row));
+    }
+    if (penalties_on(s)) RETURN_IF_ERROR(check_ids(req.output_token_ids, vocab, "output_token_ids").with_context(row));
+    if (s.logprobs) max_num_logprobs = std::max<int64_t>(max_num_logprobs, *s.logprobs == -1 ? vocab : *s.logprobs);
+  }
+
+  SamplerOutput out;
+  out.sampled_token_ids = Tensor::empty({n}, DType::kI32);
+  if (n == 0) return out;
+
+  // 1. Raw logprobs, before the logits are touched.
+  Tensor raw_logprobs;
+  if (max_num_logprobs >= 0) {
+    if (!raw_logprobs_.defined() || raw_logprobs_.size(0) < n || raw_logprobs_.size(1) != vocab) {
+      raw_logprobs_ = Tensor::empty({n, vocab}, DType::kF32);
+    }
+    raw_logprobs = raw_logprobs_.slice(0, 0, n);
+    ops::log_softmax(raw_logprobs, logits);
+  }
+
+  // 2-4. min_tokens, logit_bias, penalties: the logits greedy sampling also sees.
+  ListsBuilder stop_ids, bias, prompt_ids, output_ids;
+  std::vector<float> repetition(n, 1.f), frequency(n, 0.f), presence(n, 0.f);
+  bool any_penalty = false;
+  for (int64_t r = 0; r < n; ++r) {
+    const SamplerRequest& req = requests[r];
+    const SamplingSettings& s = *req.sampling;
+    if (req.step < s.min_tokens) {
+      stop_ids.ids.insert(stop_ids.ids.end(), s.all_stop_token_ids.begin(), s.all_stop_token_ids.end());
+    }
+    stop_ids.end_row();
+    for (const auto& [id, value] : s.logit_bias) {
+      bias.ids.push_back(id);
+      bias.values.push_back(value);
+    }
+    bias.end_row();
+    if (penalties_on(s)) {
+      any_penalty = true;
+      repetition[r] = s.repetition_penalty;
+      frequency[r] = s.frequency_penalty;
+      presence[r] = s.presence_penalty;
+      if (s.repetition_penalty != 1.f) {
+        prompt_ids.ids.insert(prompt_ids.ids.end(), req.prompt_token_ids.begin(), req.prompt_token_ids.end());
+      }
+      output_ids.ids.insert(output_ids.ids.end(), req.output_token_ids.begin(), req.output_token_ids.end());
+    }
+    prompt_ids.end_row();
+    output_ids.end_row();
+  }
+  if (!stop_ids.ids.empty()) ops::mask_tokens(logits, stop_ids.lists());
+  if (!bias.ids.empty()) {
+    ops::apply_logit_bias(logits,
+                          {bias.lists(), Tensor::from_f32(bias.values, {static_cast<int64_t>(bias.values.size())})});
+  }
+  if (any_penalty) {
+    ops::apply_penalties(logits, {prompt_ids.lists(), output_ids.lists(), Tensor::from_f32(repetition, {n}),
+                                  Tensor::from_f32(frequency, {n}), Tensor::from_f32(presence, {n})});
+  }
+
+  // 5-9. Temperature and the filters, on rows that sample; greedy rows get neutral values.
+  std::vector<float> temperature(n), top_p(n, 1.f), min_p(n, 0.f);
+  std::vector<int32_t> top_k(n, 0);
+  std::vector<int64_t> seeds(n), offsets(n);
+  bool any_temperature = false, any_filter = false;
+  const uint64_t unseeded_key = philox::mix64(seed_ ^ philox::mix64(num_calls_));
+  for (int64_t r = 0; r < n; ++r) {
+    const SamplerRequest& req = requests[r];
+    const SamplingSettings& s = *req.sampling;
+    temperature[r] = s.temperature;
+    if (s.seed) {
+      seeds[r] = *s.seed;
+      offsets[r] = req.step;
+    } else {
+      seeds[r] = static_cast<int64_t>(unseeded_key);
+      offsets[r] = r;
+    }
+    if (is_greedy(s)) continue;
+    any_temperature |= s.temperature != 1.f;
+    top_k[r] = std::max(s.top_k, 0);
+    top_p[r] = s.top_p;
+    min_p[r] = s.min_p;
+    any_filter |= (top_k[r] > 0 && top_k[r] < vocab) || top_p[r] < 1.f || min_p[r] > 0.f;
+  }
+  const Tensor temperatures = Tensor::from_f32(temperature, {n});
+  if (any_temperature) ops::apply_temperature(logits, temperatures);
+  if (any_filter) {
+    ops::apply_top_k_top_p_min_p(
+        logits, {Tensor::from_i32(top_k, {n}), Tensor::from_f32(top_p, {n}), Tensor::from_f32(min_p, {n})});
+  }
+  // 10. The draw (greedy rows: argmax).
+  ops::sample(out.sampled_token_ids, logits,
+              {temperatures, Tensor::from_i64(seeds, {n}), Tensor::from_i64(offsets, {n})});
+  ++num_calls_;
+
+  // 11. Logprobs of the sampled token and the top k, from step 1.
+  if (max_num_logprobs >= 0) {
+    const int64_t k = max_num_logprobs;
+    Tensor token_logprobs = Tensor::empty({n}, DType::kF32);
+    out.sampled_token_ranks = Tensor::empty({n}, DType::kI32);
+    ops::gather_token_logprobs(token_logprobs, out.sampled_token_ranks, raw_logprobs, out.sampled_token_ids);
+    out.logprob_token_ids = Tensor::empty({n, 1 + k}, DType::kI32);
+    out.logprobs = Tensor::empty({n, 1 + k}, DType::kF32);
+    Tensor top_ids = out.logprob_token_ids.slice(1, 1, 1 + k), top_values = out.logprobs.slice(1, 1, 1 + k);
+    if (k > 0) ops::top_k(top_values, top_ids, raw_logprobs, k);
+    for (int64_t r = 0; r < n; ++r) {
+      out.logprob_token_ids.data<int32_t>()[r * (1 + k)] = out.sampled_token_ids.data<int32_t>()[r];
+      out.logprobs.data<float>()[r * (1 + k)] = token_logprobs.data<float>()[r];
+    }
+  }
+  return out;
+}
+
+}  // namespace llmserve

@@ -1,0 +1,83 @@
+// Sampler: turns a batch of logits into sampled token ids and logprobs, running the kernels' sampling ops in vLLM
+// V1's order. Invariant: a request's token depends only on its logits, its settings, its token ids and its step
+// (plus, for unseeded requests, the engine seed and how many batches this Sampler has sampled before).
+//
+// Order (vLLM V1 Sampler.forward with the default logprobs_mode "raw_logprobs"):
+//   1. logprobs = log_softmax(raw logits), before any processing, when some request asks for logprobs;
+//   2. min_tokens: the request's all_stop_token_ids -> -inf while step < min_tokens;
+//   3. logit_bias added;
+//   4. penalties: repetition (prompt and output ids), then frequency and presence (output ids);
+//   5. greedy requests (temperature < 1e-5) take the argmax of these logits; for the others:
+//   6. logits /= temperature;  7. min-p;  8. top-k;  9. top-p (on the renormalised survivors);
+//  10. draw from softmax(logits) with Philox(key = seed, counter = step), or for unseeded requests Philox(key
+//      derived from the engine seed and this call's index, counter = row);
+//  11. gather the sampled token's logprob and rank and the top `logprobs` logprobs from step 1.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace llmserve {
+
+// One request's sampling settings; field names and meanings follow vLLM's SamplingParams.
+struct SamplingSettings {
+  float temperature = 1.0f;                 // >= 0; below 1e-5: greedy
+  float top_p = 1.0f;                       // (0, 1]; 1: off
+  int32_t top_k = 0;                        // 0 or -1: off; else >= 1
+  float min_p = 0.0f;                       // [0, 1]; 0: off
+  std::optional<int64_t> seed;              // set: reproducible stream keyed by (seed, step)
+  float presence_penalty = 0.0f;            // [-2, 2]
+  float frequency_penalty = 0.0f;           // [-2, 2]
+  float repetition_penalty = 1.0f;          // > 0; 1: off
+  std::map<int32_t, float> logit_bias;      // token id -> bias added to its logit (ids in [0, vocab))
+  int32_t min_tokens = 0;                   // >= 0: all_stop_token_ids are suppressed while step < min_tokens
+  std::vector<int32_t> all_stop_token_ids;  // eos + stop_token_ids (vLLM's all_stop_token_ids), in [0, vocab)
+  std::optional<int32_t> logprobs;          // number of top logprobs to return (0: only the sampled token's);
+                                            // -1: the whole vocabulary
+};
+
+// One row of the batch: the request's settings and token history. Spans must outlive the sample() call.
+struct SamplerRequest {
+  const SamplingSettings* sampling = nullptr;
+  std::span<const int32_t> prompt_token_ids;  // read for repetition_penalty only
+  std::span<const int32_t> output_token_ids;  // read for the penalties only
+  int64_t step = 0;  // index of the token being sampled in the request's output (= number generated so far)
+};
+
+// What sample() returns, shaped like vLLM's SamplerOutput + LogprobsTensors.
+struct SamplerOutput {
+  Tensor sampled_token_ids;  // [num_reqs] i32
+  // Defined only when some request asked for logprobs; k = the largest `logprobs` in the batch (vocab for -1).
+  // Column 0 holds the sampled token, columns 1..k the k most likely tokens by raw logprob, descending (ties:
+  // lower id first). A row that asked for fewer (or none) has its first 1 + logprobs columns meaningful.
+  Tensor logprob_token_ids;    // [num_reqs, 1 + k] i32
+  Tensor logprobs;             // [num_reqs, 1 + k] f32: log_softmax of the raw logits
+  Tensor sampled_token_ranks;  // [num_reqs] i32: tokens whose raw logprob >= the sampled one's (1 = most likely)
+};
+
+class Sampler {
+ public:
+  // `seed` keys the streams of requests without a seed (vLLM's engine-wide seed).
+  explicit Sampler(uint64_t seed = 0) : seed_(seed) {}
+
+  // Samples one token per row of logits [requests.size(), vocab] f32 (CPU). `logits` is used as scratch and
+  // holds the processed logits afterwards. InvalidArgument (naming the row and the field) when a request's
+  // settings are out of range or name a token id outside the vocabulary; nothing is sampled then.
+  StatusOr<SamplerOutput> sample(Tensor& logits, std::span<const SamplerRequest> requests);
+
+  // Validates one request's settings against the vocabulary (what sample() checks for each row).
+  static Status validate(const SamplingSettings& sampling, int64_t vocab);
+
+ private:
+  uint64_t seed_;
+  uint64_t num_calls_ = 0;  // batches sampled so far: advances the unseeded streams
+  Tensor raw_logprobs_;     // [capacity, vocab] scratch, reused across calls
+};
+
+}  // namespace llmserve

@@ -1,0 +1,286 @@
+// Sampler: validation names the row and field; vLLM's order (min_tokens, logit_bias, then penalties, on the
+// logits greedy sees; logprobs from the raw logits); seeded requests reproduce across batches and positions;
+// unseeded ones follow the engine seed; draws match the filtered softmax by chi-square.
+#include "runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "../kernels/sampling_test_util.h"
+
+namespace llmserve {
+namespace {
+
+std::vector<float> random_row(int64_t v, uint32_t seed, float scale = 2.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> x(v);
+  for (float& f : x) f = dist(rng);
+  return x;
+}
+
+Tensor batch(const std::vector<std::vector<float>>& rows) {
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  return Tensor::from_f32(flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+}
+
+SamplerRequest request(const SamplingSettings& s, int64_t step = 0, std::span<const int32_t> prompt = {},
+                       std::span<const int32_t> output = {}) {
+  return SamplerRequest{&s, prompt, output, step};
+}
+
+// Samples one batch; fails the test on an error status.
+SamplerOutput run(Sampler& sampler, const std::vector<std::vector<float>>& rows,
+                  const std::vector<SamplerRequest>& requests) {
+  Tensor logits = batch(rows);
+  StatusOr<SamplerOutput> out = sampler.sample(logits, requests);
+  EXPECT_TRUE(out.ok()) << out.status().to_string();
+  return std::move(out).value();
+}
+
+int32_t token(const SamplerOutput& out, int64_t r) { return out.sampled_token_ids.data<int32_t>()[r]; }
+
+TEST(Sampler, ValidationNamesRowAndField) {
+  const int64_t v = 10;
+  struct Case {
+    const char* field;
+    void (*edit)(SamplingSettings&);
+  };
+  const Case cases[] = {
+      {"temperature", [](SamplingSettings& s) { s.temperature = -0.5f; }},
+      {"top_p", [](SamplingSettings& s) { s.top_p = 0.f; }},
+      {"top_p", [](SamplingSettings& s) { s.top_p = 1.5f; }},
+      {"top_k", [](SamplingSettings& s) { s.top_k = -2; }},
+      {"min_p", [](SamplingSettings& s) { s.min_p = 1.1f; }},
+      {"presence_penalty", [](SamplingSettings& s) { s.presence_penalty = 2.5f; }},
+      {"frequency_penalty", [](SamplingSettings& s) { s.frequency_penalty = NAN; }},
+      {"repetition_penalty", [](SamplingSettings& s) { s.repetition_penalty = 0.f; }},
+      {"logit_bias", [](SamplingSettings& s) { s.logit_bias[10] = 1.f; }},
+      {"logit_bias", [](SamplingSettings& s) { s.logit_bias[-1] = 1.f; }},
+      {"min_tokens", [](SamplingSettings& s) { s.min_tokens = -1; }},
+      {"all_stop_token_ids",
+       [](SamplingSettings& s) {
+         s.all_stop_token_ids = {3, 12};
+       }},
+      {"logprobs", [](SamplingSettings& s) { s.logprobs = 11; }},
+      {"logprobs", [](SamplingSettings& s) { s.logprobs = -2; }},
+  };
+  const SamplingSettings good;
+  for (const Case& c : cases) {
+    SamplingSettings bad_settings;
+    c.edit(bad_settings);
+    Sampler sampler;
+    Tensor logits = batch({random_row(v, 1), random_row(v, 2)});
+    const std::vector<SamplerRequest> requests{request(good), request(bad_settings)};
+    StatusOr<SamplerOutput> out = sampler.sample(logits, requests);
+    ASSERT_FALSE(out.ok()) << c.field;
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(out.status().message().find("request row 1"), std::string::npos) << out.status().message();
+    EXPECT_NE(out.status().message().find(c.field), std::string::npos) << out.status().message();
+  }
+  // Token ids the penalties would read must be inside the vocabulary too.
+  SamplingSettings penalised;
+  penalised.repetition_penalty = 1.2f;
+  const std::vector<int32_t> bad_prompt{1, 2, 10};
+  Sampler sampler;
+  Tensor logits = batch({random_row(v, 3)});
+  const std::vector<SamplerRequest> requests{request(penalised, 0, bad_prompt)};
+  StatusOr<SamplerOutput> out = sampler.sample(logits, requests);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("prompt_token_ids[2]"), std::string::npos) << out.status().message();
+}
+
+TEST(Sampler, MinTokensSuppressesStopIdsUntilReached) {
+  SamplingSettings s;
+  s.temperature = 0.f;
+  s.min_tokens = 2;
+  s.all_stop_token_ids = {3, 5};
+  const std::vector<float> x{0.f, 1.f, 2.f, 9.f, 0.f, 8.f};  // stop ids 3 and 5 lead
+  Sampler sampler;
+  for (int64_t step : {0, 1, 2, 3}) {
+    const SamplerOutput out = run(sampler, {x}, {request(s, step)});
+    EXPECT_EQ(token(out, 0), step < 2 ? 2 : 3) << "step " << step;
+  }
+}
+
+TEST(Sampler, BiasThenPenaltiesDecideTheGreedyToken) {
+  // vLLM applies logit_bias before the penalties: token 0 goes 1 -> 4 (bias) -> 2 (repetition 2) and loses to
+  // token 1 (3). Penalising first would give 0.5 + 3 = 3.5 and pick token 0.
+  SamplingSettings s;
+  s.temperature = 0.f;
+  s.logit_bias = {{0, 3.f}};
+  s.repetition_penalty = 2.f;
+  const std::vector<int32_t> output{0};
+  Sampler sampler;
+  EXPECT_EQ(token(run(sampler, {{1.f, 3.f, 0.f}}, {request(s, 1, {}, output)}), 0), 1);
+  // Frequency and presence penalties: token 2 seen three times loses 3 * 0.5 + 1 = 2.5 and drops below token 0.
+  SamplingSettings f;
+  f.temperature = 0.f;
+  f.frequency_penalty = 0.5f;
+  f.presence_penalty = 1.f;
+  const std::vector<int32_t> repeats{2, 2, 2};
+  EXPECT_EQ(token(run(sampler, {{3.f, 0.f, 5.f}}, {request(f, 3, {}, repeats)}), 0), 0);
+  // Repetition penalty on a prompt token: 4 / 2 = 2 < 3.
+  SamplingSettings r;
+  r.temperature = 0.f;
+  r.repetition_penalty = 2.f;
+  const std::vector<int32_t> prompt{0};
+  EXPECT_EQ(token(run(sampler, {{4.f, 3.f, 0.f}}, {request(r, 0, prompt)}), 0), 1);
+}
+
+TEST(Sampler, LogprobsComeFromTheRawLogits) {
+  const int64_t v = 100;
+  const std::vector<std::vector<float>> rows{random_row(v, 11, 4.f), random_row(v, 12, 4.f), random_row(v, 13, 4.f)};
+  SamplingSettings processed;  // everything that changes the logits before the draw
+  processed.temperature = 0.5f;
+  processed.top_k = 10;
+  processed.logit_bias = {{7, 5.f}};
+  processed.repetition_penalty = 1.5f;
+  processed.seed = 3;
+  processed.logprobs = 5;
+  SamplingSettings greedy;
+  greedy.temperature = 0.f;
+  greedy.logprobs = 0;
+  SamplingSettings none;
+  const std::vector<int32_t> prompt{1, 2, 3};
+  Sampler sampler;
+  const SamplerOutput out = run(sampler, rows, {request(processed, 0, prompt), request(greedy), request(none)});
+  ASSERT_TRUE(out.logprobs.defined());
+  ASSERT_EQ(out.logprobs.shape(), (Shape{3, 6}));
+  ASSERT_EQ(out.logprob_token_ids.shape(), (Shape{3, 6}));
+  for (int64_t r = 0; r < 2; ++r) {
+    const std::vector<float>& x = rows[r];
+    const double mx = *std::max_element(x.begin(), x.end());
+    double sum = 0;
+    for (float f : x) sum += std::exp(f - mx);
+    auto logprob = [&](int32_t id) { return x[id] - mx - std::log(sum); };
+    const int32_t sampled = token(out, r);
+    EXPECT_EQ(out.logprob_token_ids.data<int32_t>()[r * 6], sampled);
+    EXPECT_NEAR(out.logprobs.data<float>()[r * 6], logprob(sampled), 2e-5) << "row " << r;
+    int32_t rank = 0;
+    for (int64_t j = 0; j < v; ++j) rank += x[j] >= x[sampled];
+    EXPECT_EQ(out.sampled_token_ranks.data<int32_t>()[r], rank);
+    if (r == 0) {  // the top 5 by raw logit, descending
+      std::vector<int32_t> order(v);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+      for (int64_t i = 0; i < 5; ++i) {
+        EXPECT_EQ(out.logprob_token_ids.data<int32_t>()[1 + i], order[i]) << "rank " << i;
+        EXPECT_NEAR(out.logprobs.data<float>()[1 + i], logprob(order[i]), 2e-5) << "rank " << i;
+      }
+    }
+  }
+  // The greedy row's token is the raw argmax (no processing on it), so its rank is 1.
+  EXPECT_EQ(out.sampled_token_ranks.data<int32_t>()[1], 1);
+  // No logprobs asked for: none returned.
+  const SamplerOutput plain = run(sampler, {rows[2]}, {request(none)});
+  EXPECT_FALSE(plain.logprobs.defined());
+  // -1: the whole vocabulary.
+  SamplingSettings all;
+  all.logprobs = -1;
+  const SamplerOutput full = run(sampler, {rows[2]}, {request(all)});
+  EXPECT_EQ(full.logprobs.shape(), (Shape{1, v + 1}));
+}
+
+// The tokens request `s` gets at steps [0, steps), sampled alone or amid other requests at varying rows.
+std::vector<int32_t> stream(const SamplingSettings& s, const std::vector<float>& x, int64_t steps, bool crowded,
+                            uint64_t engine_seed) {
+  Sampler sampler(engine_seed);
+  SamplingSettings other_seeded;
+  other_seeded.seed = 99;
+  other_seeded.top_p = 0.8f;
+  SamplingSettings unseeded;
+  unseeded.temperature = 1.5f;
+  std::vector<int32_t> tokens;
+  for (int64_t step = 0; step < steps; ++step) {
+    if (!crowded) {
+      tokens.push_back(token(run(sampler, {x}, {request(s, step)}), 0));
+      continue;
+    }
+    const int64_t n = 2 + step % 4, position = step % n;
+    std::vector<std::vector<float>> rows;
+    std::vector<SamplerRequest> requests;
+    for (int64_t r = 0; r < n; ++r) {
+      rows.push_back(r == position ? x
+                                   : random_row(static_cast<int64_t>(x.size()), static_cast<uint32_t>(step * 7 + r)));
+      requests.push_back(r == position ? request(s, step) : request(r % 2 ? other_seeded : unseeded, step + r));
+    }
+    tokens.push_back(token(run(sampler, rows, requests), position));
+  }
+  return tokens;
+}
+
+TEST(Sampler, SeededRequestIgnoresBatchAndEngineSeed) {
+  const std::vector<float> x = random_row(64, 5, 1.f);
+  SamplingSettings s;
+  s.seed = 1234;
+  s.temperature = 0.9f;
+  s.top_k = 40;
+  const std::vector<int32_t> alone = stream(s, x, 120, false, 1);
+  EXPECT_EQ(stream(s, x, 120, true, 2), alone);
+  EXPECT_GT(std::set<int32_t>(alone.begin(), alone.end()).size(), 15u);
+  SamplingSettings other = s;
+  other.seed = 1235;
+  const std::vector<int32_t> different = stream(other, x, 120, false, 1);
+  int64_t same = 0;
+  for (size_t i = 0; i < alone.size(); ++i) same += alone[i] == different[i];
+  EXPECT_LT(same, 20) << "different seeds should give independent streams";
+}
+
+TEST(Sampler, UnseededRequestsFollowTheEngineSeed) {
+  const std::vector<float> x = random_row(64, 6, 1.f);
+  const SamplingSettings s;
+  const std::vector<int32_t> a = stream(s, x, 100, false, 7), b = stream(s, x, 100, false, 7);
+  const std::vector<int32_t> c = stream(s, x, 100, false, 8);
+  EXPECT_EQ(a, b);
+  int64_t same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += a[i] == c[i];
+  EXPECT_LT(same, 20);
+  EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 15u) << "each call should advance the stream";
+}
+
+// 20k draws of one request's distribution in a single batch (seeded: step = row; unseeded: row streams).
+TEST(Sampler, DrawsMatchTheFilteredSoftmax) {
+  const int64_t v = 24, draws = 20000;
+  const std::vector<float> x = random_row(v, 17, 2.f);
+  SamplingSettings seeded;
+  seeded.temperature = 0.8f;
+  seeded.top_k = 12;
+  seeded.top_p = 0.9f;
+  seeded.min_p = 0.05f;
+  seeded.seed = 2024;
+  SamplingSettings unseeded = seeded;
+  unseeded.seed.reset();
+  unseeded.temperature = 1.4f;
+  for (const SamplingSettings* s : {&seeded, &unseeded}) {
+    std::vector<SamplerRequest> requests;
+    for (int64_t i = 0; i < draws; ++i) requests.push_back(request(*s, i));
+    Sampler sampler(5);
+    const SamplerOutput out = run(sampler, std::vector<std::vector<float>>(draws, x), requests);
+    std::vector<int64_t> counts(v, 0);
+    for (int64_t i = 0; i < draws; ++i) ++counts.at(token(out, i));
+    const testing::ChiSquare result =
+        testing::chi_square(counts, testing::expected_probs(x, s->temperature, s->top_k, s->top_p, s->min_p));
+    EXPECT_EQ(result.impossible_draws, 0);
+    EXPECT_GE(result.dof, 3);
+    EXPECT_GT(result.p_value, 1e-6) << "chi2 " << result.statistic << " dof " << result.dof
+                                    << (s->seed ? " seeded" : " unseeded");
+  }
+}
+
+TEST(Sampler, EmptyBatch) {
+  Sampler sampler;
+  Tensor logits = Tensor::empty({0, 16}, DType::kF32);
+  StatusOr<SamplerOutput> out = sampler.sample(logits, {});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->sampled_token_ids.numel(), 0);
+}
+
+}  // namespace
+}  // namespace llmserve
