@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -15,8 +17,14 @@ namespace {
 using namespace llmserve;
 using Clock = std::chrono::steady_clock;
 
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+
+// CPU time of this thread, microseconds: unlike wall time it excludes the slices other processes take on a
+// shared machine (their cache pollution still counts).
+double thread_cpu_us() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
 // Long ids are vLLM-style ("cmpl-" + 32 hex digits, 37 chars: every copy allocates); short ones
@@ -49,14 +57,17 @@ ModelRunnerOutput fake_output(const Scheduler& sched, const SchedulerOutput& so,
 }
 
 struct Result {
-  double schedule_us, update_us, p50_us, p99_us;
+  double schedule_us, update_us, p50_us, p99_us;  // wall time
+  double cpu_us;                                  // thread CPU time per step (schedule + update)
+  double total() const { return schedule_us + update_us; }
 };
 
 Result run(int num_reqs, int prompt_len, int num_steps, bool long_ids) {
   const int block_size = 16;
   const int64_t max_model_len = prompt_len + num_steps + 256;
   const int blocks_per_req = static_cast<int>((max_model_len + block_size - 1) / block_size);
-  SchedulerConfig cfg{.max_num_batched_tokens = std::max<int64_t>(8192, num_reqs), .max_num_seqs = num_reqs,
+  SchedulerConfig cfg{.max_num_batched_tokens = std::max<int64_t>(8192, num_reqs),
+                      .max_num_seqs = num_reqs,
                       .max_model_len = max_model_len};
   KVCacheConfig cache{.num_blocks = num_reqs * blocks_per_req + 64, .block_size = block_size};
   Scheduler sched(cfg, cache);
@@ -78,16 +89,20 @@ Result run(int num_reqs, int prompt_len, int num_steps, bool long_ids) {
     if (sched.num_running() == num_reqs && so.total_num_scheduled_tokens == num_reqs) break;
   }
   std::vector<double> per_step;
-  double sched_total = 0, update_total = 0;
+  double sched_total = 0, update_total = 0, cpu_total = 0;
   for (int i = 0; i < num_steps; ++i, ++step) {
+    const double c0 = thread_cpu_us();
     auto t0 = Clock::now();
     SchedulerOutput so = sched.schedule();
     const double ts = us_since(t0);
     CHECK_EQ(so.total_num_scheduled_tokens, num_reqs);
+    const double c1 = thread_cpu_us();
     ModelRunnerOutput ro = fake_output(sched, so, step, true);
+    const double c2 = thread_cpu_us();
     auto t1 = Clock::now();
     EngineCoreOutputs outs = sched.update_from_output(so, ro);
     const double tu = us_since(t1);
+    cpu_total += (c1 - c0) + (thread_cpu_us() - c2);
     CHECK_EQ(static_cast<int>(outs.outputs.size()), num_reqs);
     sched_total += ts;
     update_total += tu;
@@ -95,24 +110,39 @@ Result run(int num_reqs, int prompt_len, int num_steps, bool long_ids) {
   }
   std::sort(per_step.begin(), per_step.end());
   return {sched_total / num_steps, update_total / num_steps, per_step[per_step.size() / 2],
-          per_step[per_step.size() * 99 / 100]};
+          per_step[per_step.size() * 99 / 100], cpu_total / num_steps};
 }
 
 }  // namespace
 
-int main() {
+// Runs `trials` times and keeps the trial with the median mean; also returns the best trial's mean. The
+// shared CI machine is noisy: the best trial is the closest to the uncontended cost.
+Result median_of_trials(int n, int prompt_len, int num_steps, bool long_ids, int trials, double* best_total) {
+  std::vector<Result> rs;
+  for (int t = 0; t < trials; ++t) rs.push_back(run(n, prompt_len, num_steps, long_ids));
+  std::sort(rs.begin(), rs.end(), [](const Result& a, const Result& b) { return a.cpu_us < b.cpu_us; });
+  *best_total = rs.front().cpu_us;
+  return rs[rs.size() / 2];
+}
+
+int main(int argc, char** argv) {
   const int prompt_len = 128, num_steps = 2000;
+  const int trials = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   std::printf("scheduler_bench: decode steps, prompt %d tokens, block 16, %d measured steps\n", prompt_len, num_steps);
-  std::printf("| running | id chars | schedule() us | update_from_output() us | mean us/step | p50 | p99 | ns/request |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("trial with the median CPU time of %d; wall-clock columns from that trial; best = lowest trial\n",
+              trials);
+  std::printf(
+      "| running | id chars | CPU us/step | best CPU us/step | wall schedule() us | wall update_from_output() us "
+      "| wall p50 us | wall p99 us | CPU ns/request |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (bool long_ids : {true, false}) {
     for (int n : {16, 256, 1024}) {
-      const Result r = run(n, prompt_len, num_steps, long_ids);
-      const double total = r.schedule_us + r.update_us;
-      std::printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n", n, long_ids ? 37 : 12, r.schedule_us,
-                  r.update_us, total, r.p50_us, r.p99_us, 1000.0 * total / n);
+      double best = 0;
+      const Result r = median_of_trials(n, prompt_len, num_steps, long_ids, trials, &best);
+      std::printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n", n, long_ids ? 37 : 12, r.cpu_us,
+                  best, r.schedule_us, r.update_us, r.p50_us, r.p99_us, 1000.0 * r.cpu_us / n);
     }
   }
-  std::printf("bar: <= 50 us per step at 256 running requests\n");
+  std::printf("bar: <= 50 us per step (CPU) at 256 running requests\n");
   return 0;
 }

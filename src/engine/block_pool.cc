@@ -43,7 +43,10 @@ void BlockPool::push_back_free(int32_t id) {
   CHECK(!b.in_free_queue) << "block " << id;
   b.prev = free_tail_;
   b.next = -1;
-  if (free_tail_ >= 0) blocks_[free_tail_].next = id; else free_head_ = id;
+  if (free_tail_ >= 0)
+    blocks_[free_tail_].next = id;
+  else
+    free_head_ = id;
   free_tail_ = id;
   b.in_free_queue = true;
   ++num_free_;
@@ -52,8 +55,14 @@ void BlockPool::push_back_free(int32_t id) {
 void BlockPool::remove_free(int32_t id) {
   Block& b = blocks_[id];
   CHECK(b.in_free_queue) << "block " << id;
-  if (b.prev >= 0) blocks_[b.prev].next = b.next; else free_head_ = b.next;
-  if (b.next >= 0) blocks_[b.next].prev = b.prev; else free_tail_ = b.prev;
+  if (b.prev >= 0)
+    blocks_[b.prev].next = b.next;
+  else
+    free_head_ = b.next;
+  if (b.next >= 0)
+    blocks_[b.next].prev = b.prev;
+  else
+    free_tail_ = b.prev;
   b.prev = b.next = -1;
   b.in_free_queue = false;
   --num_free_;
@@ -65,7 +74,10 @@ void BlockPool::evict(int32_t id) {
   auto it = hash_to_block_.find(b.hash);
   CHECK(it != hash_to_block_.end()) << "cached block " << id << " missing from the index";
   if (it->second == id) {
-    if (b.next_same_hash < 0) hash_to_block_.erase(it); else it->second = b.next_same_hash;
+    if (b.next_same_hash < 0)
+      hash_to_block_.erase(it);
+    else
+      it->second = b.next_same_hash;
   } else {
     int32_t prev = it->second;
     while (blocks_[prev].next_same_hash != id) {

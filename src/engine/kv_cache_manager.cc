@@ -58,7 +58,8 @@ int32_t KVCacheManager::num_blocks_needed(const RequestBlocks* rb, const Request
 bool KVCacheManager::can_allocate(const Request& req, int64_t num_new_tokens, const KVCacheBlocks* new_computed_blocks,
                                   int64_t num_new_computed_tokens) const {
   const RequestBlocks* rb = find(req);
-  const int32_t num_new_blocks = num_blocks_needed(rb, req, num_new_tokens, new_computed_blocks, num_new_computed_tokens);
+  const int32_t num_new_blocks =
+      num_blocks_needed(rb, req, num_new_tokens, new_computed_blocks, num_new_computed_tokens);
   // Computed blocks sitting in the free queue leave it when we take them, shrinking what is left to allocate.
   int32_t num_revived = 0;
   if (new_computed_blocks) {
@@ -73,19 +74,29 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
   CHECK_GE(num_new_tokens, 0);
   CHECK_LE(req.num_computed_tokens + num_new_computed_tokens + num_new_tokens, req.num_tokens())
       << "request " << req.request_id() << " schedules tokens it does not have";
+  if (new_computed_blocks == nullptr && req.kv_slot_.index >= 0) {
+    // Decode fast path: the blocks held already cover the new tokens and no block becomes full.
+    const RequestBlocks& held = slots_[static_cast<size_t>(req.kv_slot_.index)];
+    const int64_t bs = pool_.block_size();
+    const int64_t total = req.num_computed_tokens + num_new_computed_tokens + num_new_tokens;
+    if ((total + bs - 1) / bs <= static_cast<int64_t>(held.block_ids.size()) &&
+        (!enable_caching_ || total / bs <= held.num_cached_blocks)) {
+      return KVCacheBlocks();
+    }
+  }
   if (!can_allocate(req, num_new_tokens, new_computed_blocks, num_new_computed_tokens)) return std::nullopt;
-  if (req.kv_slot_ < 0) {
+  if (req.kv_slot_.index < 0) {
     if (free_slots_.empty()) {
-      req.kv_slot_ = static_cast<int32_t>(slots_.size());
+      req.kv_slot_.index = static_cast<int32_t>(slots_.size());
       slots_.emplace_back();
     } else {
-      req.kv_slot_ = free_slots_.back();
+      req.kv_slot_.index = free_slots_.back();
       free_slots_.pop_back();
     }
   }
-  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_)];
-  const int32_t num_new_blocks = num_blocks_needed(&rb, req, num_new_tokens, new_computed_blocks,
-                                                   num_new_computed_tokens);
+  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_.index)];
+  const int32_t num_new_blocks =
+      num_blocks_needed(&rb, req, num_new_tokens, new_computed_blocks, num_new_computed_tokens);
   if (new_computed_blocks) {
     CHECK(rb.block_ids.empty() || new_computed_blocks->empty()) << "prefix hit for a request holding blocks";
     pool_.touch(new_computed_blocks->block_ids());
@@ -127,14 +138,14 @@ void KVCacheManager::cache_full_blocks(Request& req, RequestBlocks& rb, int64_t 
 }
 
 void KVCacheManager::free(Request& req) {
-  if (req.kv_slot_ < 0) return;
-  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_)];
+  if (req.kv_slot_.index < 0) return;
+  RequestBlocks& rb = slots_[static_cast<size_t>(req.kv_slot_.index)];
   std::reverse(rb.block_ids.begin(), rb.block_ids.end());
   pool_.free_blocks(rb.block_ids);
   rb.block_ids.clear();  // keeps its capacity for the slot's next owner
   rb.num_cached_blocks = 0;
-  free_slots_.push_back(req.kv_slot_);
-  req.kv_slot_ = -1;
+  free_slots_.push_back(req.kv_slot_.index);
+  req.kv_slot_.index = -1;
 }
 
 const std::vector<int32_t>& KVCacheManager::get_block_ids(const Request& req) const {

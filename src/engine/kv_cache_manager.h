@@ -19,7 +19,7 @@ struct KVCacheConfig {
   int32_t num_blocks = 0;
   int32_t block_size = 16;  // tokens per block
   bool enable_prefix_caching = true;
-  BlockHashFn hash_fn{};    // empty: default_block_hash (tests inject colliding ones)
+  BlockHashFn hash_fn{};  // empty: default_block_hash (tests inject colliding ones)
 };
 
 // Block ids handed from the cache manager to the scheduler; the scheduler only forwards them to the runner.
@@ -90,7 +90,7 @@ class KVCacheManager {
     int32_t num_cached_blocks = 0;  // leading blocks already registered in the prefix cache
   };
   const RequestBlocks* find(const Request& req) const {
-    return req.kv_slot_ < 0 ? nullptr : &slots_[static_cast<size_t>(req.kv_slot_)];
+    return req.kv_slot_.index < 0 ? nullptr : &slots_[static_cast<size_t>(req.kv_slot_.index)];
   }
   int32_t num_blocks_needed(const RequestBlocks* rb, const Request& req, int64_t num_new_tokens,
                             const KVCacheBlocks* new_computed_blocks, int64_t num_new_computed_tokens) const;

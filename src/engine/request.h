@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
+#include "engine/request_id.h"
 #include "engine/sampling_params.h"
 
 namespace llmserve {
@@ -18,11 +20,16 @@ struct EngineCoreRequest {
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling_params;
-  double arrival_time = 0.0;           // seconds, any monotone clock; FCFS order and priority tie-break
-  int32_t priority = 0;                // lower value is served earlier (priority policy only)
+  double arrival_time = 0.0;  // seconds, any monotone clock; FCFS order and priority tie-break
+  int32_t priority = 0;       // lower value is served earlier (priority policy only)
   std::optional<int32_t> eos_token_id;
-  uint64_t cache_salt = 0;             // extra key of every block hash: requests with different salts never share
+  uint64_t cache_salt = 0;  // extra key of every block hash: requests with different salts never share
 };
+
+// Parallel sampling (n > 1) as in vLLM: the frontend submits n child requests "<i>_<id>" (i = 0..n-1), each
+// with n = 1 and, when the parent is seeded, seed + i. Their identical prompts share full KV blocks through
+// the prefix cache (a child admitted in the same step hits blocks the first child allocated).
+std::vector<EngineCoreRequest> fan_out_parallel_sampling(const EngineCoreRequest& parent);
 
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinishedStopped, kFinishedLength, kFinishedAborted };
 enum class FinishReason { kStop, kLength, kAbort };
@@ -45,7 +52,7 @@ class Request {
   Request(Request&&) = default;
   Request& operator=(Request&&) = default;
 
-  const std::string& request_id() const { return request_id_; }
+  const RequestId& request_id() const { return request_id_; }
   const SamplingParams& sampling_params() const { return sampling_params_; }
   double arrival_time() const { return arrival_time_; }
   int32_t priority() const { return priority_; }
@@ -77,8 +84,19 @@ class Request {
  private:
   friend class Scheduler;
   friend class KVCacheManager;
-  int32_t kv_slot_ = -1;  // KVCacheManager's per-request record while it holds blocks; -1 when none
-  std::string request_id_;
+  // KVCacheManager's per-request record while it holds blocks; -1 when none. A move leaves -1 behind, so a
+  // moved-from Request can never free the blocks of the one it was moved into.
+  struct KvSlot {
+    int32_t index = -1;
+    KvSlot() = default;
+    KvSlot(KvSlot&& o) noexcept : index(std::exchange(o.index, -1)) {}
+    KvSlot& operator=(KvSlot&& o) noexcept {
+      index = std::exchange(o.index, -1);
+      return *this;
+    }
+  };
+  KvSlot kv_slot_;
+  RequestId request_id_;
   SamplingParams sampling_params_;
   double arrival_time_;
   int32_t priority_;

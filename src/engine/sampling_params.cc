@@ -59,8 +59,8 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   }
   for (int32_t id : stop_token_ids) {
     if (id < 0 || id >= vocab_size) {
-      return invalid_argument("stop_token_ids contains token id " + str(id) +
-                              " outside the vocabulary (size " + str(vocab_size) + ").");
+      return invalid_argument("stop_token_ids contains token id " + str(id) + " outside the vocabulary (size " +
+                              str(vocab_size) + ").");
     }
   }
   RETURN_IF_ERROR(check_finite("presence_penalty", presence_penalty));
@@ -77,12 +77,12 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   }
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= vocab_size) {
-      return invalid_argument("logit_bias contains out-of-vocab token id " + str(id) + ". Vocabulary size: " +
-                              str(vocab_size) + ".");
+      return invalid_argument("logit_bias contains out-of-vocab token id " + str(id) +
+                              ". Vocabulary size: " + str(vocab_size) + ".");
     }
     if (!std::isfinite(bias) || bias < -kMaxLogitBias || bias > kMaxLogitBias) {
-      return invalid_argument("logit_bias value for token id " + str(id) + " must be in [-100, 100], got " +
-                              str(bias) + ".");
+      return invalid_argument("logit_bias value for token id " + str(id) + " must be in [-100, 100], got " + str(bias) +
+                              ".");
     }
   }
   RETURN_IF_ERROR(check_logprobs("logprobs", logprobs));

@@ -32,12 +32,12 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;     // finish with reason "stop" and stop_reason = the id
   bool ignore_eos = false;                 // keep generating past EOS
   bool include_stop_str_in_output = false;
-  double presence_penalty = 0.0;           // [-2, 2]
-  double frequency_penalty = 0.0;          // [-2, 2]
-  double repetition_penalty = 1.0;         // > 0; 1 disables
+  double presence_penalty = 0.0;                       // [-2, 2]
+  double frequency_penalty = 0.0;                      // [-2, 2]
+  double repetition_penalty = 1.0;                     // > 0; 1 disables
   std::vector<std::pair<int32_t, double>> logit_bias;  // (token id in [0, vocab), bias in [-100, 100])
-  std::optional<int32_t> logprobs;         // top-k logprobs per sampled token, [0, kMaxLogprobs]
-  std::optional<int32_t> prompt_logprobs;  // top-k logprobs per prompt token, [0, kMaxLogprobs]
+  std::optional<int32_t> logprobs;                     // top-k logprobs per sampled token, [0, kMaxLogprobs]
+  std::optional<int32_t> prompt_logprobs;              // top-k logprobs per prompt token, [0, kMaxLogprobs]
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
 

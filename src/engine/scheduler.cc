@@ -26,8 +26,8 @@ Status SchedulerConfig::validate(const KVCacheConfig& cache) const {
   if (max_model_len > capacity) {
     return invalid_argument("max_model_len (" + std::to_string(max_model_len) +
                             ") is larger than the KV cache can hold (" + std::to_string(cache.num_blocks) +
-                            " blocks of " + std::to_string(cache.block_size) + " tokens = " +
-                            std::to_string(capacity) + " tokens)");
+                            " blocks of " + std::to_string(cache.block_size) + " tokens = " + std::to_string(capacity) +
+                            " tokens)");
   }
   return ok_status();
 }
@@ -43,7 +43,7 @@ struct Scheduler::StepState {
   };
   int64_t token_budget = 0;
   std::vector<Entry> entries;
-  std::vector<std::string> preempted_req_ids;
+  std::vector<RequestId> preempted_req_ids;
 };
 
 Scheduler::Scheduler(SchedulerConfig config, KVCacheConfig cache_config)
@@ -75,16 +75,16 @@ Status Scheduler::add_request(EngineCoreRequest in) {
   const std::optional<int64_t> requested = in.sampling_params.max_tokens;
   if (requested && prompt_len + *requested > max_len) {
     return invalid_argument("max_tokens: this model's maximum context length is " + std::to_string(max_len) +
-                            " tokens. However, you requested " + std::to_string(prompt_len + *requested) +
-                            " tokens (" + std::to_string(prompt_len) + " in the prompt, " +
-                            std::to_string(*requested) + " in the completion). Please reduce the length of the "
+                            " tokens. However, you requested " + std::to_string(prompt_len + *requested) + " tokens (" +
+                            std::to_string(prompt_len) + " in the prompt, " + std::to_string(*requested) +
+                            " in the completion). Please reduce the length of the "
                             "prompt or completion.");
   }
   if (requested && *requested < 1) return invalid_argument("max_tokens must be at least 1");
   if (requests_.count(in.request_id)) {
     return {StatusCode::kAlreadyExists, "request id '" + in.request_id + "' is already in use"};
   }
-  auto req = std::make_unique<Request>(std::move(in));
+  auto req = std::make_unique<Request>(std::move(in));  // its RequestId is the one allocation every copy shares
   req->max_tokens_ = requested.value_or(max_len - prompt_len);
   req->token_ids_.reserve(static_cast<size_t>(prompt_len + req->max_tokens_));
   Request* raw = req.get();
@@ -131,8 +131,8 @@ void Scheduler::schedule_running(StepState& st) {
   while (i < running_.size() && st.token_budget > 0) {
     Request* req = running_[i];
     CHECK_LE(req->num_tokens(), config_.max_model_len) << req->request_id();
-    const int64_t num_new_tokens = std::min(
-        req->num_tokens() + req->num_output_placeholders - req->num_computed_tokens, st.token_budget);
+    const int64_t num_new_tokens =
+        std::min(req->num_tokens() + req->num_output_placeholders - req->num_computed_tokens, st.token_budget);
     if (num_new_tokens <= 0) {
       ++i;
       continue;
@@ -156,8 +156,7 @@ void Scheduler::schedule_running(StepState& st) {
 }
 
 void Scheduler::schedule_waiting(StepState& st) {
-  while (!waiting_->empty() && st.token_budget > 0 &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+  while (!waiting_->empty() && st.token_budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* req = waiting_->peek();
     KVCacheBlocks computed;
     int64_t num_new_computed = 0;
@@ -199,14 +198,12 @@ SchedulerOutput Scheduler::schedule() {
     if (e.kind == StepState::Kind::kNew) {
       out.scheduled_new_reqs.push_back({req.request_id(),
                                         std::vector<int32_t>(req.token_ids().begin(), req.token_ids().end()),
-                                        req.sampling_params(), kv_.get_block_ids(req),
-                                        req.num_computed_tokens});
+                                        req.sampling_params(), kv_.get_block_ids(req), req.num_computed_tokens});
     } else {
       CachedRequestData& c = out.scheduled_cached_reqs.emplace_back();
       c.req_id = req.request_id();
       c.resumed_from_preemption = e.kind == StepState::Kind::kResumed;
-      c.new_block_ids = c.resumed_from_preemption ? kv_.get_block_ids(req)
-                                                  : e.new_blocks.take_block_ids();
+      c.new_block_ids = c.resumed_from_preemption ? kv_.get_block_ids(req) : e.new_blocks.take_block_ids();
       c.num_computed_tokens = req.num_computed_tokens;
     }
     req.num_computed_tokens += e.num_tokens;
@@ -247,20 +244,20 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
   outs.outputs.reserve(outs.outputs.size() + runner_output.req_ids.size());
   CHECK_EQ(runner_output.req_ids.size(), runner_output.sampled_token_ids.size());
   CHECK_EQ(runner_output.req_ids.size(), scheduler_output.num_scheduled_tokens.size());
-  std::vector<std::string> finished;
+  std::vector<RequestId> finished;
   for (size_t i = 0; i < runner_output.req_ids.size(); ++i) {
-    const std::string& id = runner_output.req_ids[i];
+    const RequestId& id = runner_output.req_ids[i];
     Request* found = i < in_flight_.size() ? in_flight_[i] : nullptr;
-    if (found == nullptr || found->request_id() != id) {
-      auto it = requests_.find(id);
+    if (found == nullptr || !(found->request_id() == id)) {
+      auto it = requests_.find(id.str());
       if (it == requests_.end()) continue;  // finished from outside while the step ran
       found = it->second.get();
     }
     Request& req = *found;
     if (req.status != RequestStatus::kRunning) continue;  // a new request reusing an aborted id
     const auto& sampled = runner_output.sampled_token_ids[i];
-    const bool has_prompt_logprobs = i < runner_output.prompt_logprobs.size() &&
-                                     !runner_output.prompt_logprobs[i].empty();
+    const bool has_prompt_logprobs =
+        i < runner_output.prompt_logprobs.size() && !runner_output.prompt_logprobs[i].empty();
     if (sampled.empty() && !has_prompt_logprobs) continue;
     CHECK(sampled.empty() || req.num_computed_tokens == req.num_tokens())
         << "runner sampled for " << id << " before its prompt was computed";
@@ -296,7 +293,7 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
   in_flight_.clear();
   if (!finished.empty()) {
     std::erase_if(running_, [](const Request* r) { return is_finished(r->status); });
-    for (const auto& id : finished) requests_.erase(id);
+    for (const auto& id : finished) requests_.erase(id.str());
   }
   SchedulerStats& s = outs.scheduler_stats;
   s.num_running_reqs = num_running();
@@ -326,7 +323,7 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
   req.status = status;
   req.stop_reason = std::move(stop_reason);
   EngineCoreOutput& o = pending_outputs_.emplace_back();
-  o.request_id = request_id;
+  o.request_id = req.request_id();
   o.finish_reason = finish_reason_of(status);
   o.stop_reason = req.stop_reason;
   o.num_cached_tokens = std::max<int64_t>(0, req.num_cached_tokens);
@@ -335,7 +332,7 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
     o.events = std::move(ev->second);
     pending_events_.erase(ev);
   }
-  finished_req_ids_.push_back(request_id);
+  finished_req_ids_.push_back(req.request_id());
   std::replace(in_flight_.begin(), in_flight_.end(), &req, static_cast<Request*>(nullptr));
   requests_.erase(it);
   return true;
@@ -346,7 +343,7 @@ const Request* Scheduler::get_request(const std::string& request_id) const {
   return it == requests_.end() ? nullptr : it->second.get();
 }
 
-int64_t SchedulerOutput::num_scheduled_tokens_of(const std::string& req_id) const {
+int64_t SchedulerOutput::num_scheduled_tokens_of(const std::string& req_id) const {  // NOLINT
   for (const auto& s : num_scheduled_tokens) {
     if (s.req_id == req_id) return s.num_tokens;
   }

@@ -25,9 +25,9 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running requests at most
   int64_t max_model_len = 4096;           // prompt + outputs at most
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
-  bool enable_chunked_prefill = true;     // false: a prompt that does not fit the remaining budget waits
-  bool log_stats = false;                 // record QUEUED / SCHEDULED / PREEMPTED events on the outputs
-  std::function<double()> clock{};        // seconds; empty: steady_clock
+  bool enable_chunked_prefill = true;  // false: a prompt that does not fit the remaining budget waits
+  bool log_stats = false;              // record QUEUED / SCHEDULED / PREEMPTED events on the outputs
+  std::function<double()> clock{};     // seconds; empty: steady_clock
 
   // InvalidArgument naming the field; also checks that one max_model_len request fits in the KV cache
   // (otherwise it could never run to completion and preemption would spin).
@@ -50,8 +50,7 @@ class Scheduler {
   // Applies the runner's results for `scheduler_output`: appends sampled ids, checks stop conditions on
   // token ids (EOS unless ignore_eos, stop_token_ids, max_tokens, max_model_len; all suppressed below
   // min_tokens), frees finished requests and reports new tokens. Requests aborted since schedule() are skipped.
-  EngineCoreOutputs update_from_output(const SchedulerOutput& scheduler_output,
-                                       const ModelRunnerOutput& runner_output);
+  EngineCoreOutputs update_from_output(const SchedulerOutput& scheduler_output, const ModelRunnerOutput& runner_output);
 
   // Finishes a live request from outside (abort; or "stop" found by the frontend's stop-string check, with
   // its stop_reason). Frees its blocks at once; its final output comes with the next update_from_output.
@@ -93,10 +92,10 @@ class Scheduler {
   // The last schedule()'s requests in num_scheduled_tokens order (nullptr once finished from outside): lets
   // update_from_output() skip the id lookup when the runner keeps the scheduler's order.
   std::vector<Request*> in_flight_;
-  std::vector<std::string> finished_req_ids_;       // for the next SchedulerOutput
-  std::vector<EngineCoreOutput> pending_outputs_;   // final outputs of requests finished from outside
+  std::vector<RequestId> finished_req_ids_;        // for the next SchedulerOutput
+  std::vector<EngineCoreOutput> pending_outputs_;  // final outputs of requests finished from outside
   std::unordered_map<std::string, std::vector<EngineCoreEvent>> pending_events_;
-  int64_t num_preemptions_ = 0;                     // since the previous stats
+  int64_t num_preemptions_ = 0;  // since the previous stats
 };
 
 }  // namespace llmserve

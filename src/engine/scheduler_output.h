@@ -15,7 +15,7 @@ namespace llmserve {
 
 // A request the runner has not seen (first scheduling).
 struct NewRequestData {
-  std::string req_id;
+  RequestId req_id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling_params;
   std::vector<int32_t> block_ids;   // all its blocks, in logical order
@@ -24,7 +24,7 @@ struct NewRequestData {
 
 // A request the runner already holds state for.
 struct CachedRequestData {
-  std::string req_id;
+  RequestId req_id;
   // True after a preemption: new_block_ids then replaces the runner's block list instead of extending it, and
   // the runner recomputes from num_computed_tokens using the tokens it kept (prompt + its sampled ids).
   bool resumed_from_preemption = false;
@@ -33,7 +33,7 @@ struct CachedRequestData {
 };
 
 struct ScheduledTokens {
-  std::string req_id;
+  RequestId req_id;
   int64_t num_tokens = 0;
 };
 
@@ -44,9 +44,9 @@ struct SchedulerOutput {
   std::vector<ScheduledTokens> num_scheduled_tokens;
   int64_t total_num_scheduled_tokens = 0;
   // Requests finished (stopped, length, aborted) since the previous step: the runner drops their state.
-  std::vector<std::string> finished_req_ids;
+  std::vector<RequestId> finished_req_ids;
   // Requests preempted by this step: the runner drops them from its batch but keeps their tokens.
-  std::vector<std::string> preempted_req_ids;
+  std::vector<RequestId> preempted_req_ids;
 
   // Scheduled tokens of one request, 0 if not scheduled. Linear scan: for tests and tools.
   int64_t num_scheduled_tokens_of(const std::string& req_id) const;
@@ -60,7 +60,7 @@ struct TokenLogprobs {
 };
 
 struct ModelRunnerOutput {
-  std::vector<std::string> req_ids;  // batch order; every request of num_scheduled_tokens appears once
+  std::vector<RequestId> req_ids;  // batch order; every request of num_scheduled_tokens appears once
   // Per request: sampled ids (several with speculative decoding). Empty while a prompt is only partly
   // computed (a chunked prefill step samples nothing usable).
   std::vector<std::vector<int32_t>> sampled_token_ids;
@@ -70,6 +70,7 @@ struct ModelRunnerOutput {
   std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
 };
 
+// Per-request lifecycle events (as in vLLM); new tokens are stamped by EngineCoreOutputs::timestamp instead.
 enum class EngineCoreEventType { kQueued, kScheduled, kPreempted };
 
 struct EngineCoreEvent {
@@ -78,14 +79,14 @@ struct EngineCoreEvent {
 };
 
 struct EngineCoreOutput {
-  std::string request_id;
+  RequestId request_id;
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprobs> new_logprobs;
   std::vector<TokenLogprobs> new_prompt_logprobs;
   std::optional<FinishReason> finish_reason;  // set on the request's last output
   StopReason stop_reason;                     // with kStop: EOS (monostate), stop token id or stop string
   int64_t num_cached_tokens = 0;
-  std::vector<EngineCoreEvent> events;        // only when SchedulerConfig::log_stats
+  std::vector<EngineCoreEvent> events;  // only when SchedulerConfig::log_stats
 
   bool finished() const { return finish_reason.has_value(); }
 };
@@ -103,7 +104,7 @@ struct SchedulerStats {
 struct EngineCoreOutputs {
   std::vector<EngineCoreOutput> outputs;
   SchedulerStats scheduler_stats;
-  double timestamp = 0.0;
+  double timestamp = 0.0;  // when these outputs were made (log_stats only): the NEW_TOKENS time of each output
 };
 
 }  // namespace llmserve

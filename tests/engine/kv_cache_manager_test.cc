@@ -99,7 +99,8 @@ TEST(KVCacheManagerTest, PrefixHitSharesBlocksAndCountsRefs) {
 
 TEST(KVCacheManagerTest, CollidingHashesNeverServeWrongContent) {
   // Every block hashes to the same value: only the token / parent / salt comparison can tell them apart.
-  KVCacheManager kv({.num_blocks = 32, .block_size = 4,
+  KVCacheManager kv({.num_blocks = 32,
+                     .block_size = 4,
                      .hash_fn = [](uint64_t, std::span<const int32_t>, uint64_t) -> uint64_t { return 42; }});
   Request a = make_request("a", {1, 2, 3, 4, 5, 6, 7, 8, 9});
   admit(kv, a);
@@ -134,7 +135,7 @@ TEST(BlockPoolTest, ChildOfAnEvictedParentIsNeverServedThroughANewParent) {
   EXPECT_NE(s0, s1);
   EXPECT_EQ(pool.find_cached_block(22, s0, t1, 0), ids[1]);
   EXPECT_FALSE(pool.find_cached_block(22, s0 + 100, t1, 0).has_value());  // wrong parent
-  pool.free_blocks(std::vector<int32_t>{ids[0], ids[1]});  // parent first: it is evicted first
+  pool.free_blocks(std::vector<int32_t>{ids[0], ids[1]});                 // parent first: it is evicted first
   EXPECT_EQ(pool.free_queue(), (std::vector<int32_t>{2, 3, ids[0], ids[1]}));
   auto more = pool.get_new_blocks(3);  // takes 2, 3 and the parent
   EXPECT_EQ(more[2], ids[0]);
@@ -207,7 +208,7 @@ TEST(KVCacheManagerTest, CanAllocateCountsRevivedFreeBlocks) {
   EXPECT_EQ(hit, 2);
   EXPECT_FALSE(kv.can_allocate(b, 3, &computed, hit));
   EXPECT_FALSE(kv.allocate_slots(b, 3, &computed, hit).has_value());
-  EXPECT_EQ(kv.block_pool().ref_cnt(computed.block_ids()[0]), 0);  // untouched on failure
+  EXPECT_EQ(kv.block_pool().ref_cnt(computed.block_ids()[0]), 0);    // untouched on failure
   EXPECT_TRUE(kv.allocate_slots(b, 1, &computed, hit).has_value());  // chunk that fits
   kv.free(b);
   kv.free(hold);
@@ -254,6 +255,26 @@ TEST(KVCacheManagerTest, PromptLogprobsSkipTheCacheAndCachingCanBeOff) {
   admit(off, c);
   EXPECT_EQ(admit(off, d), 0);
   EXPECT_EQ(off.block_pool().num_cached_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace llmserve
+
+namespace llmserve {
+namespace {
+
+TEST(KVCacheManagerTest, MovedFromRequestHoldsNothing) {
+  KVCacheManager kv({.num_blocks = 4, .block_size = 2});
+  Request a = make_request("a", {1, 2, 3});
+  admit(kv, a);
+  Request b = std::move(a);
+  EXPECT_TRUE(kv.get_block_ids(a).empty());  // NOLINT(bugprone-use-after-move): checking the moved-from state
+  EXPECT_EQ(kv.get_block_ids(b).size(), 2u);
+  kv.free(a);  // no-op
+  EXPECT_EQ(kv.block_pool().num_free_blocks(), 2);
+  kv.free(b);
+  EXPECT_EQ(kv.block_pool().num_free_blocks(), 4);
+  EXPECT_EQ(kv.num_requests(), 0);
 }
 
 }  // namespace

@@ -45,9 +45,19 @@ TEST(SamplingParamsTest, EveryInvalidFieldIsNamed) {
       {"max_tokens", [](SamplingParams& p) { p.max_tokens = 0; }},
       {"max_tokens", [](SamplingParams& p) { p.max_tokens = -1; }},
       {"min_tokens", [](SamplingParams& p) { p.min_tokens = -1; }},
-      {"min_tokens", [](SamplingParams& p) { p.max_tokens = 5; p.min_tokens = 6; }},
-      {"stop", [](SamplingParams& p) { p.stop = {"ok", ""}; }},
-      {"stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {1, kVocab}; }},
+      {"min_tokens",
+       [](SamplingParams& p) {
+         p.max_tokens = 5;
+         p.min_tokens = 6;
+       }},
+      {"stop",
+       [](SamplingParams& p) {
+         p.stop = {"ok", ""};
+       }},
+      {"stop_token_ids",
+       [](SamplingParams& p) {
+         p.stop_token_ids = {1, kVocab};
+       }},
       {"stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {-1}; }},
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = 2.01; }},
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = -2.01; }},
@@ -56,11 +66,26 @@ TEST(SamplingParamsTest, EveryInvalidFieldIsNamed) {
       {"frequency_penalty", [=](SamplingParams& p) { p.frequency_penalty = nan; }},
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0; }},
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = -1; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{kVocab, 1.0}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{-1, 1.0}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 100.5}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, -101}}; }},
-      {"logit_bias", [=](SamplingParams& p) { p.logit_bias = {{3, nan}}; }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{kVocab, 1.0}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 100.5}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, -101}};
+       }},
+      {"logit_bias",
+       [=](SamplingParams& p) {
+         p.logit_bias = {{3, nan}};
+       }},
       {"logprobs", [](SamplingParams& p) { p.logprobs = -1; }},
       {"logprobs", [](SamplingParams& p) { p.logprobs = SamplingParams::kMaxLogprobs + 1; }},
       {"prompt_logprobs", [](SamplingParams& p) { p.prompt_logprobs = -1; }},
@@ -91,14 +116,34 @@ TEST(SamplingParamsTest, BoundaryValuesAreAccepted) {
       [](SamplingParams& p) { p.min_p = 0; },
       [](SamplingParams& p) { p.min_p = 1; },
       [](SamplingParams& p) { p.max_tokens = 1; },
-      [](SamplingParams& p) { p.max_tokens = std::nullopt; p.min_tokens = 1000000; },
-      [](SamplingParams& p) { p.max_tokens = 7; p.min_tokens = 7; },
-      [](SamplingParams& p) { p.presence_penalty = -2; p.frequency_penalty = 2; },
+      [](SamplingParams& p) {
+        p.max_tokens = std::nullopt;
+        p.min_tokens = 1000000;
+      },
+      [](SamplingParams& p) {
+        p.max_tokens = 7;
+        p.min_tokens = 7;
+      },
+      [](SamplingParams& p) {
+        p.presence_penalty = -2;
+        p.frequency_penalty = 2;
+      },
       [](SamplingParams& p) { p.repetition_penalty = 1e-3; },
-      [](SamplingParams& p) { p.logit_bias = {{0, -100}, {kVocab - 1, 100}}; },
-      [](SamplingParams& p) { p.logprobs = 0; p.prompt_logprobs = SamplingParams::kMaxLogprobs; },
-      [](SamplingParams& p) { p.stop = {"\n\n", "END"}; p.stop_token_ids = {0, kVocab - 1}; },
-      [](SamplingParams& p) { p.seed = -42; p.n = 8; },
+      [](SamplingParams& p) {
+        p.logit_bias = {{0, -100}, {kVocab - 1, 100}};
+      },
+      [](SamplingParams& p) {
+        p.logprobs = 0;
+        p.prompt_logprobs = SamplingParams::kMaxLogprobs;
+      },
+      [](SamplingParams& p) {
+        p.stop = {"\n\n", "END"};
+        p.stop_token_ids = {0, kVocab - 1};
+      },
+      [](SamplingParams& p) {
+        p.seed = -42;
+        p.n = 8;
+      },
   };
   for (size_t i = 0; i < ok.size(); ++i) {
     SamplingParams p;

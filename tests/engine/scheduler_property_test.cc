@@ -15,8 +15,8 @@
 namespace llmserve {
 namespace {
 
-using testing::FakeRunner;
 using testing::fake_next_token;
+using testing::FakeRunner;
 
 constexpr int32_t kVocab = 40;
 constexpr int32_t kEos = 3;
@@ -115,14 +115,17 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
   const int32_t bs = uni(0, 1) ? 4 : 16;
   const int64_t max_model_len = uni(48, 120);
   const int32_t min_blocks = static_cast<int32_t>((max_model_len + bs - 1) / bs);
-  KVCacheConfig cache{.num_blocks = min_blocks + uni(0, 2 * min_blocks), .block_size = bs,
-                      .enable_prefix_caching = uni(0, 5) != 0};
-  SchedulerConfig cfg{.max_num_batched_tokens = uni(6, 96), .max_num_seqs = uni(1, 10), .max_model_len = max_model_len,
-                      .policy = policy, .enable_chunked_prefill = uni(0, 4) != 0};
+  KVCacheConfig cache{
+      .num_blocks = min_blocks + uni(0, 2 * min_blocks), .block_size = bs, .enable_prefix_caching = uni(0, 5) != 0};
+  SchedulerConfig cfg{.max_num_batched_tokens = uni(6, 96),
+                      .max_num_seqs = uni(1, 10),
+                      .max_model_len = max_model_len,
+                      .policy = policy,
+                      .enable_chunked_prefill = uni(0, 4) != 0};
   if (!cfg.enable_chunked_prefill) cfg.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, max_model_len);
   SCOPED_TRACE("seed " + std::to_string(seed) + " bs " + std::to_string(bs) + " blocks " +
-               std::to_string(cache.num_blocks) + " budget " + std::to_string(cfg.max_num_batched_tokens) +
-               " seqs " + std::to_string(cfg.max_num_seqs) + " len " + std::to_string(max_model_len));
+               std::to_string(cache.num_blocks) + " budget " + std::to_string(cfg.max_num_batched_tokens) + " seqs " +
+               std::to_string(cfg.max_num_seqs) + " len " + std::to_string(max_model_len));
   Scheduler sched(cfg, cache);
   FakeRunner runner(cache.num_blocks, bs, kVocab);
 
@@ -150,7 +153,8 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
     }
     SamplingParams& sp = r.sampling_params;
     const int64_t room = max_model_len - static_cast<int64_t>(r.prompt_token_ids.size());
-    sp.max_tokens = uni(0, 5) == 0 ? std::nullopt : std::optional<int64_t>(uni(1, static_cast<int>(std::min<int64_t>(room, 30))));
+    sp.max_tokens =
+        uni(0, 5) == 0 ? std::nullopt : std::optional<int64_t>(uni(1, static_cast<int>(std::min<int64_t>(room, 30))));
     sp.min_tokens = uni(0, 3) == 0 ? uni(0, static_cast<int>(sp.max_tokens.value_or(room))) : 0;
     sp.ignore_eos = uni(0, 3) == 0;
     if (uni(0, 3) == 0) sp.stop_token_ids = {uni(0, kVocab - 1), uni(0, kVocab - 1)};
@@ -185,9 +189,9 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
     SchedulerOutput so = sched.schedule();
     ASSERT_NO_FATAL_FAILURE(check_step_invariants(sched, so, prev_computed));
     for (const auto& n : so.scheduled_new_reqs) {
-      totals.chunked += sched.config().enable_chunked_prefill &&
-                        n.num_computed_tokens + so.num_scheduled_tokens_of(n.req_id) <
-                            static_cast<int64_t>(n.prompt_token_ids.size());
+      totals.chunked +=
+          sched.config().enable_chunked_prefill && n.num_computed_tokens + so.num_scheduled_tokens_of(n.req_id) <
+                                                       static_cast<int64_t>(n.prompt_token_ids.size());
     }
     try_abort(1, step);
     ModelRunnerOutput ro = runner.execute(so);

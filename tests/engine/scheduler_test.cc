@@ -194,7 +194,7 @@ TEST(SchedulerTest, FrontendStopStringAndAbort) {
   EXPECT_FALSE(s.finish_request("a", RequestStatus::kFinishedStopped));  // already finished
   EXPECT_FALSE(s.abort_request("nope"));
   so = s.schedule();
-  EXPECT_EQ(so.finished_req_ids, std::vector<std::string>{"a"});
+  EXPECT_EQ(so.finished_req_ids, std::vector<RequestId>{"a"});
   EXPECT_TRUE(s.abort_request("b"));  // mid-step: its runner output is ignored
   EngineCoreOutputs outs = s.update_from_output(so, runner.execute(so));
   ASSERT_GE(outs.outputs.size(), 2u);
@@ -217,8 +217,10 @@ TEST(SchedulerTest, AdmissionOrderFollowsPolicy) {
     FakeRunner runner(16, 4, 50);
     std::vector<EngineCoreRequest> reqs;
     for (int i = 0; i < 30; ++i) {
-      reqs.push_back(make("r" + std::to_string(i), 1 + rng() % 10, 1 + rng() % 3, static_cast<int32_t>(rng() % 4),
-                          static_cast<double>(rng() % 5)));
+      std::string id = "r";
+      id += std::to_string(i);  // (not "r" + to_string: GCC 12 warns falsely with -Wrestrict)
+      reqs.push_back(
+          make(id, 1 + rng() % 10, 1 + rng() % 3, static_cast<int32_t>(rng() % 4), static_cast<double>(rng() % 5)));
     }
     for (const auto& r : reqs) ASSERT_TRUE(s.add_request(r).ok());
     std::vector<std::string> expected;
@@ -287,6 +289,48 @@ TEST(SchedulerTest, PrefixHitReportedInOutputsAndStats) {
   }
   drain(s, runner);
   EXPECT_EQ(runner.num_corrupt_reads, 0);
+}
+
+}  // namespace
+}  // namespace llmserve
+
+namespace llmserve {
+namespace {
+
+TEST(SchedulerTest, ParallelSamplingChildrenShareThePromptInOneStep) {
+  EngineCoreRequest parent = make("p", 37, 4);
+  parent.sampling_params.n = 3;
+  parent.sampling_params.seed = 100;
+  const std::vector<EngineCoreRequest> kids = fan_out_parallel_sampling(parent);
+  ASSERT_EQ(kids.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(kids[i].request_id, std::to_string(i) + "_p");
+    EXPECT_EQ(kids[i].sampling_params.n, 1);
+    EXPECT_EQ(kids[i].sampling_params.seed, 100 + i);
+    EXPECT_EQ(kids[i].prompt_token_ids, parent.prompt_token_ids);
+  }
+  Scheduler s({.max_model_len = 64}, {.num_blocks = 16, .block_size = 8});
+  FakeRunner runner(16, 8, 50);
+  for (const auto& k : kids) ASSERT_TRUE(s.add_request(k).ok());
+  SchedulerOutput so = s.schedule();
+  ASSERT_EQ(so.scheduled_new_reqs.size(), 3u);
+  EXPECT_EQ(so.scheduled_new_reqs[0].num_computed_tokens, 0);
+  EXPECT_EQ(so.scheduled_new_reqs[1].num_computed_tokens, 32);
+  EXPECT_EQ(so.scheduled_new_reqs[2].num_computed_tokens, 32);
+  for (int b = 0; b < 4; ++b) {
+    EXPECT_EQ(so.scheduled_new_reqs[1].block_ids[b], so.scheduled_new_reqs[0].block_ids[b]);
+    EXPECT_EQ(s.kv_cache_manager().block_pool().ref_cnt(so.scheduled_new_reqs[0].block_ids[b]), 3);
+  }
+  EXPECT_NE(so.scheduled_new_reqs[1].block_ids[4], so.scheduled_new_reqs[0].block_ids[4]);
+  EXPECT_EQ(so.total_num_scheduled_tokens, 37 + 5 + 5);
+  EngineCoreOutputs outs = s.update_from_output(so, runner.execute(so));
+  ASSERT_EQ(outs.outputs.size(), 3u);
+  // Same prompt, same (fake, deterministic) model: the same first token for every child.
+  EXPECT_EQ(outs.outputs[1].new_token_ids, outs.outputs[0].new_token_ids);
+  EXPECT_EQ(outs.outputs[2].num_cached_tokens, 32);
+  drain(s, runner);
+  EXPECT_EQ(runner.num_corrupt_reads, 0);
+  EXPECT_EQ(s.kv_cache_manager().block_pool().num_free_blocks(), 16);
 }
 
 }  // namespace
