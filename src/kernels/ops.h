@@ -161,7 +161,8 @@ void apply_top_k_top_p_min_p(Tensor& logits, const SamplingFilterParams& params)
 // Draws one token per row. Greedy rows (temperature < kSamplingEps) take the argmax (lowest id on ties). Other
 // rows sample from softmax(logits row) by inverse CDF: u = philox::uniform(seeds[r], offsets[r]) in [0, 1),
 // and the token is the first id (ascending id order) whose cumulative weight exp(logit - max) exceeds u * total
-// (sums in double). -inf logits have weight 0 and are never drawn; a row with no finite logit takes its argmax.
+// (sums in double). -inf and NaN logits have weight 0 and are never drawn; a row with no finite logit takes its
+// argmax; +inf logits share the whole mass equally.
 struct SampleParams {
   Tensor temperatures;  // [num_reqs] f32: only compared with kSamplingEps (apply_temperature has scaled the row)
   Tensor seeds;         // [num_reqs] i64: Philox key (bit pattern)

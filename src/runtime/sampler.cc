@@ -25,6 +25,16 @@ Status check_ids(std::span<const int32_t> ids, int64_t vocab, const char* field)
   return ok_status();
 }
 
+// Tensor::from_i32 / from_f32 copy from vector::data(), which may be null for an empty vector (a memcpy from null
+// is undefined even for 0 bytes): empty lists become Tensor::empty({0}).
+Tensor i32_tensor(const std::vector<int32_t>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kI32) : Tensor::from_i32(v, {static_cast<int64_t>(v.size())});
+}
+
+Tensor f32_tensor(const std::vector<float>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kF32) : Tensor::from_f32(v, {static_cast<int64_t>(v.size())});
+}
+
 // A TokenLists (CSR) built row by row.
 struct ListsBuilder {
   std::vector<int32_t> offsets{0};
@@ -32,10 +42,7 @@ struct ListsBuilder {
   std::vector<float> values;  // logit_bias only
 
   void end_row() { offsets.push_back(static_cast<int32_t>(ids.size())); }
-  ops::TokenLists lists() const {
-    return {Tensor::from_i32(offsets, {static_cast<int64_t>(offsets.size())}),
-            Tensor::from_i32(ids, {static_cast<int64_t>(ids.size())})};
-  }
+  ops::TokenLists lists() const { return {i32_tensor(offsets), i32_tensor(ids)}; }
 };
 
 bool penalties_on(const SamplingSettings& s) {
@@ -77,20 +84,17 @@ Status Sampler::validate(const SamplingSettings& s, int64_t vocab) {
   return ok_status();
 }
 
-StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerRequest> requests) {
-  const int64_t n = static_cast<int64_t>(requests.size());
-  CHECK(logits.defined() && logits.dim() == 2 && logits.size(0) == n && logits.dtype() == DType::kF32 &&
-        logits.device().is_cpu())
-      << "Sampler: logits " << (logits.defined() ? logits.to_string() : "undefined") << " for " << n << " requests";
-  const int64_t vocab = logits.size(1);
-  CHECK_GT(vocab, 0) << "Sampler: empty vocabulary";
-  int64_t max_num_logprobs = -1;  // -1: nobody asked for logprobs
-  for (int64_t r = 0; r < n; ++r) {
+namespace {
+
+// Validates every row; returns the largest number of top logprobs asked for (-1: nobody asked for logprobs).
+StatusOr<int64_t> validate_batch(std::span<const SamplerRequest> requests, int64_t vocab) {
+  int64_t max_num_logprobs = -1;
+  for (size_t r = 0; r < requests.size(); ++r) {
     const SamplerRequest& req = requests[r];
     CHECK(req.sampling != nullptr) << "Sampler: row " << r << " has no settings";
     const SamplingSettings& s = *req.sampling;
     const std::string row = "request row " + std::to_string(r);
-    RETURN_IF_ERROR(validate(s, vocab).with_context(row));
+    RETURN_IF_ERROR(Sampler::validate(s, vocab).with_context(row));
     if (req.step < 0) return invalid_argument(row + ": step " + std::to_string(req.step) + " must be >= 0");
     if (s.repetition_penalty != 1.f) {
       RETURN_IF_ERROR(check_ids(req.prompt_token_ids, vocab, "prompt_token_ids").with_context(row));
@@ -98,22 +102,12 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
     if (penalties_on(s)) RETURN_IF_ERROR(check_ids(req.output_token_ids, vocab, "output_token_ids").with_context(row));
     if (s.logprobs) max_num_logprobs = std::max<int64_t>(max_num_logprobs, *s.logprobs == -1 ? vocab : *s.logprobs);
   }
+  return max_num_logprobs;
+}
 
-  SamplerOutput out;
-  out.sampled_token_ids = Tensor::empty({n}, DType::kI32);
-  if (n == 0) return out;
-
-  // 1. Raw logprobs, before the logits are touched.
-  Tensor raw_logprobs;
-  if (max_num_logprobs >= 0) {
-    if (!raw_logprobs_.defined() || raw_logprobs_.size(0) < n || raw_logprobs_.size(1) != vocab) {
-      raw_logprobs_ = Tensor::empty({n, vocab}, DType::kF32);
-    }
-    raw_logprobs = raw_logprobs_.slice(0, 0, n);
-    ops::log_softmax(raw_logprobs, logits);
-  }
-
-  // 2-4. min_tokens, logit_bias, penalties: the logits greedy sampling also sees.
+// Steps 2-4: min_tokens, logit_bias, penalties (vLLM's non-argmax-invariant processors, then penalties).
+void apply_logits_processors(Tensor& logits, std::span<const SamplerRequest> requests) {
+  const int64_t n = static_cast<int64_t>(requests.size());
   ListsBuilder stop_ids, bias, prompt_ids, output_ids;
   std::vector<float> repetition(n, 1.f), frequency(n, 0.f), presence(n, 0.f);
   bool any_penalty = false;
@@ -129,7 +123,7 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
       bias.values.push_back(value);
     }
     bias.end_row();
-    if (penalties_on(s)) {
+    if (penalties_on(s)) {  // rows without penalties keep neutral values and empty lists
       any_penalty = true;
       repetition[r] = s.repetition_penalty;
       frequency[r] = s.frequency_penalty;
@@ -144,31 +138,28 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
   }
   if (!stop_ids.ids.empty()) ops::mask_tokens(logits, stop_ids.lists());
   if (!bias.ids.empty()) {
-    ops::apply_logit_bias(logits,
-                          {bias.lists(), Tensor::from_f32(bias.values, {static_cast<int64_t>(bias.values.size())})});
+    ops::apply_logit_bias(logits, {bias.lists(), f32_tensor(bias.values)});
   }
   if (any_penalty) {
     ops::apply_penalties(logits, {prompt_ids.lists(), output_ids.lists(), Tensor::from_f32(repetition, {n}),
                                   Tensor::from_f32(frequency, {n}), Tensor::from_f32(presence, {n})});
   }
+}
 
-  // 5-9. Temperature and the filters, on rows that sample; greedy rows get neutral values.
+// Steps 5-10: temperature, min-p / top-k / top-p on the rows that sample (greedy rows get neutral values), then
+// the draw. Seeded rows use Philox(seed, step); unseeded rows Philox(unseeded_key, row).
+void filter_and_draw(Tensor& logits, std::span<const SamplerRequest> requests, uint64_t unseeded_key, Tensor& out_ids) {
+  const int64_t n = static_cast<int64_t>(requests.size()), vocab = logits.size(1);
   std::vector<float> temperature(n), top_p(n, 1.f), min_p(n, 0.f);
   std::vector<int32_t> top_k(n, 0);
   std::vector<int64_t> seeds(n), offsets(n);
   bool any_temperature = false, any_filter = false;
-  const uint64_t unseeded_key = philox::mix64(seed_ ^ philox::mix64(num_calls_));
   for (int64_t r = 0; r < n; ++r) {
     const SamplerRequest& req = requests[r];
     const SamplingSettings& s = *req.sampling;
     temperature[r] = s.temperature;
-    if (s.seed) {
-      seeds[r] = *s.seed;
-      offsets[r] = req.step;
-    } else {
-      seeds[r] = static_cast<int64_t>(unseeded_key);
-      offsets[r] = r;
-    }
+    seeds[r] = s.seed ? *s.seed : static_cast<int64_t>(unseeded_key);
+    offsets[r] = s.seed ? req.step : r;
     if (is_greedy(s)) continue;
     any_temperature |= s.temperature != 1.f;
     top_k[r] = std::max(s.top_k, 0);
@@ -182,26 +173,54 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
     ops::apply_top_k_top_p_min_p(
         logits, {Tensor::from_i32(top_k, {n}), Tensor::from_f32(top_p, {n}), Tensor::from_f32(min_p, {n})});
   }
-  // 10. The draw (greedy rows: argmax).
-  ops::sample(out.sampled_token_ids, logits,
-              {temperatures, Tensor::from_i64(seeds, {n}), Tensor::from_i64(offsets, {n})});
-  ++num_calls_;
+  ops::sample(out_ids, logits, {temperatures, Tensor::from_i64(seeds, {n}), Tensor::from_i64(offsets, {n})});
+}
 
-  // 11. Logprobs of the sampled token and the top k, from step 1.
-  if (max_num_logprobs >= 0) {
-    const int64_t k = max_num_logprobs;
-    Tensor token_logprobs = Tensor::empty({n}, DType::kF32);
-    out.sampled_token_ranks = Tensor::empty({n}, DType::kI32);
-    ops::gather_token_logprobs(token_logprobs, out.sampled_token_ranks, raw_logprobs, out.sampled_token_ids);
-    out.logprob_token_ids = Tensor::empty({n, 1 + k}, DType::kI32);
-    out.logprobs = Tensor::empty({n, 1 + k}, DType::kF32);
+// Step 11: the sampled token's logprob and rank in column 0, the k most likely tokens in columns 1..k.
+void gather_logprobs(SamplerOutput& out, const Tensor& raw_logprobs, int64_t k) {
+  const int64_t n = raw_logprobs.size(0);
+  Tensor token_logprobs = Tensor::empty({n}, DType::kF32);
+  out.sampled_token_ranks = Tensor::empty({n}, DType::kI32);
+  ops::gather_token_logprobs(token_logprobs, out.sampled_token_ranks, raw_logprobs, out.sampled_token_ids);
+  out.logprob_token_ids = Tensor::empty({n, 1 + k}, DType::kI32);
+  out.logprobs = Tensor::empty({n, 1 + k}, DType::kF32);
+  if (k > 0) {
     Tensor top_ids = out.logprob_token_ids.slice(1, 1, 1 + k), top_values = out.logprobs.slice(1, 1, 1 + k);
-    if (k > 0) ops::top_k(top_values, top_ids, raw_logprobs, k);
-    for (int64_t r = 0; r < n; ++r) {
-      out.logprob_token_ids.data<int32_t>()[r * (1 + k)] = out.sampled_token_ids.data<int32_t>()[r];
-      out.logprobs.data<float>()[r * (1 + k)] = token_logprobs.data<float>()[r];
-    }
+    ops::top_k(top_values, top_ids, raw_logprobs, k);
   }
+  for (int64_t r = 0; r < n; ++r) {
+    out.logprob_token_ids.data<int32_t>()[r * (1 + k)] = out.sampled_token_ids.data<int32_t>()[r];
+    out.logprobs.data<float>()[r * (1 + k)] = token_logprobs.data<float>()[r];
+  }
+}
+
+}  // namespace
+
+StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerRequest> requests) {
+  const int64_t n = static_cast<int64_t>(requests.size());
+  CHECK(logits.defined() && logits.dim() == 2 && logits.size(0) == n && logits.dtype() == DType::kF32 &&
+        logits.device().is_cpu())
+      << "Sampler: logits " << (logits.defined() ? logits.to_string() : "undefined") << " for " << n << " requests";
+  const int64_t vocab = logits.size(1);
+  CHECK_GT(vocab, 0) << "Sampler: empty vocabulary";
+  ASSIGN_OR_RETURN(const int64_t max_num_logprobs, validate_batch(requests, vocab));
+
+  SamplerOutput out;
+  out.sampled_token_ids = Tensor::empty({n}, DType::kI32);
+  if (n == 0) return out;
+  // 1. Raw logprobs, before the logits are touched.
+  Tensor raw_logprobs;
+  if (max_num_logprobs >= 0) {
+    if (!raw_logprobs_.defined() || raw_logprobs_.size(0) < n || raw_logprobs_.size(1) != vocab) {
+      raw_logprobs_ = Tensor::empty({n, vocab}, DType::kF32);
+    }
+    raw_logprobs = raw_logprobs_.slice(0, 0, n);
+    ops::log_softmax(raw_logprobs, logits);
+  }
+  apply_logits_processors(logits, requests);
+  filter_and_draw(logits, requests, philox::mix64(seed_ ^ philox::mix64(num_calls_)), out.sampled_token_ids);
+  ++num_calls_;
+  if (max_num_logprobs >= 0) gather_logprobs(out, raw_logprobs, max_num_logprobs);
   return out;
 }
 

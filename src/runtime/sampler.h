@@ -1,6 +1,7 @@
 // Sampler: turns a batch of logits into sampled token ids and logprobs, running the kernels' sampling ops in vLLM
 // V1's order. Invariant: a request's token depends only on its logits, its settings, its token ids and its step
-// (plus, for unseeded requests, the engine seed and how many batches this Sampler has sampled before).
+// (plus, for unseeded requests, the engine seed, its row and how many batches this Sampler sampled before).
+// Not thread-safe: one Sampler per model runner.
 //
 // Order (vLLM V1 Sampler.forward with the default logprobs_mode "raw_logprobs"):
 //   1. logprobs = log_softmax(raw logits), before any processing, when some request asks for logprobs;

@@ -37,18 +37,22 @@ std::vector<float> row(const Tensor& t, int64_t r) {
   return std::vector<float>(p, p + t.size(1));
 }
 
+// Tensor::from_f32 / from_i32 memcpy from vector::data(), null for an empty vector: build empty ones directly.
+Tensor f32s(const std::vector<float>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kF32) : Tensor::from_f32(v, {static_cast<int64_t>(v.size())});
+}
+Tensor i32s(const std::vector<int32_t>& v) {
+  return v.empty() ? Tensor::empty({0}, DType::kI32) : Tensor::from_i32(v, {static_cast<int64_t>(v.size())});
+}
+
 ops::TokenLists lists(const std::vector<std::vector<int32_t>>& per_row) {
   std::vector<int32_t> offsets{0}, ids;
   for (const auto& v : per_row) {
     ids.insert(ids.end(), v.begin(), v.end());
     offsets.push_back(static_cast<int32_t>(ids.size()));
   }
-  return {Tensor::from_i32(offsets, {static_cast<int64_t>(offsets.size())}),
-          Tensor::from_i32(ids, {static_cast<int64_t>(ids.size())})};
+  return {i32s(offsets), i32s(ids)};
 }
-
-Tensor f32s(const std::vector<float>& v) { return Tensor::from_f32(v, {static_cast<int64_t>(v.size())}); }
-Tensor i32s(const std::vector<int32_t>& v) { return Tensor::from_i32(v, {static_cast<int64_t>(v.size())}); }
 Tensor i64s(const std::vector<int64_t>& v) { return Tensor::from_i64(v, {static_cast<int64_t>(v.size())}); }
 
 // Filters every row of `logits` with the same parameters; returns the result.
@@ -213,6 +217,10 @@ TEST(Filters, TopPRenormalisesAfterTopK) {
 TEST(Filters, NanBecomesMaskedAndAllMaskedRowStays) {
   EXPECT_EQ(row(filtered(rows({{NAN, 1.f, 2.f}}), 2, 1.f, 0.f), 0), (std::vector<float>{-kInf, 1.f, 2.f}));
   EXPECT_EQ(row(filtered(rows({{-kInf, -kInf}}), 1, 0.5f, 0.5f), 0), (std::vector<float>{-kInf, -kInf}));
+  // Out-of-range parameters (the Sampler rejects them) still keep the max: min_p > 1, top_p <= 0.
+  EXPECT_EQ(row(filtered(rows({{0.f, 2.f, 1.f}}), 0, 1.f, 1.5f), 0), (std::vector<float>{-kInf, 2.f, -kInf}));
+  EXPECT_EQ(row(filtered(rows({{0.f, 2.f, 1.f}}), 0, 0.f, 0.f), 0), (std::vector<float>{-kInf, 2.f, -kInf}));
+  EXPECT_EQ(row(filtered(rows({{0.f, 2.f, 1.f}}), 0, -1.f, 0.f), 0), (std::vector<float>{-kInf, 2.f, -kInf}));
 }
 
 TEST(Filters, MatchFullSortReferenceOnRandomRows) {
@@ -225,18 +233,43 @@ TEST(Filters, MatchFullSortReferenceOnRandomRows) {
       {1000, 50, 1.f, 0.f, 3.f},     {1000, 0, 0.9f, 0.f, 3.f},    {1000, 0, 1.f, 0.05f, 3.f},
       {1000, 20, 0.8f, 0.01f, 5.f},  {32000, 0, 0.9f, 0.f, 1.f},   {32000, 40, 0.95f, 0.f, 4.f},
       {32000, 0, 0.5f, 0.001f, 8.f}, {500, 499, 0.99f, 0.f, 0.1f}, {64, 3, 0.3f, 0.f, 2.f},
+      {32000, 0, 0.9f, 0.f, 8.f},    {2000, 600, 1.f, 0.f, 1.f},   {2000, 1500, 0.7f, 0.3f, 0.5f},
+      {1000, 5, 1.f, 0.2f, 2.f},
   };
   uint32_t seed = 100;
   for (const Case& c : cases) {
     std::vector<float> x = random_floats(c.vocab, seed++, -c.scale, c.scale);
-    // Quantise a third of the logits so ties occur at every cut.
+    // Quantise a third of the logits so ties occur at every cut; mask some rows' logits so top-k may exceed the
+    // finite count; sort one row ascending (the worst case of the top-k heap).
     for (size_t j = 0; j < x.size(); j += 3) x[j] = std::round(x[j] * 4) / 4;
+    if (seed % 3 == 0) {
+      for (size_t j = 1; j < x.size(); j += 2) x[j] = -kInf;
+    }
+    if (seed % 4 == 0) std::sort(x.begin(), x.end());
     const Tensor got = filtered(rows({x, x}), c.top_k, c.top_p, c.min_p);
     const std::vector<bool> keep = reference_keep(x, c.top_k, c.top_p, c.min_p);
     const std::string what = "vocab " + std::to_string(c.vocab) + " k " + std::to_string(c.top_k) + " p " +
                              std::to_string(c.top_p) + " min_p " + std::to_string(c.min_p);
     expect_mask(row(got, 0), x, keep, what);
     expect_mask(row(got, 1), x, keep, what + " (row 1)");
+  }
+}
+
+TEST(Filters, MatchReferenceOnManyRandomParameters) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> unit(0.f, 1.f);
+  const int64_t v = 3000;
+  for (uint32_t i = 0; i < 40; ++i) {
+    const float scale = 0.1f + 10.f * unit(rng);
+    std::vector<float> x = random_floats(v, 1000 + i, -scale, scale);
+    for (size_t j = 0; j < x.size(); j += 4) x[j] = std::round(x[j]);  // ties
+    const int32_t top_k = i % 3 == 0 ? 0 : static_cast<int32_t>(rng() % v);
+    const float top_p = i % 4 == 0 ? 1.f : unit(rng);
+    const float min_p = i % 2 == 0 ? 0.f : unit(rng) * 0.2f;
+    const Tensor got = filtered(rows({x}), top_k, top_p, min_p);
+    expect_mask(row(got, 0), x, reference_keep(x, top_k, top_p, min_p),
+                "case " + std::to_string(i) + " k " + std::to_string(top_k) + " p " + std::to_string(top_p) +
+                    " min_p " + std::to_string(min_p));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -51,41 +52,80 @@ void check_lists(const ops::TokenLists& lists, int64_t num_rows, int64_t vocab, 
   }
 }
 
-// A finite logit and its token id. The ranking every mask keeps a prefix of: larger logit first, equal logits by
-// lower id (a strict weak order, so nth_element / partial_sort are deterministic in what they select).
+// A finite logit, its token id and its weight exp(logit - max_logit). The ranking every mask keeps a prefix of:
+// larger logit first, equal logits by lower id (a strict weak order, so partial sorts select deterministically).
 struct Candidate {
   float logit;
   int32_t id;
+  float weight;
 };
 
 inline bool ranks_before(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
-// Top-p over the candidates c[0, m) (weights exp(logit - max_logit), renormalised over them): returns the index,
-// after reordering c into ranking order as far as needed, of the last kept candidate. Sorts in growing chunks,
-// so a peaked distribution costs a partial sort of a few dozen candidates rather than a sort of all m.
-int64_t top_p_last_kept(std::vector<Candidate>& c, int64_t m, float max_logit, float top_p) {
-  double total = 0;
-  for (int64_t i = 0; i < m; ++i) total += std::exp(c[i].logit - max_logit);
-  const double target = static_cast<double>(top_p) * total;
-  double before = 0;  // mass ranked before candidate i
-  int64_t sorted = 0, chunk = 64;
-  while (sorted < m) {
-    const int64_t hi = m - sorted <= 4 * chunk ? m : sorted + chunk;  // a small remainder is sorted whole
-    std::partial_sort(c.begin() + sorted, c.begin() + hi, c.begin() + m, ranks_before);
-    for (int64_t i = sorted; i < hi; ++i) {
-      if (i > 0 && before >= target) return i - 1;
-      before += std::exp(c[i].logit - max_logit);
+// The k-th largest finite logit of x (k >= 1, counting repeats), or -inf when fewer than k are finite. A min-heap
+// of the best k so far: on a typical row almost every logit is rejected by one comparison with its top.
+float kth_largest(const float* x, int64_t vocab, int32_t k, std::vector<float>& heap) {
+  heap.clear();
+  for (int64_t j = 0; j < vocab; ++j) {
+    const float v = x[j];
+    if (static_cast<int64_t>(heap.size()) < k) {
+      if (v == kNegInf) continue;
+      heap.push_back(v);
+      std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+    } else if (v > heap.front()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+      heap.back() = v;
+      std::push_heap(heap.begin(), heap.end(), std::greater<float>());
     }
-    sorted = hi;
-    chunk *= 4;
   }
-  return m - 1;
+  return static_cast<int64_t>(heap.size()) < k ? kNegInf : heap.front();
 }
 
-// min-p, top-k and top-p on one row (see ops.h for the rules); `c` is scratch.
-void filter_row(float* x, int64_t vocab, int32_t top_k, float top_p, float min_p, std::vector<Candidate>& c) {
+// Top-p over the candidates c (weights renormalised over them): returns the index, after reordering c as far as
+// needed, of the last kept candidate in ranking order; c[0, index] are then the kept ones. A weighted quickselect
+// (expected O(m), no full sort): it narrows [lo, hi) to the block holding the cut, keeping `before` = the mass of
+// c[0, lo), which all rank before c[lo, hi) and are kept (before < target), then sorts and walks that block.
+int64_t top_p_last_kept(std::vector<Candidate>& c, float top_p) {
+  double total = 0;
+  for (const Candidate& a : c) total += a.weight;
+  const double target = static_cast<double>(top_p) * total;
+  double before = 0;
+  int64_t lo = 0, hi = static_cast<int64_t>(c.size());
+  while (hi - lo > 64) {
+    if (lo > 0 && before >= target) return lo - 1;  // c[lo - 1] (the last pivot) closes the kept prefix
+    // Median-of-three pivot, moved to hi - 1, then a partition of [lo, hi - 1) into "ranks before the pivot" and
+    // the rest; the pivot lands at mid.
+    int64_t a = lo, b = lo + (hi - lo) / 2, z = hi - 1;
+    if (ranks_before(c[b], c[a])) std::swap(a, b);
+    if (ranks_before(c[z], c[b])) b = ranks_before(c[z], c[a]) ? a : z;
+    std::swap(c[b], c[hi - 1]);
+    const Candidate pivot = c[hi - 1];
+    const int64_t mid = std::partition(c.begin() + lo, c.begin() + (hi - 1),
+                                       [&](const Candidate& e) { return ranks_before(e, pivot); }) -
+                        c.begin();
+    std::swap(c[mid], c[hi - 1]);
+    double upper = 0;  // mass of c[lo, mid)
+    for (int64_t i = lo; i < mid; ++i) upper += c[i].weight;
+    if (before + upper >= target && mid > lo) {
+      hi = mid;  // the first dropped candidate is at or before mid, so the last kept is in [lo, mid)
+    } else {
+      before += upper + pivot.weight;  // c[lo, mid] are all kept (mass before the pivot < target, or it is first)
+      lo = mid + 1;
+    }
+  }
+  std::sort(c.begin() + lo, c.begin() + hi, ranks_before);
+  for (int64_t i = lo; i < hi; ++i) {
+    if (i > 0 && before >= target) return i - 1;
+    before += c[i].weight;
+  }
+  return hi - 1;
+}
+
+// min-p, top-k and top-p on one row (see ops.h for the rules); `c` and `heap` are scratch.
+void filter_row(float* x, int64_t vocab, int32_t top_k, float top_p, float min_p, std::vector<Candidate>& c,
+                std::vector<float>& heap) {
   const bool use_k = top_k > 0 && top_k < vocab;
   const bool use_p = top_p < 1.f;
   const bool use_min_p = min_p > 0.f;
@@ -100,25 +140,25 @@ void filter_row(float* x, int64_t vocab, int32_t top_k, float top_p, float min_p
     for (int64_t j = 0; j < vocab; ++j) x[j] = x[j] == kPosInf ? kPosInf : kNegInf;
     return;
   }
-  // Candidates: finite logits passing min-p (a prefix of the ranking, exp being monotone; the max always passes).
+  // Candidates: finite logits at or above the k-th largest (vLLM keeps every tie of it) that pass min-p. Both
+  // are prefixes of the ranking (exp is monotone), and the max always passes. The min-p test runs exp only near
+  // its threshold: a logit more than 0.01 below max + log(min_p) fails by a margin no rounding can close.
+  const float kth = use_k ? kth_largest(x, vocab, top_k, heap) : kNegInf;
+  const double min_p_floor = use_min_p ? max_logit + std::log(static_cast<double>(min_p)) - 0.01 : -HUGE_VAL;
   c.clear();
   for (int64_t j = 0; j < vocab; ++j) {
     const float v = x[j];
-    if (v == kNegInf || (use_min_p && v != max_logit && !(std::exp(v - max_logit) >= min_p))) continue;
-    c.push_back({v, static_cast<int32_t>(j)});
-  }
-  int64_t m = static_cast<int64_t>(c.size());
-  if (use_k && top_k < m) {
-    // Partial selection: the k best in ranking order, then every tie of the k-th logit (vLLM keeps them all).
-    std::nth_element(c.begin(), c.begin() + (top_k - 1), c.end(), ranks_before);
-    const float kth = c[top_k - 1].logit;
-    m = std::partition(c.begin() + top_k, c.end(), [kth](const Candidate& a) { return a.logit == kth; }) - c.begin();
+    if (v == kNegInf || v < kth) continue;
+    if (v != max_logit && static_cast<double>(v) < min_p_floor) continue;  // (min_p > 1 still keeps the max)
+    const float weight = std::exp(v - max_logit);
+    if (use_min_p && v != max_logit && !(weight >= min_p)) continue;
+    c.push_back({v, static_cast<int32_t>(j), weight});
   }
   int64_t last = 0;
   if (use_p) {
-    last = top_p_last_kept(c, m, max_logit, top_p);
+    last = top_p_last_kept(c, top_p);
   } else {
-    for (int64_t i = 1; i < m; ++i) {
+    for (int64_t i = 1; i < static_cast<int64_t>(c.size()); ++i) {
       if (ranks_before(c[last], c[i])) last = i;
     }
   }
@@ -258,8 +298,9 @@ void apply_top_k_top_p_min_p(Tensor& logits, const ops::SamplingFilterParams& pa
   const float* min_p = params.min_p.data<float>();
   parallel_for(n, rows_per_chunk(vocab), [&](int64_t begin, int64_t end) {
     thread_local std::vector<Candidate> candidates;
+    thread_local std::vector<float> heap;
     for (int64_t r = begin; r < end; ++r) {
-      filter_row(row_ptr<float>(logits, r), vocab, top_k[r], top_p[r], min_p[r], candidates);
+      filter_row(row_ptr<float>(logits, r), vocab, top_k[r], top_p[r], min_p[r], candidates, heap);
     }
   });
 }
