@@ -9,4 +9,4 @@ namespace llmserve::cli {
 
 int run_bench_throughput(const std::vector<std::string> &args);
 
-} // namespace llmserve::cli
+}  // namespace llmserve::cli

@@ -31,37 +31,26 @@ struct GenerateFlags {
 // One JSONL line: {"prompt": "text"} or {"prompt_token_ids": [ids]}.
 Status read_jsonl(const std::string &path, std::vector<PromptInput> *prompts) {
   std::ifstream in(path);
-  if (!in)
-    return not_found("--input " + path + ": cannot open");
+  if (!in) return not_found("--input " + path + ": cannot open");
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos)
-      continue;
-    const nlohmann::json j =
-        nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const std::string where = path + " line " + std::to_string(line_no);
-    if (j.is_discarded() || !j.is_object())
-      return invalid_argument(where + ": not a JSON object");
+    if (j.is_discarded() || !j.is_object()) return invalid_argument(where + ": not a JSON object");
     PromptInput p;
     if (j.contains("prompt") && j["prompt"].is_string()) {
       p.text = j["prompt"].get<std::string>();
-    } else if (j.contains("prompt_token_ids") &&
-               j["prompt_token_ids"].is_array()) {
+    } else if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) {
       for (const auto &v : j["prompt_token_ids"]) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-            v.get<int64_t>() > INT32_MAX) {
-          return invalid_argument(
-              where +
-              ": prompt_token_ids holds a value that is not a token id");
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+          return invalid_argument(where + ": prompt_token_ids holds a value that is not a token id");
         }
         p.token_ids.push_back(v.get<int32_t>());
       }
-      if (p.token_ids.empty())
-        return invalid_argument(where + ": prompt_token_ids is empty");
+      if (p.token_ids.empty()) return invalid_argument(where + ": prompt_token_ids is empty");
     } else {
-      return invalid_argument(
-          where +
-          ": expected a string \"prompt\" or an array \"prompt_token_ids\"");
+      return invalid_argument(where + ": expected a string \"prompt\" or an array \"prompt_token_ids\"");
     }
     prompts->push_back(std::move(p));
   }
@@ -72,31 +61,23 @@ const char *reason_name(const CompletionOutput &c) {
   return c.finish_reason ? finish_reason_name(*c.finish_reason) : "";
 }
 
-nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r,
-                                       const CompletionOutput &c, bool text,
+nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r, const CompletionOutput &c, bool text,
                                        int32_t n) {
   nlohmann::ordered_json j = {{"index", index}};
-  if (n > 1)
-    j["completion_index"] = c.index;
+  if (n > 1) j["completion_index"] = c.index;
   j["prompt_token_ids"] = r.prompt_token_ids;
   j["token_ids"] = c.token_ids;
-  if (text)
-    j["text"] = c.text;
+  if (text) j["text"] = c.text;
   j["finish_reason"] = reason_name(c);
-  if (const auto *id = std::get_if<int32_t>(&c.stop_reason))
-    j["stop_reason"] = *id;
-  if (const auto *s = std::get_if<std::string>(&c.stop_reason))
-    j["stop_reason"] = *s;
+  if (const auto *id = std::get_if<int32_t>(&c.stop_reason)) j["stop_reason"] = *id;
+  if (const auto *s = std::get_if<std::string>(&c.stop_reason)) j["stop_reason"] = *s;
   if (!c.logprobs.empty()) {
     nlohmann::ordered_json lps = nlohmann::ordered_json::array();
     for (const TokenLogprobs &lp : c.logprobs) {
       nlohmann::ordered_json top = nlohmann::ordered_json::array();
-      for (size_t k = 1; k < lp.token_ids.size(); ++k)
-        top.push_back({lp.token_ids[k], lp.logprobs[k]});
-      lps.push_back({{"token_id", lp.token_ids[0]},
-                     {"logprob", lp.logprobs[0]},
-                     {"rank", lp.sampled_token_rank},
-                     {"top", top}});
+      for (size_t k = 1; k < lp.token_ids.size(); ++k) top.push_back({lp.token_ids[k], lp.logprobs[k]});
+      lps.push_back(
+          {{"token_id", lp.token_ids[0]}, {"logprob", lp.logprobs[0]}, {"rank", lp.sampled_token_rank}, {"top", top}});
     }
     j["logprobs"] = lps;
   }
@@ -106,100 +87,74 @@ nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r,
 void print_progress(size_t done, size_t total, int64_t tokens, double seconds) {
   const int width = 30;
   const int filled = total ? static_cast<int>(width * done / total) : width;
-  std::fprintf(stderr, "\rProcessed prompts: %zu/%zu [%s%s] %.1f output tok/s",
-               done, total, std::string(filled, '#').c_str(),
-               std::string(width - filled, ' ').c_str(),
+  std::fprintf(stderr, "\rProcessed prompts: %zu/%zu [%s%s] %.1f output tok/s", done, total,
+               std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
                seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
-  if (done == total)
-    std::fprintf(stderr, "\n");
+  if (done == total) std::fprintf(stderr, "\n");
 }
 
 int run_generate(const std::vector<std::string> &args) {
   GenerateFlags f;
-  ArgParser parser(
-      "generate",
-      "Generation for each --prompt / --prompt-ids / --input line through the "
-      "engine.\n"
-      "Without --model, a built-in tiny model with random weights runs.");
+  ArgParser parser("generate",
+                   "Generation for each --prompt / --prompt-ids / --input line through the "
+                   "engine.\n"
+                   "Without --model, a built-in tiny model with random weights runs.");
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
   add_sampling_flags(parser, &f.sampling, /*default_temperature=*/0.0);
-  parser.add_strings("prompt", &f.prompts,
-                     "prompt text (repeatable: prompts run as one batch)");
-  parser.add_strings("prompt-ids", &f.prompt_ids,
-                     "prompt as comma-separated token ids (repeatable)");
+  parser.add_strings("prompt", &f.prompts, "prompt text (repeatable: prompts run as one batch)");
+  parser.add_strings("prompt-ids", &f.prompt_ids, "prompt as comma-separated token ids (repeatable)");
   parser.add_string("input", &f.input,
                     "JSONL file, one {\"prompt\": ...} or "
                     "{\"prompt_token_ids\": [...]} per line");
-  parser.add_string("output", &f.output,
-                    "text | json (one JSON object per sequence)");
-  parser.add_bool(
-      "progress", &f.progress,
-      "progress bar on stderr when several prompts run (default on)");
-  if (int code = parse_or_exit_code(parser, args); code >= 0)
-    return code;
-  if (f.sampling.max_tokens < 0)
-    return fail(invalid_argument("--max-tokens must be >= 0"));
-  if (f.output != "text" && f.output != "json")
-    return fail(invalid_argument("--output must be text or json"));
+  parser.add_string("output", &f.output, "text | json (one JSON object per sequence)");
+  parser.add_bool("progress", &f.progress, "progress bar on stderr when several prompts run (default on)");
+  if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
+  if (f.sampling.max_tokens < 0) return fail(invalid_argument("--max-tokens must be >= 0"));
+  if (f.output != "text" && f.output != "json") return fail(invalid_argument("--output must be text or json"));
   StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
-  if (!params.ok())
-    return fail(params.status());
+  if (!params.ok()) return fail(params.status());
 
   std::vector<PromptInput> prompts;
-  for (const std::string &text : f.prompts)
-    prompts.push_back(PromptInput{text, {}});
+  for (const std::string &text : f.prompts) prompts.push_back(PromptInput{text, {}});
   for (const std::string &ids : f.prompt_ids) {
     StatusOr<std::vector<int32_t>> parsed = parse_id_list(ids, "--prompt-ids");
-    if (!parsed.ok())
-      return fail(parsed.status());
+    if (!parsed.ok()) return fail(parsed.status());
     prompts.push_back(PromptInput{"", *parsed});
   }
   if (!f.input.empty()) {
-    if (Status s = read_jsonl(f.input, &prompts); !s.ok())
-      return fail(s);
+    if (Status s = read_jsonl(f.input, &prompts); !s.ok()) return fail(s);
   }
   const bool any_text =
-      std::any_of(prompts.begin(), prompts.end(),
-                  [](const PromptInput &p) { return p.token_ids.empty(); });
+      std::any_of(prompts.begin(), prompts.end(), [](const PromptInput &p) { return p.token_ids.empty(); });
   StatusOr<LoadedModel> loaded = load_model_from_flags(f.model, any_text);
-  if (!loaded.ok())
-    return fail(loaded.status());
+  if (!loaded.ok()) return fail(loaded.status());
   CausalLM &model = *loaded->model;
   const Tokenizer *tokenizer = loaded->tokenizer.get();
   if (prompts.empty()) {
-    if (tokenizer == nullptr)
-      return fail(invalid_argument("give --prompt, --prompt-ids or --input"));
-    prompts.push_back(PromptInput{
-        "", tokenizer->encode("", true)}); // BOS alone: an unconditional sample
+    if (tokenizer == nullptr) return fail(invalid_argument("give --prompt, --prompt-ids or --input"));
+    prompts.push_back(PromptInput{"", tokenizer->encode("", true)});  // BOS alone: an unconditional sample
   }
   // Tokenize up front: the CLI's own checks name the prompt and the model
   // limit.
   const ModelConfig &config = model.config();
   int64_t longest = 0, needed = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].token_ids.empty())
-      prompts[i].token_ids = tokenizer->encode(prompts[i].text, true);
+    if (prompts[i].token_ids.empty()) prompts[i].token_ids = tokenizer->encode(prompts[i].text, true);
     const auto &ids = prompts[i].token_ids;
-    if (ids.empty())
-      return fail(
-          invalid_argument("prompt " + std::to_string(i) + " has no tokens"));
+    if (ids.empty()) return fail(invalid_argument("prompt " + std::to_string(i) + " has no tokens"));
     for (int32_t id : ids) {
       if (id >= config.vocab_size) {
-        return fail(invalid_argument("prompt " + std::to_string(i) +
-                                     ": token id " + std::to_string(id) +
-                                     " is outside the vocabulary (" +
-                                     std::to_string(config.vocab_size) + ")"));
+        return fail(invalid_argument("prompt " + std::to_string(i) + ": token id " + std::to_string(id) +
+                                     " is outside the vocabulary (" + std::to_string(config.vocab_size) + ")"));
       }
     }
-    const int64_t total =
-        static_cast<int64_t>(ids.size()) + f.sampling.max_tokens;
+    const int64_t total = static_cast<int64_t>(ids.size()) + f.sampling.max_tokens;
     if (total > config.max_position_embeddings) {
-      return fail(invalid_argument(
-          "prompt " + std::to_string(i) + " (" + std::to_string(ids.size()) +
-          " tokens) + --max-tokens exceeds the model's max_position_embeddings "
-          "(" +
-          std::to_string(config.max_position_embeddings) + ")"));
+      return fail(invalid_argument("prompt " + std::to_string(i) + " (" + std::to_string(ids.size()) +
+                                   " tokens) + --max-tokens exceeds the model's max_position_embeddings "
+                                   "(" +
+                                   std::to_string(config.max_position_embeddings) + ")"));
     }
     longest = std::max(longest, total);
     needed += (total + f.engine.block_size) * f.sampling.n;
@@ -210,16 +165,12 @@ int run_generate(const std::vector<std::string> &args) {
     // Size the engine for this batch: max_model_len to the longest request, the
     // cache to all of them (capped; the scheduler preempts when a larger batch
     // does not fit).
-    if (args.max_model_len <= 0)
-      args.max_model_len = longest;
+    if (args.max_model_len <= 0) args.max_model_len = longest;
     if (args.num_kv_cache_tokens <= 0) {
-      args.num_kv_cache_tokens = std::max(
-          args.max_model_len, std::min<int64_t>(needed, int64_t{1} << 16));
+      args.num_kv_cache_tokens = std::max(args.max_model_len, std::min<int64_t>(needed, int64_t{1} << 16));
     }
-    StatusOr<std::unique_ptr<LLMEngine>> engine =
-        LLMEngine::create(model, tokenizer, args);
-    if (!engine.ok())
-      return fail(engine.status());
+    StatusOr<std::unique_ptr<LLMEngine>> engine = LLMEngine::create(model, tokenizer, args);
+    if (!engine.ok()) return fail(engine.status());
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const std::string id = std::to_string(i);
@@ -234,20 +185,15 @@ int run_generate(const std::vector<std::string> &args) {
     int64_t tokens = 0;
     while ((*engine)->has_unfinished()) {
       StatusOr<std::vector<RequestOutput>> outs = (*engine)->step();
-      if (!outs.ok())
-        return fail(outs.status());
+      if (!outs.ok()) return fail(outs.status());
       for (RequestOutput &o : *outs) {
-        for (const CompletionOutput &c : o.outputs)
-          tokens += static_cast<int64_t>(c.delta_token_ids.size());
-        if (!o.finished)
-          continue;
+        for (const CompletionOutput &c : o.outputs) tokens += static_cast<int64_t>(c.delta_token_ids.size());
+        if (!o.finished) continue;
         results[index.at(o.request_id)] = std::move(o);
         ++done;
         if (progress) {
           print_progress(done, prompts.size(), tokens,
-                         std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count());
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         }
       }
     }
@@ -261,15 +207,11 @@ int run_generate(const std::vector<std::string> &args) {
   for (size_t i = 0; i < results.size(); ++i) {
     for (const CompletionOutput &c : results[i].outputs) {
       if (f.output == "json") {
-        std::printf("%s\n", completion_json(i, results[i], c,
-                                            tokenizer != nullptr, params->n)
-                                .dump()
-                                .c_str());
+        std::printf("%s\n", completion_json(i, results[i], c, tokenizer != nullptr, params->n).dump().c_str());
       } else if (tokenizer != nullptr) {
         std::printf("%s\n", c.text.c_str());
       } else {
-        for (size_t k = 0; k < c.token_ids.size(); ++k)
-          std::printf("%s%d", k ? " " : "", c.token_ids[k]);
+        for (size_t k = 0; k < c.token_ids.size(); ++k) std::printf("%s%d", k ? " " : "", c.token_ids[k]);
         std::printf("\n");
       }
     }
@@ -277,11 +219,11 @@ int run_generate(const std::vector<std::string> &args) {
   return 0;
 }
 
-} // namespace
+}  // namespace
 
 LLMSERVE_REGISTER_COMMAND("generate",
                           "generate text for prompts through the engine "
                           "(sampling, stop strings, batches)",
                           run_generate);
 
-} // namespace llmserve::cli
+}  // namespace llmserve::cli

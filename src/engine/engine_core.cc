@@ -5,10 +5,8 @@
 
 namespace llmserve {
 
-EngineCore::EngineCore(SchedulerConfig scheduler_config,
-                       KVCacheConfig cache_config, ModelExecutor &executor)
-    : scheduler_(std::move(scheduler_config), std::move(cache_config)),
-      executor_(executor) {}
+EngineCore::EngineCore(SchedulerConfig scheduler_config, KVCacheConfig cache_config, ModelExecutor &executor)
+    : scheduler_(std::move(scheduler_config), std::move(cache_config)), executor_(executor) {}
 
 StatusOr<EngineCoreOutputs> EngineCore::step() {
   SchedulerOutput scheduled = scheduler_.schedule();
@@ -16,4 +14,4 @@ StatusOr<EngineCoreOutputs> EngineCore::step() {
   return scheduler_.update_from_output(scheduled, ran);
 }
 
-} // namespace llmserve
+}  // namespace llmserve

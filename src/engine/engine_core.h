@@ -18,36 +18,28 @@ namespace llmserve {
 // it must accept an empty output (no tokens scheduled) and still apply its
 // finished / preempted ids.
 class ModelExecutor {
-public:
+ public:
   virtual ~ModelExecutor() = default;
   // Internal error only: user input is validated before it reaches the core.
-  virtual StatusOr<ModelRunnerOutput>
-  execute(const SchedulerOutput &scheduler_output) = 0;
+  virtual StatusOr<ModelRunnerOutput> execute(const SchedulerOutput &scheduler_output) = 0;
 };
 
 class EngineCore {
-public:
+ public:
   // `executor` must outlive the core. CHECKs the configs (callers validate
   // user-supplied ones first with SchedulerConfig::validate).
-  EngineCore(SchedulerConfig scheduler_config, KVCacheConfig cache_config,
-             ModelExecutor &executor);
+  EngineCore(SchedulerConfig scheduler_config, KVCacheConfig cache_config, ModelExecutor &executor);
 
   // Queues a request; InvalidArgument / AlreadyExists as Scheduler::add_request
   // (nothing touched then).
-  Status add_request(EngineCoreRequest request) {
-    return scheduler_.add_request(std::move(request));
-  }
+  Status add_request(EngineCoreRequest request) { return scheduler_.add_request(std::move(request)); }
   // Aborts a live request; false if unknown or already finished. Its final
   // output comes with the next step().
-  bool abort_request(const std::string &request_id) {
-    return scheduler_.abort_request(request_id);
-  }
+  bool abort_request(const std::string &request_id) { return scheduler_.abort_request(request_id); }
   // Finishes a request from outside with reason "stop" (the frontend found a
   // stop string).
-  bool finish_request_stopped(const std::string &request_id,
-                              const std::string &stop_string) {
-    return scheduler_.finish_request(
-        request_id, RequestStatus::kFinishedStopped, StopReason{stop_string});
+  bool finish_request_stopped(const std::string &request_id, const std::string &stop_string) {
+    return scheduler_.finish_request(request_id, RequestStatus::kFinishedStopped, StopReason{stop_string});
   }
 
   // One engine step. With nothing scheduled it still reports the final outputs
@@ -59,9 +51,9 @@ public:
   bool has_work() const { return scheduler_.has_work(); }
   const Scheduler &scheduler() const { return scheduler_; }
 
-private:
+ private:
   Scheduler scheduler_;
   ModelExecutor &executor_;
 };
 
-} // namespace llmserve
+}  // namespace llmserve

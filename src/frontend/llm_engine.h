@@ -22,17 +22,15 @@
 namespace llmserve {
 
 struct EngineArgs {
-  int64_t max_model_len = 0; // prompt + output tokens at most; 0: the model's
-                             // max_position_embeddings
-  int32_t block_size = 16;   // tokens per KV block
-  int64_t num_kv_cache_tokens =
-      0;                      // KV cache capacity; 0: max(max_model_len, 4096)
-  int32_t max_num_seqs = 256; // running sequences at most
-  int64_t max_num_batched_tokens =
-      2048; // token budget of one step (chunked prefill splits longer prompts)
+  int64_t max_model_len = 0;              // prompt + output tokens at most; 0: the model's
+                                          // max_position_embeddings
+  int32_t block_size = 16;                // tokens per KV block
+  int64_t num_kv_cache_tokens = 0;        // KV cache capacity; 0: max(max_model_len, 4096)
+  int32_t max_num_seqs = 256;             // running sequences at most
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step (chunked prefill splits longer prompts)
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
-  uint64_t seed = 0; // engine seed of unseeded sampling
+  uint64_t seed = 0;  // engine seed of unseeded sampling
   bool log_stats = false;
 };
 
@@ -51,19 +49,18 @@ struct EngineTotals {
 };
 
 class LLMEngine {
-public:
+ public:
   // Builds the ModelRunner (owning the KV cache) and the EngineCore over
   // `model`. `tokenizer` may be null (prompts as ids only, no text). Both must
   // outlive the engine. InvalidArgument naming the field for bad args.
-  static StatusOr<std::unique_ptr<LLMEngine>>
-  create(CausalLM &model, const Tokenizer *tokenizer, const EngineArgs &args);
+  static StatusOr<std::unique_ptr<LLMEngine>> create(CausalLM &model, const Tokenizer *tokenizer,
+                                                     const EngineArgs &args);
 
   // Validates and queues a request: InvalidArgument (naming the field) for bad
   // sampling params, a prompt that is empty, has ids outside the vocabulary or
   // does not fit max_model_len, or text without a tokenizer; AlreadyExists for
   // a live id. Nothing is queued on error.
-  Status add_request(const std::string &request_id, const PromptInput &prompt,
-                     const SamplingParams &params);
+  Status add_request(const std::string &request_id, const PromptInput &prompt, const SamplingParams &params);
   // One engine step; the outputs of requests that changed (final ones have
   // finished = true).
   StatusOr<std::vector<RequestOutput>> step();
@@ -78,17 +75,16 @@ public:
   const EngineCore &core() const { return *core_; }
   int64_t max_model_len() const { return scheduler_config_.max_model_len; }
 
-private:
+ private:
   LLMEngine(CausalLM &model, const Tokenizer *tokenizer)
       : model_(model), tokenizer_(tokenizer), processor_(tokenizer) {}
 
   CausalLM &model_;
   const Tokenizer *tokenizer_;
   SchedulerConfig scheduler_config_;
-  std::optional<int32_t>
-      eos_token_id_; // the model's EOS (tokenizer's, else config's first)
-  std::vector<int32_t> extra_eos_ids_; // further EOS ids of the config: stop
-                                       // ids unless ignore_eos (vLLM)
+  std::optional<int32_t> eos_token_id_;  // the model's EOS (tokenizer's, else config's first)
+  std::vector<int32_t> extra_eos_ids_;   // further EOS ids of the config: stop
+                                         // ids unless ignore_eos (vLLM)
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<EngineCore> core_;
   OutputProcessor processor_;
@@ -96,4 +92,4 @@ private:
   SchedulerStats last_stats_;
 };
 
-} // namespace llmserve
+}  // namespace llmserve

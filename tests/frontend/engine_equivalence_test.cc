@@ -29,13 +29,10 @@ std::string rid(const std::string &prefix, size_t i) {
 const CausalLM &fixture_model(const std::string &name) {
   static std::map<std::string, std::unique_ptr<CausalLM>> models;
   auto &m = models[name];
-  if (!m)
-    m = testing::load_model_or_die(testing::fixtures_dir() + "/" + name);
+  if (!m) m = testing::load_model_or_die(testing::fixtures_dir() + "/" + name);
   return *m;
 }
-CausalLM &model(const std::string &name) {
-  return const_cast<CausalLM &>(fixture_model(name));
-}
+CausalLM &model(const std::string &name) { return const_cast<CausalLM &>(fixture_model(name)); }
 
 std::unique_ptr<LLMEngine> make_engine(CausalLM &m, EngineArgs args = {}) {
   StatusOr<std::unique_ptr<LLMEngine>> e = LLMEngine::create(m, nullptr, args);
@@ -44,9 +41,8 @@ std::unique_ptr<LLMEngine> make_engine(CausalLM &m, EngineArgs args = {}) {
 }
 
 // Runs every request to completion; returns each request's final output by id.
-std::map<std::string, RequestOutput>
-run_all(LLMEngine &engine, const std::vector<std::vector<int32_t>> &prompts,
-        const SamplingParams &params, const std::string &prefix = "r") {
+std::map<std::string, RequestOutput> run_all(LLMEngine &engine, const std::vector<std::vector<int32_t>> &prompts,
+                                             const SamplingParams &params, const std::string &prefix = "r") {
   for (size_t i = 0; i < prompts.size(); ++i) {
     PromptInput p;
     p.token_ids = prompts[i];
@@ -57,26 +53,20 @@ run_all(LLMEngine &engine, const std::vector<std::vector<int32_t>> &prompts,
   for (int guard = 0; engine.has_unfinished() && guard < 100000; ++guard) {
     StatusOr<std::vector<RequestOutput>> outs = engine.step();
     EXPECT_TRUE(outs.ok()) << outs.status().to_string();
-    if (!outs.ok())
-      break;
+    if (!outs.ok()) break;
     for (RequestOutput &o : *outs) {
-      if (o.finished)
-        done[o.request_id] = std::move(o);
+      if (o.finished) done[o.request_id] = std::move(o);
     }
   }
   return done;
 }
 
-std::vector<std::vector<int32_t>> random_prompts(int count, int min_len,
-                                                 int max_len, int64_t vocab,
-                                                 uint32_t seed) {
+std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max_len, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> prompts(count);
   for (auto &p : prompts) {
     p.resize(std::uniform_int_distribution<int>(min_len, max_len)(rng));
-    for (int32_t &id : p)
-      id = std::uniform_int_distribution<int32_t>(
-          0, static_cast<int32_t>(vocab - 1))(rng);
+    for (int32_t &id : p) id = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab - 1))(rng);
   }
   return prompts;
 }
@@ -89,20 +79,17 @@ SamplingParams greedy(int64_t max_tokens) {
   return p;
 }
 
-std::vector<int32_t> ids_of(const std::map<std::string, RequestOutput> &outs,
-                            const std::string &id, int k = 0) {
+std::vector<int32_t> ids_of(const std::map<std::string, RequestOutput> &outs, const std::string &id, int k = 0) {
   auto it = outs.find(id);
-  if (it == outs.end() || it->second.outputs.size() <= static_cast<size_t>(k))
-    return {};
+  if (it == outs.end() || it->second.outputs.size() <= static_cast<size_t>(k)) return {};
   return it->second.outputs[k].token_ids;
 }
 
 constexpr const char *kModel = "llama_gqa_f32";
 
 // The reference: PagedRunner's greedy loop, one prompt at a time.
-std::vector<std::vector<int32_t>>
-reference(CausalLM &m, const std::vector<std::vector<int32_t>> &prompts,
-          int64_t max_tokens) {
+std::vector<std::vector<int32_t>> reference(CausalLM &m, const std::vector<std::vector<int32_t>> &prompts,
+                                            int64_t max_tokens) {
   std::vector<std::vector<int32_t>> out;
   for (const auto &p : prompts) {
     PagedRunner runner(m, PagedRunnerOptions{});
@@ -114,28 +101,23 @@ reference(CausalLM &m, const std::vector<std::vector<int32_t>> &prompts,
 }
 
 TEST(EngineEquivalence, MatchesTransformersFixtures) {
-  for (const std::string name :
-       {"llama_gqa_f32", "qwen3_qknorm_f32", "mistral_swa_f32"}) {
+  for (const std::string name : {"llama_gqa_f32", "qwen3_qknorm_f32", "mistral_swa_f32"}) {
     std::ifstream in(testing::fixtures_dir() + "/" + name + "/expected.json");
     const nlohmann::json expected = nlohmann::json::parse(in);
     std::vector<std::vector<int32_t>> prompts;
-    for (const auto &c : expected["cases"])
-      prompts.push_back(c["prompt"].get<std::vector<int32_t>>());
+    for (const auto &c : expected["cases"]) prompts.push_back(c["prompt"].get<std::vector<int32_t>>());
     auto engine = make_engine(model(name));
-    auto outs =
-        run_all(*engine, prompts, greedy(expected["num_steps"].get<int64_t>()));
+    auto outs = run_all(*engine, prompts, greedy(expected["num_steps"].get<int64_t>()));
     for (size_t i = 0; i < prompts.size(); ++i) {
       const auto got = ids_of(outs, rid("r", i));
       const auto &steps = expected["cases"][i]["steps"];
       ASSERT_EQ(got.size(), steps.size()) << name << " case " << i;
       for (size_t s = 0; s < steps.size(); ++s) {
-        if (got[s] == steps[s]["id"].get<int32_t>())
-          continue;
+        if (got[s] == steps[s]["id"].get<int32_t>()) continue;
         // vLLM's rule at the first divergence: each side's choice in the
         // other's top-k; then stop comparing.
         const auto top = steps[s]["top_ids"].get<std::vector<int32_t>>();
-        EXPECT_NE(std::find(top.begin(), top.end(), got[s]), top.end())
-            << name << " case " << i << " step " << s;
+        EXPECT_NE(std::find(top.begin(), top.end(), got[s]), top.end()) << name << " case " << i << " step " << s;
         break;
       }
     }
@@ -151,8 +133,7 @@ TEST(EngineEquivalence, BatchedEqualsOneByOneAndReference) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(ids_of(outs, rid("r", i)), ref[i]) << "prompt " << i;
     auto single = make_engine(m);
-    EXPECT_EQ(ids_of(run_all(*single, {prompts[i]}, greedy(12)), "r0"), ref[i])
-        << "prompt " << i;
+    EXPECT_EQ(ids_of(run_all(*single, {prompts[i]}, greedy(12)), "r0"), ref[i]) << "prompt " << i;
   }
 }
 
@@ -166,8 +147,7 @@ TEST(EngineEquivalence, ChunkedPrefillEqualsUnchunked) {
     auto engine = make_engine(m, args);
     const auto outs = run_all(*engine, prompts, greedy(8));
     for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ(ids_of(outs, rid("r", i)), ref[i])
-          << "chunk " << chunk << " prompt " << i;
+      EXPECT_EQ(ids_of(outs, rid("r", i)), ref[i]) << "chunk " << chunk << " prompt " << i;
     }
   }
 }
@@ -179,17 +159,14 @@ TEST(EngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
   EngineArgs args;
   args.block_size = 4;
   args.max_model_len = 64;
-  args.num_kv_cache_tokens =
-      80; // 20 blocks: five requests of up to 54 tokens cannot all stay
+  args.num_kv_cache_tokens = 80;  // 20 blocks: five requests of up to 54 tokens cannot all stay
   for (bool caching : {false, true}) {
     args.enable_prefix_caching = caching;
     auto engine = make_engine(m, args);
     const auto outs = run_all(*engine, prompts, greedy(24));
-    EXPECT_GT(engine->totals().num_preemptions, 0)
-        << "the pool was meant to be too small";
+    EXPECT_GT(engine->totals().num_preemptions, 0) << "the pool was meant to be too small";
     for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_EQ(ids_of(outs, rid("r", i)), ref[i])
-          << "caching " << caching << " prompt " << i;
+      EXPECT_EQ(ids_of(outs, rid("r", i)), ref[i]) << "caching " << caching << " prompt " << i;
     }
   }
 }
@@ -212,15 +189,13 @@ TEST(EngineEquivalence, PrefixCacheHitEqualsMiss) {
     const int64_t hits_before = engine->totals().prefix_cache_hits;
     const auto outs = run_all(*engine, second, greedy(10));
     if (caching) {
-      EXPECT_GE(engine->totals().prefix_cache_hits - hits_before, 3 * 48)
-          << "three prompts share 3 full blocks";
+      EXPECT_GE(engine->totals().prefix_cache_hits - hits_before, 3 * 48) << "three prompts share 3 full blocks";
       EXPECT_GT(outs.at("r0").num_cached_tokens, 0);
     } else {
       EXPECT_EQ(engine->totals().prefix_cache_hits, 0);
     }
     for (size_t i = 0; i < second.size(); ++i) {
-      EXPECT_EQ(ids_of(outs, rid("r", i)), ref[i])
-          << "caching " << caching << " prompt " << i;
+      EXPECT_EQ(ids_of(outs, rid("r", i)), ref[i]) << "caching " << caching << " prompt " << i;
     }
   }
 }
@@ -242,9 +217,7 @@ TEST(EngineEquivalence, SeededNEqualsSeededSingles) {
   stranger.n = 1;
   stranger.seed.reset();
   for (size_t i = 0; i < others.size(); ++i) {
-    ASSERT_TRUE(
-        engine->add_request(rid("x", i), PromptInput{"", others[i]}, stranger)
-            .ok());
+    ASSERT_TRUE(engine->add_request(rid("x", i), PromptInput{"", others[i]}, stranger).ok());
   }
   const auto outs = run_all(*engine, prompts, p);
   ASSERT_EQ(outs.at("r0").outputs.size(), 3u);
@@ -255,14 +228,11 @@ TEST(EngineEquivalence, SeededNEqualsSeededSingles) {
     single.n = 1;
     single.seed = 1234 + k;
     auto alone = make_engine(m);
-    EXPECT_EQ(ids_of(outs, "r0", k),
-              ids_of(run_all(*alone, prompts, single), "r0"))
-        << "sequence " << k;
+    EXPECT_EQ(ids_of(outs, "r0", k), ids_of(run_all(*alone, prompts, single), "r0")) << "sequence " << k;
     EXPECT_EQ(outs.at("r0").outputs[k].index, k);
     distinct.insert(ids_of(outs, "r0", k));
   }
-  EXPECT_EQ(distinct.size(), 3u)
-      << "different seeds should give different samples on a random model";
+  EXPECT_EQ(distinct.size(), 3u) << "different seeds should give different samples on a random model";
 }
 
 TEST(EngineEquivalence, StopTokenIdsAndLength) {
@@ -275,8 +245,7 @@ TEST(EngineEquivalence, StopTokenIdsAndLength) {
   auto outs = run_all(*engine, prompts, p);
   const size_t first = std::find(ref.begin(), ref.end(), ref[5]) - ref.begin();
   const CompletionOutput &c = outs.at("r0").outputs[0];
-  EXPECT_EQ(c.token_ids,
-            std::vector<int32_t>(ref.begin(), ref.begin() + first + 1));
+  EXPECT_EQ(c.token_ids, std::vector<int32_t>(ref.begin(), ref.begin() + first + 1));
   EXPECT_EQ(c.finish_reason, FinishReason::kStop);
   EXPECT_EQ(std::get<int32_t>(c.stop_reason), ref[5]);
   outs = run_all(*engine, prompts, greedy(7), "len");
@@ -287,8 +256,7 @@ TEST(EngineEquivalence, StopTokenIdsAndLength) {
 TEST(EngineEquivalence, AbortFinishesWithAbort) {
   CausalLM &m = model(kModel);
   auto engine = make_engine(m);
-  ASSERT_TRUE(
-      engine->add_request("a", PromptInput{"", {1, 2, 3}}, greedy(50)).ok());
+  ASSERT_TRUE(engine->add_request("a", PromptInput{"", {1, 2, 3}}, greedy(50)).ok());
   ASSERT_TRUE(engine->step().ok());
   EXPECT_TRUE(engine->abort_request("a"));
   StatusOr<std::vector<RequestOutput>> outs = engine->step();
@@ -311,17 +279,13 @@ TEST(EngineEquivalence, BadInputRejectedBeforeTheCache) {
   EXPECT_NE(s.message().find("max"), std::string::npos) << s.message();
   s = engine->add_request("fit", PromptInput{"", {1, 2, 3}}, greedy(40));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "3 + 40 > max_model_len";
-  s = engine->add_request(
-      "oov", PromptInput{"", {1, static_cast<int32_t>(m.config().vocab_size)}},
-      greedy(4));
+  s = engine->add_request("oov", PromptInput{"", {1, static_cast<int32_t>(m.config().vocab_size)}}, greedy(4));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   SamplingParams bad = greedy(4);
   bad.top_p = 1.5;
-  EXPECT_EQ(engine->add_request("topp", PromptInput{"", {1, 2}}, bad).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->add_request("topp", PromptInput{"", {1, 2}}, bad).code(), StatusCode::kInvalidArgument);
   s = engine->add_request("text", PromptInput{"hello", {}}, greedy(4));
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument)
-      << "text without a tokenizer";
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "text without a tokenizer";
   EXPECT_FALSE(engine->has_unfinished());
   EXPECT_EQ(engine->core().scheduler().num_unfinished(), 0);
   EXPECT_EQ(engine->core().scheduler().kv_cache_manager().usage(), 0.0);
@@ -329,5 +293,5 @@ TEST(EngineEquivalence, BadInputRejectedBeforeTheCache) {
   EXPECT_EQ(ids_of(run_all(*engine, {{1, 2, 3}}, greedy(4)), "r0").size(), 4u);
 }
 
-} // namespace
-} // namespace llmserve
+}  // namespace
+}  // namespace llmserve
