@@ -61,6 +61,7 @@ Status LLMEngine::add_request(const std::string &request_id, const PromptInput &
     return {StatusCode::kAlreadyExists, "request id '" + request_id + "' is already in use"};
   }
   RETURN_IF_ERROR(params.validate(vocab));
+  if (params.prompt_logprobs) return unimplemented("prompt_logprobs: not supported yet by the CPU runner");
   if (!params.stop.empty() && tokenizer_ == nullptr) {
     return invalid_argument("stop: stop strings need a tokenizer");
   }

@@ -284,6 +284,9 @@ TEST(EngineEquivalence, BadInputRejectedBeforeTheCache) {
   SamplingParams bad = greedy(4);
   bad.top_p = 1.5;
   EXPECT_EQ(engine->add_request("topp", PromptInput{"", {1, 2}}, bad).code(), StatusCode::kInvalidArgument);
+  SamplingParams plp = greedy(4);
+  plp.prompt_logprobs = 2;
+  EXPECT_EQ(engine->add_request("plp", PromptInput{"", {1, 2}}, plp).code(), StatusCode::kUnimplemented);
   s = engine->add_request("text", PromptInput{"hello", {}}, greedy(4));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "text without a tokenizer";
   EXPECT_FALSE(engine->has_unfinished());
