@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "cli/bench_throughput.h"
 #include "cli/command.h"
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
@@ -175,12 +176,14 @@ int run_latency(const std::vector<std::string>& args) {
 
 int run_bench(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "latency") return run_latency({args.begin() + 1, args.end()});
-  std::fprintf(stderr, "usage: llmserve bench latency [options]   (llmserve bench latency --help)\n");
+  if (!args.empty() && args[0] == "throughput") return run_bench_throughput({args.begin() + 1, args.end()});
+  std::fprintf(stderr, "usage: llmserve bench latency|throughput [options]   (llmserve bench throughput --help)\n");
   return args.size() == 1 && (args[0] == "--help" || args[0] == "-h") ? 0 : 2;
 }
 
 }  // namespace
 
-LLMSERVE_REGISTER_COMMAND("bench", "benchmarks: bench latency (prefill/decode tok/s vs floor)", run_bench);
+LLMSERVE_REGISTER_COMMAND("bench", "benchmarks: bench latency (prefill/decode tok/s vs floor), bench throughput",
+                          run_bench);
 
 }  // namespace llmserve::cli

@@ -1,160 +1,219 @@
-// `llmserve generate`: offline greedy generation for one or more prompts through the paged KV cache.
-// Without --model it runs the built-in default (a tiny random-weight model) and says so.
-#include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <nlohmann/json.hpp>
-#include <sstream>
+// `llmserve generate`: offline generation for one or more prompts through
+// LLMEngine (scheduler, paged KV cache, sampler, stop handling). Prompts come
+// from --prompt / --prompt-ids flags and/or a JSONL file (--input). Without
+// --model it runs the built-in default (a tiny random-weight model) and says
+// so.
+#include <unistd.h>
 
-#include "cli/builtin_default.h"
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
-#include "core/thread_pool.h"
-#include "model/model_registry.h"
-#include "runtime/paged_runner.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/engine_flags.h"
+#include "frontend/llm_engine.h"
 
 namespace llmserve::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string model, tokenizer, load_format = "auto", dtype = "auto", output = "text";
+  ModelFlags model;
+  EngineFlags engine;
+  SamplingFlags sampling;
+  std::string output = "text", input;
   std::vector<std::string> prompts, prompt_ids;
-  int64_t max_tokens = 16, num_threads = 0, seed = 0, kv_cache_tokens = 0;
-  double temperature = 0.0;
-  bool ignore_eos = false;
+  bool progress = true;
 };
 
-StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
-      return invalid_argument("--prompt-ids: '" + item + "' is not a token id");
+// One JSONL line: {"prompt": "text"} or {"prompt_token_ids": [ids]}.
+Status read_jsonl(const std::string &path, std::vector<PromptInput> *prompts) {
+  std::ifstream in(path);
+  if (!in) return not_found("--input " + path + ": cannot open");
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const std::string where = path + " line " + std::to_string(line_no);
+    if (j.is_discarded() || !j.is_object()) return invalid_argument(where + ": not a JSON object");
+    PromptInput p;
+    if (j.contains("prompt") && j["prompt"].is_string()) {
+      p.text = j["prompt"].get<std::string>();
+    } else if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) {
+      for (const auto &v : j["prompt_token_ids"]) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+          return invalid_argument(where + ": prompt_token_ids holds a value that is not a token id");
+        }
+        p.token_ids.push_back(v.get<int32_t>());
+      }
+      if (p.token_ids.empty()) return invalid_argument(where + ": prompt_token_ids is empty");
+    } else {
+      return invalid_argument(where + ": expected a string \"prompt\" or an array \"prompt_token_ids\"");
     }
-    ids.push_back(static_cast<int32_t>(v));
+    prompts->push_back(std::move(p));
   }
-  if (ids.empty()) return invalid_argument("--prompt-ids is empty");
-  return ids;
+  return ok_status();
 }
 
-int fail(const Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.message().c_str());
-  return 1;
+const char *reason_name(const CompletionOutput &c) {
+  return c.finish_reason ? finish_reason_name(*c.finish_reason) : "";
 }
 
-int run_generate(const std::vector<std::string>& args) {
+nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r, const CompletionOutput &c, bool text,
+                                       int32_t n) {
+  nlohmann::ordered_json j = {{"index", index}};
+  if (n > 1) j["completion_index"] = c.index;
+  j["prompt_token_ids"] = r.prompt_token_ids;
+  j["token_ids"] = c.token_ids;
+  if (text) j["text"] = c.text;
+  j["finish_reason"] = reason_name(c);
+  if (const auto *id = std::get_if<int32_t>(&c.stop_reason)) j["stop_reason"] = *id;
+  if (const auto *s = std::get_if<std::string>(&c.stop_reason)) j["stop_reason"] = *s;
+  if (!c.logprobs.empty()) {
+    nlohmann::ordered_json lps = nlohmann::ordered_json::array();
+    for (const TokenLogprobs &lp : c.logprobs) {
+      nlohmann::ordered_json top = nlohmann::ordered_json::array();
+      for (size_t k = 1; k < lp.token_ids.size(); ++k) top.push_back({lp.token_ids[k], lp.logprobs[k]});
+      lps.push_back(
+          {{"token_id", lp.token_ids[0]}, {"logprob", lp.logprobs[0]}, {"rank", lp.sampled_token_rank}, {"top", top}});
+    }
+    j["logprobs"] = lps;
+  }
+  return j;
+}
+
+void print_progress(size_t done, size_t total, int64_t tokens, double seconds) {
+  const int width = 30;
+  const int filled = total ? static_cast<int>(width * done / total) : width;
+  std::fprintf(stderr, "\rProcessed prompts: %zu/%zu [%s%s] %.1f output tok/s", done, total,
+               std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+               seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
+  if (done == total) std::fprintf(stderr, "\n");
+}
+
+int run_generate(const std::vector<std::string> &args) {
   GenerateFlags f;
-  ArgParser parser("generate", "Greedy generation for each --prompt (or --prompt-ids), printed as text.\n"
-                               "Without --model, a built-in tiny model with random weights runs.");
-  parser.add_string("model", &f.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)");
-  parser.add_string("tokenizer", &f.tokenizer, "tokenizer directory (default: the model directory)");
+  ArgParser parser("generate",
+                   "Generation for each --prompt / --prompt-ids / --input line through the "
+                   "engine.\n"
+                   "Without --model, a built-in tiny model with random weights runs.");
+  add_model_flags(parser, &f.model);
+  add_engine_flags(parser, &f.engine);
+  add_sampling_flags(parser, &f.sampling, /*default_temperature=*/0.0);
   parser.add_strings("prompt", &f.prompts, "prompt text (repeatable: prompts run as one batch)");
   parser.add_strings("prompt-ids", &f.prompt_ids, "prompt as comma-separated token ids (repeatable)");
-  parser.add_int("max-tokens", &f.max_tokens, "tokens to generate per prompt (default 16)");
-  parser.add_float("temperature", &f.temperature, "0 = greedy (the only mode until the engine lands)");
-  parser.add_bool("ignore-eos", &f.ignore_eos, "keep generating past end-of-sequence tokens");
-  parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16");
-  parser.add_string("load-format", &f.load_format, "auto | safetensors | dummy (random weights from config.json)");
-  parser.add_int("seed", &f.seed, "seed for --load-format dummy");
-  parser.add_int("num-threads", &f.num_threads, "CPU threads (default: all)");
-  parser.add_int("kv-cache-tokens", &f.kv_cache_tokens, "KV cache capacity in tokens (default: enough for the batch)");
-  parser.add_string("output", &f.output, "text | json (one JSON object per prompt)");
+  parser.add_string("input", &f.input,
+                    "JSONL file, one {\"prompt\": ...} or "
+                    "{\"prompt_token_ids\": [...]} per line");
+  parser.add_string("output", &f.output, "text | json (one JSON object per sequence)");
+  parser.add_bool("progress", &f.progress, "progress bar on stderr when several prompts run (default on)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
-  if (f.temperature != 0.0) {
-    return fail(invalid_argument("--temperature " + std::to_string(f.temperature) +
-                                 ": only greedy decoding (0) is available until the engine lands"));
-  }
-  if (f.max_tokens < 0) return fail(invalid_argument("--max-tokens must be >= 0"));
+  if (f.sampling.max_tokens < 0) return fail(invalid_argument("--max-tokens must be >= 0"));
   if (f.output != "text" && f.output != "json") return fail(invalid_argument("--output must be text or json"));
-  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+  StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
+  if (!params.ok()) return fail(params.status());
 
-  ModelLoadOptions options;
-  if (!parse_load_format(f.load_format, &options.load_format)) {
-    return fail(invalid_argument("--load-format '" + f.load_format + "': expected auto, safetensors or dummy"));
-  }
-  options.seed = static_cast<uint64_t>(f.seed);
-  if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
-    return fail(invalid_argument("--dtype '" + f.dtype + "': expected auto, float32 or bfloat16"));
-  }
-  StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
-  StatusOr<std::unique_ptr<Tokenizer>> tokenizer = not_found("no tokenizer");
-  if (f.model.empty()) {
-    std::fprintf(stderr, "llmserve: no --model given; running the built-in default (a tiny Llama with random "
-                         "weights and a byte-level tokenizer), so the text is noise\n");
-    StatusOr<ModelConfig> config = parse_model_config(nlohmann::json::parse(builtin_default_config_json()));
-    if (!config.ok()) return fail(config.status());
-    options.load_format = LoadFormat::kDummy;
-    model = load_model("", options, &*config);
-    tokenizer = Tokenizer::from_json(builtin_default_tokenizer_json());
-  } else {
-    model = load_model(f.model, options);
-    const std::string tok_dir = f.tokenizer.empty() ? f.model : f.tokenizer;
-    if (!f.prompts.empty() || std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json")) {
-      tokenizer = Tokenizer::from_dir(tok_dir);
-    }
-  }
-  if (!model.ok()) return fail(model.status());
-  const bool have_tokenizer = tokenizer.ok() && *tokenizer != nullptr;
-  if (!f.prompts.empty() && !have_tokenizer) return fail(tokenizer.status());
-
-  std::vector<std::vector<int32_t>> prompts;
-  for (const std::string& text : f.prompts) prompts.push_back((*tokenizer)->encode(text, true));
-  for (const std::string& ids : f.prompt_ids) {
-    StatusOr<std::vector<int32_t>> parsed = parse_ids(ids);
+  std::vector<PromptInput> prompts;
+  for (const std::string &text : f.prompts) prompts.push_back(PromptInput{text, {}});
+  for (const std::string &ids : f.prompt_ids) {
+    StatusOr<std::vector<int32_t>> parsed = parse_id_list(ids, "--prompt-ids");
     if (!parsed.ok()) return fail(parsed.status());
-    prompts.push_back(*parsed);
+    prompts.push_back(PromptInput{"", *parsed});
   }
+  if (!f.input.empty()) {
+    if (Status s = read_jsonl(f.input, &prompts); !s.ok()) return fail(s);
+  }
+  const bool any_text =
+      std::any_of(prompts.begin(), prompts.end(), [](const PromptInput &p) { return p.token_ids.empty(); });
+  StatusOr<LoadedModel> loaded = load_model_from_flags(f.model, any_text);
+  if (!loaded.ok()) return fail(loaded.status());
+  CausalLM &model = *loaded->model;
+  const Tokenizer *tokenizer = loaded->tokenizer.get();
   if (prompts.empty()) {
-    if (!have_tokenizer) return fail(invalid_argument("give --prompt or --prompt-ids"));
-    prompts.push_back((*tokenizer)->encode("", true));  // BOS alone: an unconditional sample
+    if (tokenizer == nullptr) return fail(invalid_argument("give --prompt, --prompt-ids or --input"));
+    prompts.push_back(PromptInput{"", tokenizer->encode("", true)});  // BOS alone: an unconditional sample
   }
-  const ModelConfig& config = (*model)->config();
+  // Tokenize up front: the CLI's own checks name the prompt and the model
+  // limit.
+  const ModelConfig &config = model.config();
+  int64_t longest = 0, needed = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) return fail(invalid_argument("prompt " + std::to_string(i) + " has no tokens"));
-    for (int32_t id : prompts[i]) {
+    if (prompts[i].token_ids.empty()) prompts[i].token_ids = tokenizer->encode(prompts[i].text, true);
+    const auto &ids = prompts[i].token_ids;
+    if (ids.empty()) return fail(invalid_argument("prompt " + std::to_string(i) + " has no tokens"));
+    for (int32_t id : ids) {
       if (id >= config.vocab_size) {
         return fail(invalid_argument("prompt " + std::to_string(i) + ": token id " + std::to_string(id) +
                                      " is outside the vocabulary (" + std::to_string(config.vocab_size) + ")"));
       }
     }
-    if (static_cast<int64_t>(prompts[i].size()) + f.max_tokens > config.max_position_embeddings) {
-      return fail(invalid_argument("prompt " + std::to_string(i) + " (" + std::to_string(prompts[i].size()) +
-                                   " tokens) + --max-tokens exceeds the model's max_position_embeddings (" +
+    const int64_t total = static_cast<int64_t>(ids.size()) + f.sampling.max_tokens;
+    if (total > config.max_position_embeddings) {
+      return fail(invalid_argument("prompt " + std::to_string(i) + " (" + std::to_string(ids.size()) +
+                                   " tokens) + --max-tokens exceeds the model's max_position_embeddings "
+                                   "(" +
                                    std::to_string(config.max_position_embeddings) + ")"));
     }
+    longest = std::max(longest, total);
+    needed += (total + f.engine.block_size) * f.sampling.n;
   }
-
-  PagedRunnerOptions runner_options;
-  int64_t needed = 0;
-  for (const auto& p : prompts) needed += static_cast<int64_t>(p.size()) + f.max_tokens + runner_options.block_size;
-  runner_options.max_num_tokens_cached = f.kv_cache_tokens > 0 ? f.kv_cache_tokens : needed;
-  PagedRunner runner(**model, runner_options);
-  std::vector<int32_t> stop_ids;
-  if (!f.ignore_eos) {
-    for (int64_t id : config.eos_token_ids) stop_ids.push_back(static_cast<int32_t>(id));
-    if (have_tokenizer) {
-      for (int32_t id : (*tokenizer)->eos_token_ids()) stop_ids.push_back(id);
+  std::vector<RequestOutput> results(prompts.size());
+  if (f.sampling.max_tokens > 0) {
+    EngineArgs args = to_engine_args(f.engine, f.model);
+    // Size the engine for this batch: max_model_len to the longest request, the
+    // cache to all of them (capped; the scheduler preempts when a larger batch
+    // does not fit).
+    if (args.max_model_len <= 0) args.max_model_len = longest;
+    if (args.num_kv_cache_tokens <= 0) {
+      args.num_kv_cache_tokens = std::max(args.max_model_len, std::min<int64_t>(needed, int64_t{1} << 16));
+    }
+    StatusOr<std::unique_ptr<LLMEngine>> engine = LLMEngine::create(model, tokenizer, args);
+    if (!engine.ok()) return fail(engine.status());
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::string id = std::to_string(i);
+      if (Status s = (*engine)->add_request(id, prompts[i], *params); !s.ok()) {
+        return fail(invalid_argument("prompt " + id + ": " + s.message()));
+      }
+      index[id] = i;
+    }
+    const bool progress = f.progress && prompts.size() > 1;
+    const auto start = std::chrono::steady_clock::now();
+    size_t done = 0;
+    int64_t tokens = 0;
+    while ((*engine)->has_unfinished()) {
+      StatusOr<std::vector<RequestOutput>> outs = (*engine)->step();
+      if (!outs.ok()) return fail(outs.status());
+      for (RequestOutput &o : *outs) {
+        for (const CompletionOutput &c : o.outputs) tokens += static_cast<int64_t>(c.delta_token_ids.size());
+        if (!o.finished) continue;
+        results[index.at(o.request_id)] = std::move(o);
+        ++done;
+        if (progress) {
+          print_progress(done, prompts.size(), tokens,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+      }
+    }
+  } else {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      results[i].prompt_token_ids = prompts[i].token_ids;
+      results[i].outputs.resize(static_cast<size_t>(f.sampling.n));
     }
   }
-  StatusOr<std::vector<std::vector<int32_t>>> outputs = greedy_generate(runner, prompts, f.max_tokens, stop_ids);
-  if (!outputs.ok()) return fail(outputs.status());
 
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t>& out = (*outputs)[i];
-    std::string text;
-    if (have_tokenizer) text = (*tokenizer)->decode(out, /*skip_special_tokens=*/true);
-    if (f.output == "json") {
-      nlohmann::ordered_json j = {{"index", i}, {"prompt_token_ids", prompts[i]}, {"token_ids", out}};
-      if (have_tokenizer) j["text"] = text;
-      std::printf("%s\n", j.dump().c_str());
-    } else if (have_tokenizer) {
-      std::printf("%s\n", text.c_str());
-    } else {
-      for (size_t k = 0; k < out.size(); ++k) std::printf("%s%d", k ? " " : "", out[k]);
-      std::printf("\n");
+  for (size_t i = 0; i < results.size(); ++i) {
+    for (const CompletionOutput &c : results[i].outputs) {
+      if (f.output == "json") {
+        std::printf("%s\n", completion_json(i, results[i], c, tokenizer != nullptr, params->n).dump().c_str());
+      } else if (tokenizer != nullptr) {
+        std::printf("%s\n", c.text.c_str());
+      } else {
+        for (size_t k = 0; k < c.token_ids.size(); ++k) std::printf("%s%d", k ? " " : "", c.token_ids[k]);
+        std::printf("\n");
+      }
     }
   }
   return 0;
@@ -162,6 +221,9 @@ int run_generate(const std::vector<std::string>& args) {
 
 }  // namespace
 
-LLMSERVE_REGISTER_COMMAND("generate", "generate text for prompts (greedy, paged KV cache)", run_generate);
+LLMSERVE_REGISTER_COMMAND("generate",
+                          "generate text for prompts through the engine "
+                          "(sampling, stop strings, batches)",
+                          run_generate);
 
 }  // namespace llmserve::cli

@@ -56,7 +56,9 @@ def test_builtin_default_runs_and_says_so(llmserve_bin):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--temperature", "0.7"], "only greedy"),
+    (["--temperature", "-1"], "temperature"),
+    (["--top-p", "1.5"], "top_p"),
+    (["--n", "0"], "--n"),
     (["--max-tokens", "-1"], "--max-tokens"),
     (["--load-format", "pickle"], "--load-format"),
     (["--prompt-ids", "1,x"], "not a token id"),

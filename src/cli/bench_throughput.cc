@@ -1,0 +1,94 @@
+// `llmserve bench throughput`: --num-prompts random prompts of --input-len
+// tokens, each generating --output-len tokens, all submitted at once to one
+// LLMEngine; prints requests/s, total tok/s and output tok/s measured from the
+// first add_request to the last finished output (model loading excluded), as
+// vLLM's throughput benchmark does.
+#include "cli/bench_throughput.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "core/thread_pool.h"
+#include "frontend/llm_engine.h"
+
+namespace llmserve::cli {
+
+int run_bench_throughput(const std::vector<std::string> &args) {
+  ModelFlags m;
+  EngineFlags e;
+  int64_t num_prompts = 16, input_len = 128, output_len = 64;
+  double temperature = 1.0;
+  bool ignore_eos = false;
+  ArgParser parser("bench throughput", "End-to-end output tokens/s of LLMEngine on random prompts.");
+  add_model_flags(parser, &m);
+  add_engine_flags(parser, &e);
+  parser.add_int("num-prompts", &num_prompts, "requests, all submitted at once (default 16)");
+  parser.add_int("input-len", &input_len, "random prompt tokens per request (default 128)");
+  parser.add_int("output-len", &output_len, "max_tokens per request (default 64)");
+  parser.add_float("temperature", &temperature, "sampling temperature (default 1.0, as vLLM's benchmark)");
+  parser.add_bool("ignore-eos", &ignore_eos, "generate exactly --output-len tokens");
+  if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
+  if (m.model.empty() && m.config_file.empty()) {
+    return fail(invalid_argument("give --model DIR, or --load-format dummy --config FILE"));
+  }
+  if (num_prompts < 1 || input_len < 1 || output_len < 1) {
+    return fail(invalid_argument("--num-prompts, --input-len and --output-len must be at least 1"));
+  }
+  StatusOr<LoadedModel> loaded = load_model_from_flags(m, /*need_tokenizer=*/false);
+  if (!loaded.ok()) return fail(loaded.status());
+  CausalLM &model = *loaded->model;
+  const ModelConfig &c = model.config();
+  EngineArgs args_e = to_engine_args(e, m);
+  if (args_e.max_model_len <= 0) args_e.max_model_len = std::min(c.max_position_embeddings, input_len + output_len);
+  if (args_e.num_kv_cache_tokens <= 0) {
+    args_e.num_kv_cache_tokens =
+        std::min<int64_t>(num_prompts, args_e.max_num_seqs) * (input_len + output_len + args_e.block_size);
+  }
+  StatusOr<std::unique_ptr<LLMEngine>> engine = LLMEngine::create(model, nullptr, args_e);
+  if (!engine.ok()) return fail(engine.status());
+
+  std::mt19937 rng(static_cast<uint32_t>(std::max<int64_t>(0, m.seed)));
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<PromptInput> prompts(num_prompts);
+  for (PromptInput &p : prompts) {
+    p.token_ids.resize(input_len);
+    for (int32_t &id : p.token_ids) id = token(rng);
+  }
+  SamplingParams params;
+  params.temperature = temperature;
+  params.max_tokens = output_len;
+  params.ignore_eos = ignore_eos;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < num_prompts; ++i) {
+    if (Status s = (*engine)->add_request(std::to_string(i), prompts[i], params); !s.ok()) return fail(s);
+  }
+  int64_t output_tokens = 0;
+  while ((*engine)->has_unfinished()) {
+    StatusOr<std::vector<RequestOutput>> outs = (*engine)->step();
+    if (!outs.ok()) return fail(outs.status());
+    for (const RequestOutput &o : *outs) {
+      if (o.finished) output_tokens += static_cast<int64_t>(o.outputs[0].token_ids.size());
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t total_tokens = output_tokens + num_prompts * input_len;
+  std::printf(
+      "model: %s (%s), %lld prompts, input %lld, output %lld, "
+      "max_num_seqs %d, %d threads\n",
+      c.architecture.c_str(), m.model.empty() ? m.config_file.c_str() : m.model.c_str(),
+      static_cast<long long>(num_prompts), static_cast<long long>(input_len), static_cast<long long>(output_len),
+      args_e.max_num_seqs, ThreadPool::global().num_threads());
+  std::printf("engine steps: %lld, preemptions: %lld, elapsed: %.2f s\n",
+              static_cast<long long>((*engine)->totals().num_steps),
+              static_cast<long long>((*engine)->totals().num_preemptions), seconds);
+  std::printf(
+      "Throughput: %.2f requests/s, %.1f total tokens/s, %.1f output "
+      "tokens/s\n",
+      num_prompts / seconds, total_tokens / seconds, output_tokens / seconds);
+  return 0;
+}
+
+}  // namespace llmserve::cli

@@ -1,0 +1,157 @@
+// Shared flags of the engine-backed commands and their conversion to a model,
+// tokenizer and SamplingParams.
+#include "cli/engine_flags.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/builtin_default.h"
+#include "core/thread_pool.h"
+#include "model/model_registry.h"
+
+namespace llmserve::cli {
+
+int fail(const Status &status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 1;
+}
+
+void add_model_flags(ArgParser &parser, ModelFlags *f) {
+  parser.add_string("model", &f->model,
+                    "Hugging Face model directory (config.json, *.safetensors, "
+                    "tokenizer.json)");
+  parser.add_string("tokenizer", &f->tokenizer, "tokenizer directory (default: the model directory)");
+  parser.add_string("config", &f->config_file, "config.json to use with --load-format dummy (no weights needed)");
+  parser.add_string("dtype", &f->dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16");
+  parser.add_string("load-format", &f->load_format, "auto | safetensors | dummy (random weights from config.json)");
+  parser.add_int("seed", &f->seed,
+                 "sampling seed of every request (and seed of --load-format "
+                 "dummy weights)");
+  parser.add_int("num-threads", &f->num_threads, "CPU threads (default: all)");
+}
+
+void add_engine_flags(ArgParser &parser, EngineFlags *f) {
+  parser.add_int("max-model-len", &f->max_model_len, "prompt + output tokens at most (default: the model's)");
+  parser.add_int("max-num-seqs", &f->max_num_seqs, "sequences running at once (default 256)");
+  parser.add_int("max-num-batched-tokens", &f->max_num_batched_tokens, "token budget per step (default 4096)");
+  parser.add_int("block-size", &f->block_size, "tokens per KV-cache block (default 16)");
+  parser.add_int("kv-cache-tokens", &f->kv_cache_tokens, "KV cache capacity in tokens (default: enough for the batch)");
+  parser.add_bool("enable-prefix-caching", &f->enable_prefix_caching, "reuse cached prompt blocks (default on)");
+}
+
+void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temperature) {
+  f->temperature = default_temperature;
+  parser.add_float("temperature", &f->temperature, "0 = greedy");
+  parser.add_float("top-p", &f->top_p, "nucleus sampling mass, (0, 1]");
+  parser.add_int("top-k", &f->top_k, "keep the k most likely tokens (0 or -1: all)");
+  parser.add_float("min-p", &f->min_p, "drop tokens below min-p x the top probability");
+  parser.add_int("max-tokens", &f->max_tokens, "tokens to generate per sequence (default 16)");
+  parser.add_int("min-tokens", &f->min_tokens, "no EOS / stop token before this many tokens");
+  parser.add_strings("stop", &f->stop, "stop string (repeatable); not included in the text");
+  parser.add_strings("stop-token-ids", &f->stop_token_ids, "comma-separated token ids that stop generation");
+  parser.add_bool("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence tokens");
+  parser.add_bool("include-stop-str-in-output", &f->include_stop_str_in_output, "keep the stop string in the text");
+  parser.add_bool("skip-special-tokens", &f->skip_special_tokens, "leave special tokens out of the text (default)");
+  parser.add_float("presence-penalty", &f->presence_penalty, "[-2, 2]");
+  parser.add_float("frequency-penalty", &f->frequency_penalty, "[-2, 2]");
+  parser.add_float("repetition-penalty", &f->repetition_penalty, "> 0; 1 = off");
+  parser.add_int("n", &f->n, "sequences per prompt (default 1)");
+  parser.add_int("logprobs", &f->logprobs, "top logprobs per generated token (json output)");
+}
+
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string &text, const std::string &flag) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char *end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX) {
+      return invalid_argument(flag + ": '" + item + "' is not a token id");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) return invalid_argument(flag + " is empty");
+  return ids;
+}
+
+StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m) {
+  SamplingParams p;
+  p.temperature = f.temperature;
+  p.top_p = f.top_p;
+  p.top_k = static_cast<int32_t>(f.top_k);
+  p.min_p = f.min_p;
+  if (m.seed >= 0) p.seed = m.seed;
+  p.max_tokens = f.max_tokens;
+  p.min_tokens = f.min_tokens;
+  p.stop = f.stop;
+  for (const std::string &s : f.stop_token_ids) {
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_id_list(s, "--stop-token-ids"));
+    p.stop_token_ids.insert(p.stop_token_ids.end(), ids.begin(), ids.end());
+  }
+  p.ignore_eos = f.ignore_eos;
+  p.include_stop_str_in_output = f.include_stop_str_in_output;
+  p.skip_special_tokens = f.skip_special_tokens;
+  p.presence_penalty = f.presence_penalty;
+  p.frequency_penalty = f.frequency_penalty;
+  p.repetition_penalty = f.repetition_penalty;
+  if (f.n < 1 || f.n > 1024) return invalid_argument("--n must be in [1, 1024]");
+  p.n = static_cast<int32_t>(f.n);
+  if (f.logprobs >= 0) p.logprobs = static_cast<int32_t>(std::min<int64_t>(f.logprobs, INT32_MAX));
+  return p;
+}
+
+StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_tokenizer) {
+  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+  ModelLoadOptions options;
+  if (!parse_load_format(f.load_format, &options.load_format)) {
+    return invalid_argument("--load-format '" + f.load_format + "': expected auto, safetensors or dummy");
+  }
+  options.seed = static_cast<uint64_t>(std::max<int64_t>(0, f.seed));
+  if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
+    return invalid_argument("--dtype '" + f.dtype + "': expected auto, float32 or bfloat16");
+  }
+  LoadedModel out;
+  if (f.model.empty() && f.config_file.empty()) {
+    std::fprintf(stderr,
+                 "llmserve: no --model given; running the built-in default (a "
+                 "tiny Llama with random "
+                 "weights and a byte-level tokenizer), so the text is noise\n");
+    ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(nlohmann::json::parse(builtin_default_config_json())));
+    options.load_format = LoadFormat::kDummy;
+    ASSIGN_OR_RETURN(out.model, load_model("", options, &config));
+    ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_json(builtin_default_tokenizer_json()));
+    out.builtin_default = true;
+    return out;
+  }
+  if (!f.config_file.empty()) {
+    ASSIGN_OR_RETURN(ModelConfig config, load_model_config(f.config_file));
+    ASSIGN_OR_RETURN(out.model, load_model(f.model, options, &config));
+  } else {
+    ASSIGN_OR_RETURN(out.model, load_model(f.model, options));
+  }
+  const std::string tok_dir = f.tokenizer.empty() ? f.model : f.tokenizer;
+  if (!tok_dir.empty() &&
+      (need_tokenizer || std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))) {
+    ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_dir(tok_dir));
+  } else if (need_tokenizer) {
+    return invalid_argument("--tokenizer: a tokenizer directory is needed for text prompts");
+  }
+  return out;
+}
+
+EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {
+  EngineArgs a;
+  a.max_model_len = f.max_model_len;
+  a.max_num_seqs = static_cast<int32_t>(std::clamp<int64_t>(f.max_num_seqs, 0, INT32_MAX));
+  a.max_num_batched_tokens = f.max_num_batched_tokens;
+  a.block_size = static_cast<int32_t>(std::clamp<int64_t>(f.block_size, 0, INT32_MAX));
+  a.num_kv_cache_tokens = f.kv_cache_tokens;
+  a.enable_prefix_caching = f.enable_prefix_caching;
+  a.seed = static_cast<uint64_t>(std::max<int64_t>(0, m.seed));
+  return a;
+}
+
+}  // namespace llmserve::cli

@@ -1,0 +1,65 @@
+// Flags shared by the engine-backed commands (generate, chat, bench
+// throughput): model loading, engine sizing and vLLM-named SamplingParams
+// flags, and turning them into a loaded model, tokenizer and SamplingParams.
+// Invariant: every user value goes through Status-returning checks before an
+// engine is built.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "engine/sampling_params.h"
+#include "frontend/llm_engine.h"
+#include "model/causal_lm.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmserve::cli {
+
+struct ModelFlags {
+  std::string model, tokenizer, config_file, load_format = "auto", dtype = "auto";
+  int64_t seed = -1;  // sampling seed when >= 0; also seeds dummy weights (0 when unset)
+  int64_t num_threads = 0;
+};
+void add_model_flags(ArgParser &parser, ModelFlags *f);
+
+struct EngineFlags {
+  int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 4096, block_size = 16;
+  int64_t kv_cache_tokens = 0;
+  bool enable_prefix_caching = true;
+};
+void add_engine_flags(ArgParser &parser, EngineFlags *f);
+
+struct SamplingFlags {
+  double temperature = 0.0, top_p = 1.0, min_p = 0.0;
+  double presence_penalty = 0.0, frequency_penalty = 0.0, repetition_penalty = 1.0;
+  int64_t top_k = 0, max_tokens = 16, min_tokens = 0, n = 1, logprobs = -1;
+  std::vector<std::string> stop, stop_token_ids;
+  bool ignore_eos = false, include_stop_str_in_output = false, skip_special_tokens = true;
+};
+void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temperature);
+// SamplingParams from the flags (validated later by LLMEngine::add_request,
+// which names the field).
+StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m);
+
+struct LoadedModel {
+  std::unique_ptr<CausalLM> model;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the model directory has none and none was needed
+  bool builtin_default = false;
+};
+// Loads --model (or, without it, the built-in default: tiny random Llama + byte
+// tokenizer, announced on stderr; or --config FILE with --load-format dummy).
+// Sets the thread count. Errors name the flag or file.
+StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_tokenizer);
+
+// EngineArgs from the flags (0 = the engine's defaults).
+EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m);
+
+// Parses "1,2,3" into ids; `flag` names the flag in errors.
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string &text, const std::string &flag);
+
+int fail(const Status &status);
+
+}  // namespace llmserve::cli

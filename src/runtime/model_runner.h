@@ -1,0 +1,71 @@
+// ModelRunner: the engine core's ModelExecutor on a CausalLM. It keeps
+// persistent per-request state (token ids, block ids, computed count, sampling
+// settings) updated only from SchedulerOutput deltas — it never sees a Request
+// — builds one ForwardBatch for the mixed prefill + decode step, runs the model
+// and the Sampler and returns the sampled ids. Invariant: a request's state
+// mirrors the scheduler's (same tokens, blocks, computed count).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine_core.h"
+#include "engine/sampling_params.h"
+#include "model/causal_lm.h"
+#include "runtime/sampler.h"
+
+namespace llmserve {
+
+struct ModelRunnerConfig {
+  int32_t num_blocks = 0;              // KV cache blocks (the KVCacheManager's num_blocks)
+  int32_t block_size = 16;             // tokens per block (the KVCacheManager's block_size)
+  std::vector<int32_t> eos_token_ids;  // suppressed below min_tokens (with
+                                       // stop_token_ids) unless ignore_eos
+  uint64_t seed = 0;                   // engine-wide seed of unseeded requests
+};
+
+// The Sampler's settings for one request (vLLM's SamplingParams ->
+// SamplingMetadata).
+SamplingSettings to_sampling_settings(const SamplingParams &params, const std::vector<int32_t> &eos_token_ids);
+
+class ModelRunner : public ModelExecutor {
+ public:
+  // `model` must outlive the runner. Allocates the KV cache: per layer f32
+  // [num_blocks, block_size, kv_heads, head_dim] for keys and for values.
+  ModelRunner(CausalLM &model, ModelRunnerConfig config);
+
+  // Applies the deltas, runs the scheduled tokens, samples for every request
+  // whose prompt is now complete. InvalidArgument if a request's sampling
+  // settings are rejected by the Sampler (nothing is sampled then; the frontend
+  // validates them first). CHECKs the deltas' consistency (unknown ids, blocks
+  // not covering tokens).
+  StatusOr<ModelRunnerOutput> execute(const SchedulerOutput &scheduler_output) override;
+
+  // Requests the runner holds state for (running or preempted).
+  int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
+  const CausalLM &model() const { return model_; }
+
+ private:
+  struct RequestState {
+    std::vector<int32_t> token_ids;  // prompt followed by sampled ids
+    int64_t num_prompt_tokens = 0;
+    std::vector<int32_t> block_ids;  // physical blocks in logical order
+    int64_t num_computed_tokens = 0;
+    SamplingSettings sampling;
+  };
+  void apply_deltas(const SchedulerOutput &out);
+  // Runs the model over the scheduled tokens; returns logits [num_reqs, vocab]
+  // of each request's last token.
+  Tensor run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new);
+
+  CausalLM &model_;
+  ModelRunnerConfig config_;
+  KVCacheTensors kv_cache_;
+  Sampler sampler_;
+  std::unordered_map<std::string, RequestState> requests_;
+};
+
+}  // namespace llmserve

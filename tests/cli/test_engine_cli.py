@@ -1,0 +1,135 @@
+# `llmserve generate` on the engine (batches from JSONL, sampling flags, stop strings, n, json output),
+# `llmserve chat` over a pipe (checked against jinja2 + HF tokenizers + generate), `llmserve bench throughput`.
+import json
+import shutil
+import subprocess
+
+import pytest
+
+FIXTURE = "tests/fixtures/models/llama_gqa_f32"
+
+
+def run(bin_path, *args, check=True, stdin=None):
+    r = subprocess.run([str(bin_path), *args], capture_output=True, text=True, timeout=300, input=stdin)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def stories_dir(llmserve_bin, testdata, tmp_path_factory):
+    src = testdata / "models" / "stories260K"
+    out = tmp_path_factory.mktemp("stories260K")
+    run(llmserve_bin, "convert", "llama2c", "--checkpoint", str(src / "stories260K.bin"),
+        "--tokenizer", str(src / "tok512.bin"), "--out", str(out))
+    return out
+
+
+def gen_json(bin_path, model, *args):
+    r = run(bin_path, "generate", "--model", str(model), "--output", "json", *args)
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park. They"]
+
+
+def test_jsonl_batch_equals_single_runs(llmserve_bin, stories_dir, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    batch = gen_json(llmserve_bin, stories_dir, "--input", str(path), "--max-tokens", "40")
+    assert [b["index"] for b in batch] == [0, 1, 2]
+    for p, b in zip(PROMPTS, batch):
+        single = gen_json(llmserve_bin, stories_dir, "--prompt", p, "--max-tokens", "40")[0]
+        assert b["token_ids"] == single["token_ids"]
+        assert b["text"] == single["text"]
+        assert b["finish_reason"] in ("length", "stop")
+
+
+def test_stop_string_truncates_text(llmserve_bin, stories_dir):
+    full = gen_json(llmserve_bin, stories_dir, "--prompt", PROMPTS[0], "--max-tokens", "60", "--ignore-eos")[0]
+    words = full["text"].split()
+    stop = words[len(words) // 2]
+    cut = gen_json(llmserve_bin, stories_dir, "--prompt", PROMPTS[0], "--max-tokens", "60", "--ignore-eos",
+                   "--stop", "zzzz", "--stop", stop)[0]
+    assert cut["text"] == full["text"][:full["text"].find(stop)]
+    assert cut["finish_reason"] == "stop" and cut["stop_reason"] == stop
+    kept = gen_json(llmserve_bin, stories_dir, "--prompt", PROMPTS[0], "--max-tokens", "60", "--ignore-eos",
+                    "--stop", stop, "--include-stop-str-in-output")[0]
+    assert kept["text"] == full["text"][:full["text"].find(stop) + len(stop)]
+
+
+def test_seeded_sampling_and_n(llmserve_bin, stories_dir):
+    args = ["--prompt", PROMPTS[1], "--max-tokens", "30", "--temperature", "0.9", "--top-k", "50", "--seed", "7"]
+    a = gen_json(llmserve_bin, stories_dir, *args)
+    b = gen_json(llmserve_bin, stories_dir, *args)
+    assert a == b
+    n = gen_json(llmserve_bin, stories_dir, *args, "--n", "3", "--logprobs", "2")
+    assert [x["completion_index"] for x in n] == [0, 1, 2]
+    assert n[0]["token_ids"] == a[0]["token_ids"], "the first of n uses the request's seed"
+    assert len({tuple(x["token_ids"]) for x in n}) > 1
+    lp = n[0]["logprobs"][0]
+    assert lp["token_id"] == n[0]["token_ids"][0] and len(lp["top"]) == 2 and lp["logprob"] <= 0
+
+
+def test_max_tokens_zero_and_stop_token_ids(llmserve_bin, stories_dir):
+    full = gen_json(llmserve_bin, stories_dir, "--prompt-ids", "1", "--max-tokens", "20", "--ignore-eos")[0]
+    stop_id = full["token_ids"][5]
+    cut = gen_json(llmserve_bin, stories_dir, "--prompt-ids", "1", "--max-tokens", "20",
+                   "--stop-token-ids", str(stop_id))[0]
+    assert cut["token_ids"] == full["token_ids"][:full["token_ids"].index(stop_id) + 1]
+    assert cut["finish_reason"] == "stop" and cut["stop_reason"] == stop_id
+    zero = gen_json(llmserve_bin, stories_dir, "--prompt-ids", "1", "--max-tokens", "0")[0]
+    assert zero["token_ids"] == []
+
+
+def test_generate_rejects_bad_jsonl(llmserve_bin, stories_dir, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"prompt": 3}\n')
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--input", str(path), check=False)
+    assert r.returncode == 1 and "bad.jsonl line 2" in r.stderr
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--input", str(tmp_path / "none.jsonl"),
+            check=False)
+    assert r.returncode == 1 and "none.jsonl" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def chat_model(testdata, tmp_path_factory):
+    # The fixture architecture with the TinyLlama tokenizer's vocabulary; weights are random (--load-format dummy).
+    out = tmp_path_factory.mktemp("chatmodel")
+    config = json.loads(open(FIXTURE + "/config.json").read())
+    config["vocab_size"] = 32000
+    config["max_position_embeddings"] = 1024
+    (out / "config.json").write_text(json.dumps(config))
+    return out, testdata / "tokenizers" / "tinyllama-1.1b-chat-v1.0"
+
+
+def test_chat_over_a_pipe_matches_template_and_generate(llmserve_bin, chat_model):
+    jinja2 = pytest.importorskip("jinja2")
+    tokenizers = pytest.importorskip("tokenizers")
+    model, tok_dir = chat_model
+    common = ["--model", str(model), "--load-format", "dummy", "--tokenizer", str(tok_dir), "--max-tokens", "12",
+              "--ignore-eos"]
+    r = run(llmserve_bin, "chat", *common, stdin="Hello there!\nTell me more.\n")
+    # Oracle for turn 1: jinja2 renders the template, HF tokenizers encodes, `generate` runs the same ids.
+    tok_config = json.loads((tok_dir / "tokenizer_config.json").read_text())
+    source = (tok_dir / "chat_template.jinja").read_text() if (tok_dir / "chat_template.jinja").exists() \
+        else tok_config["chat_template"]
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    text = env.from_string(source).render(messages=[{"role": "user", "content": "Hello there!"}],
+                                          add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+    ids = tokenizers.Tokenizer.from_file(str(tok_dir / "tokenizer.json")).encode(text, add_special_tokens=False).ids
+    g = run(llmserve_bin, "generate", *common, "--prompt-ids", ",".join(map(str, ids)), "--output", "json")
+    reply = json.loads(g.stdout)["text"]
+    assert r.stdout.startswith(reply + "\n")
+    assert len(r.stdout) > len(reply) + 1, "the second turn replied too"
+
+
+def test_chat_requires_a_template(llmserve_bin, stories_dir):
+    r = run(llmserve_bin, "chat", "--model", str(stories_dir), check=False, stdin="hi\n")
+    assert r.returncode == 1 and "chat template" in r.stderr
+
+
+def test_bench_throughput_runs(llmserve_bin):
+    r = run(llmserve_bin, "bench", "throughput", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
+            "--num-prompts", "4", "--input-len", "16", "--output-len", "8", "--ignore-eos")
+    assert "output tokens/s" in r.stdout
