@@ -2,27 +2,13 @@
 # `llmserve chat` over a pipe (checked against jinja2 + HF tokenizers + generate), `llmserve bench throughput`.
 import json
 import shutil
-import subprocess
+from cli_helpers import run
 
 import pytest
 
 FIXTURE = "tests/fixtures/models/llama_gqa_f32"
 
 
-def run(bin_path, *args, check=True, stdin=None):
-    r = subprocess.run([str(bin_path), *args], capture_output=True, text=True, timeout=300, input=stdin)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
-
-
-@pytest.fixture(scope="module")
-def stories_dir(llmserve_bin, testdata, tmp_path_factory):
-    src = testdata / "models" / "stories260K"
-    out = tmp_path_factory.mktemp("stories260K")
-    run(llmserve_bin, "convert", "llama2c", "--checkpoint", str(src / "stories260K.bin"),
-        "--tokenizer", str(src / "tok512.bin"), "--out", str(out))
-    return out
 
 
 def gen_json(bin_path, model, *args):

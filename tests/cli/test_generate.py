@@ -1,25 +1,11 @@
 # `llmserve convert llama2c` + `llmserve generate` end to end: the converted stories260K model reproduces
 # llama2.c's own greedy text; the built-in default runs and says so; bad input fails with a clear message.
 import json
-import subprocess
+from cli_helpers import run
 
 import pytest
 
 
-def run(bin_path, *args, check=True):
-    r = subprocess.run([str(bin_path), *args], capture_output=True, text=True, timeout=300)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
-
-
-@pytest.fixture(scope="module")
-def stories_dir(llmserve_bin, testdata, tmp_path_factory):
-    src = testdata / "models" / "stories260K"
-    out = tmp_path_factory.mktemp("stories260K")
-    run(llmserve_bin, "convert", "llama2c", "--checkpoint", str(src / "stories260K.bin"),
-        "--tokenizer", str(src / "tok512.bin"), "--out", str(out))
-    return out
 
 
 def test_stories260k_text_equals_llama2c(llmserve_bin, testdata, stories_dir):
