@@ -2,7 +2,8 @@
 // (DESIGN.md section 4). Shape: Llama-3-8B / Mistral-7B attention (32 query heads, 8 kv heads, head_dim 128),
 // bf16, block 16; batch 1 and 128 at contexts 256 and 2048. Bytes counted: K and V of every context token once
 // (query and output are < 1% here). Each timed call reads a different slice of a >= 512 MB cache so L2 (50-60 MB)
-// never holds the data; times are medians of 15 samples of 20 back-to-back calls, with CUDA events.
+// never holds the data; times are medians of 15 samples of 20 back-to-back calls, with CUDA events. Also the
+// prefill kernel's TFLOP/s on one causal prompt (512, 2048, 8192 tokens) of the same shape.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -122,6 +123,30 @@ Row bench_decode(int batch, int ctx, bool split) {
   return {batch, ctx, split, us, kv_bytes / us * 1e-3};
 }
 
+// One causal prefill of `len` new tokens on an empty context; returns achieved TFLOP/s counting QK^T and PV
+// over the causal triangle only (4 * head_dim * num_heads * len * (len + 1) / 2 FLOP).
+double bench_prefill_tflops(int len, double* us_out) {
+  const int nh = 32, nkv = 8, hd = 128, bs = 16;
+  const int blocks = (len + bs - 1) / bs;
+  const Shape cs{blocks, bs, nkv, hd};
+  Tensor kc = upload(testing::random_tensor(cs, 7, DType::kBF16));
+  Tensor vc = upload(testing::random_tensor(cs, 8, DType::kBF16));
+  std::vector<int32_t> t(blocks);
+  std::iota(t.begin(), t.end(), 0);
+  ops::AttentionMetadata md;
+  md.query_start_loc = upload(Tensor::from_i32({0, len}, {2}));
+  md.seq_lens = upload(Tensor::from_i32({len}, {1}));
+  md.block_table = upload(Tensor::from_i32(t, {1, blocks}));
+  md.num_reqs = 1;
+  md.max_query_len = len;
+  md.max_seq_len = len;
+  Tensor q = upload(testing::random_tensor({len, nh, hd}, 9, DType::kBF16, -2.f, 2.f));
+  Tensor out = Tensor::empty({len, nh, hd}, DType::kBF16, Device::cuda());
+  const double us = time_us([&](int) { ops::paged_attention(out, q, kc, vc, md, 0.088f, 0); }, 5);
+  *us_out = us;
+  return 4.0 * hd * nh * len * (len + 1.0) / 2 / us * 1e-6;
+}
+
 }  // namespace
 
 int run_bench() {
@@ -141,6 +166,13 @@ int run_bench() {
                     100.0 * r.gbs / copy);
       }
     }
+  }
+  std::printf("\nprefill paged attention (causal, empty context), same shape\n");
+  std::printf("| prompt tokens | us / call | TFLOP/s |\n|---|---|---|\n");
+  for (int len : {512, 2048, 8192}) {
+    double us = 0;
+    const double tflops = bench_prefill_tflops(len, &us);
+    std::printf("| %d | %.1f | %.0f |\n", len, us, tflops);
   }
   return 0;
 }
