@@ -1,6 +1,7 @@
 // Varlen paged prefill attention in the FlashAttention-2 style, bf16 / f16: a CTA of 4 warps owns 64 query rows
 // of one request and one head, streams 64-key tiles of K/V from the paged cache (via the block table, so
-// chunked prefill and prefix-cache hits read their earlier context) into shared memory, and runs QK^T and PV on
+// chunked prefill and prefix-cache hits read their earlier context) into shared memory with cp.async, double
+// buffered so the next tile loads while this one is computed, and runs QK^T and PV on
 // tensor cores (mma.sync m16n8k16, f32 accumulation) with an online softmax in registers (exp2 domain).
 // Invariant: each CTA writes exactly its rows < query_len; masked scores are -inf and never turn into NaN.
 #include <algorithm>
@@ -30,6 +31,18 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* 
                : "r"(smem_addr(p)));
 }
 
+// 16-byte global -> shared copy that bypasses registers; src_bytes 0 writes zeros (keys past the range).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `n` of this thread's committed groups are still in flight.
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
+}
+
 // d += a (16x16, row) * b (16x8, col), f32 accumulators.
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], __nv_bfloat16) {
   asm volatile(
@@ -52,7 +65,7 @@ __host__ __device__ constexpr int smem_stride() {
 }
 template <typename T, int HD>
 __host__ __device__ constexpr int smem_bytes() {
-  return (kBlockM + 2 * kBlockN) * smem_stride<HD>() * static_cast<int>(sizeof(T));
+  return (kBlockM + 4 * kBlockN) * smem_stride<HD>() * static_cast<int>(sizeof(T));  // Q, then K and V twice
 }
 
 template <typename T, int HD>
@@ -61,8 +74,10 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PagedAttentionP
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
-  T* sk = sq + kBlockM * kStride;
-  T* sv = sk + kBlockN * kStride;
+  // Double-buffered K/V tiles after Q: K of buffer b, then V of buffer b (arithmetic, not a pointer array: a
+  // run-time index into an array would put it in local memory).
+  auto sk_buf = [&](int b) { return sq + (kBlockM + b * kBlockN) * kStride; };
+  auto sv_buf = [&](int b) { return sq + (kBlockM + (2 + b) * kBlockN) * kStride; };
 
   const int r = p.num_decode_reqs + blockIdx.z, head = blockIdx.y, row0 = blockIdx.x * kBlockM;
   const int q_begin = p.query_start_loc[r];
@@ -98,20 +113,28 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PagedAttentionP
   const T* vc = static_cast<const T*>(p.value_cache);
   const int32_t* bt = p.block_table + r * p.block_table_stride;
 
-  for (int n0 = kv_begin; n0 < kv_end; n0 += kBlockN) {
-    __syncthreads();  // the previous tile is consumed
+  // Tile [n0, n0 + kBlockN) of K and V -> buffer b, asynchronously (zeros past kv_end).
+  auto issue_tile = [&](int n0, int b) {
     for (int i = tid; i < kBlockN * kChunks; i += kThreads) {
       const int row = i / kChunks, ch = i % kChunks, key = n0 + row;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-      if (key < kv_end) {
-        const int64_t off = cache_offset(bt, key, p.block_size, p.num_kv_heads, kv_head, HD) + ch * 8;
-        kv = load_chunk(kc + off);
-        vv = load_chunk(vc + off);
-      }
-      *reinterpret_cast<uint4*>(sk + row * kStride + ch * 8) = kv;
-      *reinterpret_cast<uint4*>(sv + row * kStride + ch * 8) = vv;
+      const bool valid = key < kv_end;
+      const int64_t off =
+          valid ? cache_offset(bt, key, p.block_size, p.num_kv_heads, kv_head, HD) + ch * 8 : int64_t{0};
+      cp_async16(sk_buf(b) + row * kStride + ch * 8, kc + off, valid);
+      cp_async16(sv_buf(b) + row * kStride + ch * 8, vc + off, valid);
     }
-    __syncthreads();
+  };
+  if (kv_begin < kv_end) issue_tile(kv_begin, 0);
+  cp_async_commit();
+  int buf = 0;
+  for (int n0 = kv_begin; n0 < kv_end; n0 += kBlockN, buf ^= 1) {
+    // The next tile streams into the other buffer (consumed last iteration) while this one is computed.
+    if (n0 + kBlockN < kv_end) issue_tile(n0 + kBlockN, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's group has landed (for this thread) ...
+    __syncthreads();     // ... and for every thread
+    const T* sk = sk_buf(buf);
+    const T* sv = sv_buf(buf);
 
     float s[kBlockN / 8][4];
 #pragma unroll
@@ -180,7 +203,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PagedAttentionP
         mma(o[dt], a, b, T());
       }
     }
+    __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
+  cp_async_wait<0>();  // no copy may still target shared memory when the CTA exits
 
 #pragma unroll
   for (int off = 1; off <= 2; off <<= 1) {
