@@ -96,7 +96,7 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
 void log_softmax(Tensor& out, const Tensor& logits);
 
 // The k largest values of each row, descending; ties keep the lower id first; NaN ranks below every number.
-// 0 <= k <= vocab (CUDA: k <= 32).
+// 0 <= k <= vocab (CUDA: k <= 1024).
 // x [n, vocab] f32; values [n, k] f32; ids [n, k] i32.
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
 

@@ -1,5 +1,5 @@
 // ops::linear on CUDA (cuBLASLt) against a double-precision product of the same (dtype-rounded) inputs, for
-// m = 1..2048, odd n and k, row-strided x and out (column slices), bias in out's dtype or f32, and f32 logits out
+// m = 1..2048 (m = 1: the GEMV), odd n and k, row-strided x and out (column slices), bias in out's dtype or f32, and f32 logits out
 // of 16-bit operands. Tolerance per element: |got - want| <= rtol(out dtype) |want| + 2e-6 sum_k |x w| -- the second
 // term is f32 accumulation error; TF32 (10-bit mantissa) would exceed it by ~100x, so f32 stays exact f32.
 #include <gtest/gtest.h>
@@ -101,7 +101,12 @@ TEST_P(CudaGemmTest, MatchesDoubleReference) {
       {1, 151936, 16, 0, 0, false, false, true},
       {64, 33, 1, 0, 0, true, false, false},
       {9, 1, 300, 0, 0, false, false, false},
-      // m <= 4 with 16-bit operands and k % 8 == 0: the GEMV path (strided x and out, both bias dtypes).
+      // m = 1 with 16-bit operands and k % 8 == 0: the GEMV path (strided x and out, both bias dtypes); then
+      // m = 2..4 on the same shapes through cuBLASLt.
+      {1, 1000, 264, 8, 4, true, true, false},
+      {1, 777, 128, 0, 0, true, false, false},
+      {1, 3000, 4096, 16, 0, false, false, true},
+      {1, 4096, 1024, 0, 8, true, false, false},
       {2, 1000, 264, 8, 4, true, true, false},
       {4, 777, 128, 0, 0, true, false, false},
       {4, 3000, 4096, 16, 0, false, false, true},

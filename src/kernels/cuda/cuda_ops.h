@@ -36,12 +36,13 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
 // f16; bf16), out in x's dtype or f32, bias in out's dtype or f32. x and out may be row-strided. One cuBLASLt
 // handle and a 32 MiB workspace per device are created by the first call (run it before any graph capture);
 // algorithms are cached per shape.
-// Decode-sized products (m <= kMaxGemvRows, 16-bit x and weight, 16-byte aligned rows) take the weight-streaming
-// GEMV (gemv.cu) instead, which reads the weight at a higher fraction of the bandwidth (bench/RESULTS.md).
+// Single-row products (m <= kMaxGemvRows = 1, 16-bit x and weight, 16-byte aligned rows) take the
+// weight-streaming GEMV (gemv.cu) instead: it reads the weight at a higher fraction of the bandwidth at m = 1, and
+// cuBLASLt wins from m = 4 (bench/RESULTS.md).
 void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 // The two paths of linear, for tests and benchmarks: cuBLASLt always, and the GEMV where gemv_applies().
 void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
-inline constexpr int64_t kMaxGemvRows = 4;
+inline constexpr int64_t kMaxGemvRows = 1;
 bool gemv_applies(const Tensor& out, const Tensor& x, const Tensor& weight);
 void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
@@ -49,7 +50,7 @@ void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias
 
 void log_softmax(Tensor& out, const Tensor& logits);
 // k <= kMaxTopK on CUDA.
-inline constexpr int64_t kMaxTopK = 32;
+inline constexpr int64_t kMaxTopK = 1024;
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
 void argmax(Tensor& out_ids, const Tensor& logits);
 

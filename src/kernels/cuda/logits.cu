@@ -1,10 +1,11 @@
-// Logit kernels on CUDA (f32 rows, row-strided): log_softmax, argmax, top-k and the sampled token's logprob and
-// rank. One block per row. Rankings follow the CPU ops exactly: larger value first, ties to the lower id, NaN
+// Logit kernels on CUDA (f32 rows, row-strided): log_softmax, argmax, top-k (radix selection) and the sampled
+// token's logprob and rank. One block per row. Rankings follow the CPU ops exactly: larger value first, ties to the lower id, NaN
 // below every number (a 64-bit key (value key, ~id) makes that one unsigned comparison).
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/radix.cuh"
 
 namespace llmserve::cuda {
 namespace {
@@ -31,43 +32,50 @@ __global__ void argmax_kernel(int32_t* out, const float* logits, int64_t stride,
   if (threadIdx.x == 0) out[blockIdx.x] = id;
 }
 
-// Each thread keeps its best K keys (sorted, registers; compile-time indices), then the block merges the
-// per-thread lists k times by their heads.
-template <int K, int kBlock>
-__global__ void __launch_bounds__(kBlock) top_k_kernel(float* values, int64_t v_stride, int32_t* ids, int64_t i_stride,
-                                                       const float* logits, int64_t stride, int64_t vocab, int k) {
-  __shared__ uint64_t lists[kBlock * K];
+// Value key of the ranking: NaN below every number (key 1; numbers and infinities are >= 0x007fffff).
+__device__ __forceinline__ uint32_t value_key(float v) { return isnan(v) ? 1u : float_key(v); }
+
+// Top-k by radix selection: the k-th largest value key, then the keys above it (fewer than k) and the
+// lowest-id ties at it, then a rank-by-counting sort of those k in shared memory. Six passes over the row.
+__global__ void __launch_bounds__(kThreads) top_k_kernel(float* values, int64_t v_stride, int32_t* ids,
+                                                         int64_t i_stride, const float* logits, int64_t stride,
+                                                         int64_t vocab, int k) {
+  __shared__ RadixSelectState s;
+  __shared__ uint64_t picked[kMaxTopK];
+  __shared__ uint32_t num_picked;
   const float* x = logits + blockIdx.x * stride;
-  uint64_t best[K];
-#pragma unroll
-  for (int i = 0; i < K; ++i) best[i] = 0;
-  for (int64_t j = threadIdx.x; j < vocab; j += kBlock) {
-    const uint64_t key = rank_key(x[j], j);
-    if (key > best[K - 1]) {
-      best[K - 1] = key;
-#pragma unroll
-      for (int i = K - 1; i > 0; --i) {
-        if (best[i] > best[i - 1]) {
-          const uint64_t t = best[i];
-          best[i] = best[i - 1];
-          best[i - 1] = t;
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < K; ++i) lists[threadIdx.x * K + i] = best[i];
+  auto key_of = [&](int64_t j, uint32_t* key) {
+    *key = value_key(x[j]);
+    return true;
+  };
+  uint32_t kth = 0, needed = 0;
+  radix_select(vocab, static_cast<uint32_t>(k), key_of, s, &kth, &needed);  // k <= vocab: always found
+  if (threadIdx.x == 0) num_picked = 0;
   __syncthreads();
-  int head = 0;
-  for (int r = 0; r < k; ++r) {
-    const uint64_t mine = head < K ? lists[threadIdx.x * K + head] : 0;
-    const uint64_t top = block_max_u64(mine);
-    if (mine == top && top != 0) ++head;  // keys are unique (they carry the id): one owner advances
-    if (threadIdx.x == 0) {
-      const int32_t id = key_id(top);
-      ids[blockIdx.x * i_stride + r] = id;
-      values[blockIdx.x * v_stride + r] = x[id];
-    }
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float v = x[j];
+    if (value_key(v) > kth) picked[atomicAdd(&num_picked, 1u)] = rank_key(v, j);
+  }
+  // The first `needed` ties at the k-th key in id order: threads own contiguous id ranges.
+  const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+  uint32_t mine = 0;
+  for (int64_t j = begin; j < end; ++j) mine += value_key(x[j]) == kth;
+  uint32_t total;
+  uint32_t rank = block_exclusive_scan<uint32_t>(mine, &total);
+  for (int64_t j = begin; j < end && rank < needed; ++j) {
+    if (value_key(x[j]) != kth) continue;
+    picked[atomicAdd(&num_picked, 1u)] = rank_key(x[j], j);
+    ++rank;
+  }
+  __syncthreads();
+  if (threadIdx.x < k) {  // picked holds exactly k distinct keys: each one's position is how many rank above it
+    const uint64_t me = picked[threadIdx.x];
+    int position = 0;
+    for (int i = 0; i < k; ++i) position += picked[i] > me;
+    const int32_t id = key_id(me);
+    ids[blockIdx.x * i_stride + position] = id;
+    values[blockIdx.x * v_stride + position] = x[id];
   }
 }
 
@@ -108,16 +116,9 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
   CHECK_LE(k, kMaxTopK) << "top_k: k " << k << " is above the CUDA limit " << kMaxTopK;
   const int64_t n = x.size(0), vocab = x.size(1);
   if (n == 0 || k == 0) return;
-  const unsigned grid = static_cast<unsigned>(n);
-  if (k <= 8) {
-    top_k_kernel<8, 256><<<grid, 256, 0, stream()>>>(values.data<float>(), values.stride(0), ids.data<int32_t>(),
-                                                     ids.stride(0), x.data<float>(), x.stride(0), vocab,
-                                                     static_cast<int>(k));
-  } else {
-    top_k_kernel<32, 128><<<grid, 128, 0, stream()>>>(values.data<float>(), values.stride(0), ids.data<int32_t>(),
-                                                      ids.stride(0), x.data<float>(), x.stride(0), vocab,
-                                                      static_cast<int>(k));
-  }
+  top_k_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(values.data<float>(), values.stride(0),
+                                                                   ids.data<int32_t>(), ids.stride(0), x.data<float>(),
+                                                                   x.stride(0), vocab, static_cast<int>(k));
   check_launch("top_k_kernel");
 }
 

@@ -1,11 +1,12 @@
 // The sampler's ops on CUDA, one block per row of logits [num_reqs, vocab] f32 (row-strided), the same rules as
 // kernels/cpu/sampling.cc: penalties, logit bias, token masks, temperature, the min-p / top-k / top-p masks
-// (radix selection over order-preserving float keys; top-p's mass in double) and the inverse-CDF draw from the
+// (radix selection over order-preserving float keys, kernels/cuda/radix.cuh; top-p's mass in double) and the inverse-CDF draw from the
 // same Philox stream as the CPU (kernels/philox.h). No scratch beyond shared memory, no host synchronisation.
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/radix.cuh"
 #include "kernels/philox.h"
 
 namespace llmserve::cuda {
@@ -110,38 +111,15 @@ struct RadixState {
   int32_t cut_id;
 };
 
-// The k-th largest finite logit (repeats counted), or -inf if fewer than k are finite. Four 8-bit passes.
-__device__ float radix_kth(const float* x, int64_t vocab, uint32_t k, RadixState& s) {
+// The k-th largest finite logit (repeats counted), or -inf if fewer than k are finite.
+__device__ float radix_kth(const float* x, int64_t vocab, uint32_t k, RadixSelectState& s) {
   const uint32_t neg_inf_key = float_key(-INFINITY);
-  uint32_t prefix = 0, mask = 0, remaining = k;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) s.count[i] = 0;
-    __syncthreads();
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-      const uint32_t key = float_key(x[j]);
-      if (key > neg_inf_key && (key & mask) == prefix) atomicAdd(&s.count[(key >> shift) & 255u], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t above = 0;
-      int b = 255;
-      for (; b >= 0; --b) {
-        if (above + s.count[b] >= remaining) break;
-        above += s.count[b];
-      }
-      s.found = b >= 0;
-      if (b >= 0) {
-        s.prefix = prefix | (static_cast<uint32_t>(b) << shift);
-        s.remaining = remaining - above;
-      }
-    }
-    __syncthreads();
-    if (!s.found) return -INFINITY;
-    prefix = s.prefix;
-    remaining = s.remaining;
-    mask |= 255u << shift;
-  }
-  return key_float(prefix);
+  auto key_of = [&](int64_t j, uint32_t* key) {
+    *key = float_key(x[j]);
+    return *key > neg_inf_key;
+  };
+  uint32_t kth = 0, needed = 0;
+  return radix_select(vocab, k, key_of, s, &kth, &needed) ? key_float(kth) : -INFINITY;
 }
 
 // Candidates of the filters: finite, at or above the top-k threshold, passing min-p (exp(v - max) >= min_p, the
@@ -165,14 +143,12 @@ __device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c,
       s.mass[i] = 0;
     }
     __syncthreads();
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-      const float v = x[j];
-      if (!c.contains(v)) continue;
+    for (int64_t base = 0; base < vocab; base += blockDim.x) {  // uniform trip count: warps stay converged
+      const int64_t j = base + threadIdx.x;
+      const float v = j < vocab ? x[j] : -INFINITY;
       const uint32_t key = float_key(v);
-      if ((key & mask) != prefix) continue;
-      const uint32_t d = (key >> shift) & 255u;
-      atomicAdd(&s.count[d], 1u);
-      atomicAdd(&s.mass[d], static_cast<double>(expf(v - c.max_logit)));
+      const bool valid = c.contains(v) && (key & mask) == prefix;
+      warp_hist_add(s.count, s.mass, valid, (key >> shift) & 255u, valid ? expf(v - c.max_logit) : 0.0);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -231,6 +207,7 @@ __global__ void __launch_bounds__(kRowThreads)
     filter_kernel(float* logits, int64_t stride, int64_t vocab, const int32_t* top_k, const float* top_p,
                   const float* min_p) {
   __shared__ RadixState s;
+  __shared__ RadixSelectState select;
   float* x = logits + blockIdx.x * stride;
   const int32_t k = top_k[blockIdx.x];
   const float p = top_p[blockIdx.x], mp = min_p[blockIdx.x];
@@ -248,7 +225,7 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) x[j] = x[j] == INFINITY ? INFINITY : -INFINITY;
     return;
   }
-  Candidates c{mx, use_k ? radix_kth(x, vocab, static_cast<uint32_t>(k), s) : -INFINITY, mp, use_min_p};
+  Candidates c{mx, use_k ? radix_kth(x, vocab, static_cast<uint32_t>(k), select) : -INFINITY, mp, use_min_p};
   float cut_value;
   int32_t cut_id = INT32_MAX;
   if (use_p) {
