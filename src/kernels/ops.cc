@@ -321,8 +321,9 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
                                                               &md.seq_lens, &md.block_table}) {
     check_same_device(query, *t, op);
   }
-  if (query.device().is_cpu()) return cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale,
-                                                           sliding_window);
+  if (query.device().is_cpu()) {
+    return cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
+  }
   CHECK(md.num_decode_tokens >= 0 && md.num_decode_tokens <= md.num_reqs && md.num_decode_tokens <= query.size(0))
       << op << ": num_decode_tokens " << md.num_decode_tokens << " for " << md.num_reqs << " requests";
   CHECK(md.max_query_len >= 0 && md.max_seq_len >= 0) << op << ": max_query_len / max_seq_len negative";

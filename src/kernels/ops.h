@@ -79,8 +79,8 @@ struct AttentionMetadata {
   Tensor slot_mapping;     // [num_tokens] i64
   int64_t num_reqs = 0;
   int64_t num_decode_tokens = 0;  // requests with one query token come first (a runner convention)
-  int64_t max_query_len = 0;  // CUDA: >= every query length (sizes the prefill grid); 0 = unknown (slower)
-  int64_t max_seq_len = 0;    // CUDA: hint for the split-K decision (e.g. max_model_len under graphs); 0 = unknown
+  int64_t max_query_len = 0;      // CUDA: >= every query length (sizes the prefill grid); 0 = unknown
+  int64_t max_seq_len = 0;        // CUDA: split-K hint (e.g. max_model_len under graphs); 0 = unknown
   // CUDA split-K scratch for decode over long contexts: f32, contiguous, on the device, allocated once by the
   // runner with paged_attention_workspace_elems() elements. Undefined: no split-K (still correct, slower for
   // few long sequences). Ignored on CPU.

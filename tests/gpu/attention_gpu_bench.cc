@@ -58,8 +58,7 @@ double copy_bandwidth_gbs() {
   BENCH_CHECK(cudaMalloc(&dst, bytes));
   BENCH_CHECK(cudaMemset(src, 1, bytes));
   const double us = time_us(
-      [&](int) { BENCH_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda::current_stream())); },
-      2);
+      [&](int) { BENCH_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda::current_stream())); }, 2);
   BENCH_CHECK(cudaFree(src));
   BENCH_CHECK(cudaFree(dst));
   return 2.0 * bytes / us * 1e-3;
@@ -108,8 +107,8 @@ Row bench_decode(int batch, int ctx, bool split) {
   md.max_query_len = 1;
   md.max_seq_len = ctx;
   if (split) {
-    md.workspace = Tensor::empty({ops::paged_attention_workspace_elems(batch, nh, hd, ctx)}, DType::kF32,
-                                 Device::cuda());
+    md.workspace =
+        Tensor::empty({ops::paged_attention_workspace_elems(batch, nh, hd, ctx)}, DType::kF32, Device::cuda());
     if (md.workspace.numel() == 0) md.workspace = Tensor();
   }
   Tensor q = upload(testing::random_tensor({batch, nh, hd}, 6, DType::kBF16));
@@ -156,7 +155,8 @@ int run_bench() {
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   std::printf("copy bandwidth (D2D 1 GiB, read + write): %.0f GB/s\n\n", copy);
   std::printf("decode paged attention, bf16, 32 q heads / 8 kv heads, head_dim 128, block 16\n");
-  std::printf("| batch | context | split-K workspace | us / call | KV GB/s | of copy bw |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| batch | context | split-K workspace | us / call | KV GB/s | of copy bw |\n|---|---|---|---|---|---|\n");
   for (int batch : {1, 128}) {
     for (int ctx : {256, 2048}) {
       for (bool split : {true, false}) {

@@ -91,8 +91,8 @@ struct Case {
   int pad_tokens = 0;
   int window = 0;
   bool workspace = true;
-  bool share_prefix = true;   // request 1 reuses request 0's leading full blocks (a prefix-cache hit)
-  bool hints = true;          // pass max_query_len / max_seq_len (else 0 = unknown)
+  bool share_prefix = true;  // request 1 reuses request 0's leading full blocks (a prefix-cache hit)
+  bool hints = true;         // pass max_query_len / max_seq_len (else 0 = unknown)
   uint32_t seed = 1;
 };
 
@@ -312,8 +312,8 @@ TEST_P(CacheGpuTest, ReshapeAndCacheMatchesCpu) {
     ops::reshape_and_cache(k.to(DType::kF32), v.to(DType::kF32), kr, vr, slot_t);
     Tensor kd = to_device(kc), vd = to_device(vc);
     ops::reshape_and_cache(to_device(k), to_device(v), kd, vd, to_device(slot_t));
-    const std::string what = "reshape_and_cache " + std::string(dtype_name(dtype)) + " " + std::to_string(nkv) + "x" +
-                             std::to_string(hd);
+    const std::string what =
+        "reshape_and_cache " + std::string(dtype_name(dtype)) + " " + std::to_string(nkv) + "x" + std::to_string(hd);
     testing::expect_close(to_host(kd), to_doubles(kr), 0, 0, what + " key");  // a copy: exact
     testing::expect_close(to_host(vd), to_doubles(vr), 0, 0, what + " value");
     seed += 10;

@@ -103,9 +103,9 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
   p.num_reqs = static_cast<int>(md.num_reqs);
   p.num_decode_reqs = static_cast<int>(md.num_decode_tokens);
   // Unknown (0) max_query_len: every non-decode token could belong to one request.
-  p.max_query_len = static_cast<int>(md.max_query_len > 0 ? md.max_query_len : md.num_decode_tokens < query.size(0)
-                                                                                    ? query.size(0) - md.num_decode_tokens
-                                                                                    : 0);
+  p.max_query_len = static_cast<int>(md.max_query_len > 0                   ? md.max_query_len
+                                     : md.num_decode_tokens < query.size(0) ? query.size(0) - md.num_decode_tokens
+                                                                            : 0);
   p.max_seq_len = static_cast<int>(md.max_seq_len);
   p.scale = scale;
   p.sliding_window = sliding_window > 0 ? static_cast<int>(std::min<int64_t>(sliding_window, INT32_MAX)) : 0;

@@ -12,7 +12,7 @@ namespace llmserve::cuda {
 namespace {
 
 constexpr int kDecodeThreads = 128;
-constexpr int kMaxSplits = 32;        // also bounds the combine kernel's per-thread arrays
+constexpr int kMaxSplits = 32;  // also bounds the combine kernel's per-thread arrays
 // One CTA step at head_dim 128: batch-1 decode is latency-bound, so more, shorter splits win (measured on an
 // H100: context 2048 went from 52 to ~16 us per call with 32-key instead of 128-key splits, bench/RESULTS.md).
 constexpr int kMinKeysPerSplit = 32;
@@ -240,10 +240,18 @@ void launch_decode(const PagedAttentionParams& p, cudaStream_t stream) {
   const int num_head_chunks = (group + gh - 1) / gh;
   const int splits = choose_splits(p, p.num_decode_reqs * p.num_kv_heads * num_head_chunks, HD);
   switch (gh) {
-    case 1: launch_gh<T, HD, 1>(p, num_head_chunks, splits, stream); break;
-    case 2: launch_gh<T, HD, 2>(p, num_head_chunks, splits, stream); break;
-    case 4: launch_gh<T, HD, 4>(p, num_head_chunks, splits, stream); break;
-    default: launch_gh<T, HD, 8>(p, num_head_chunks, splits, stream); break;
+    case 1:
+      launch_gh<T, HD, 1>(p, num_head_chunks, splits, stream);
+      break;
+    case 2:
+      launch_gh<T, HD, 2>(p, num_head_chunks, splits, stream);
+      break;
+    case 4:
+      launch_gh<T, HD, 4>(p, num_head_chunks, splits, stream);
+      break;
+    default:
+      launch_gh<T, HD, 8>(p, num_head_chunks, splits, stream);
+      break;
   }
   if (splits > 1) {
     dim3 grid(static_cast<unsigned>(p.num_decode_reqs), static_cast<unsigned>(p.num_heads));

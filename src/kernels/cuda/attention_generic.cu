@@ -27,7 +27,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) generic_kernel(const Page
   int lo_r = 0, hi_r = p.num_reqs - 1;
   while (lo_r < hi_r) {
     const int mid = (lo_r + hi_r + 1) / 2;
-    if (p.query_start_loc[mid] <= t) lo_r = mid; else hi_r = mid - 1;
+    if (p.query_start_loc[mid] <= t)
+      lo_r = mid;
+    else
+      hi_r = mid - 1;
   }
   const int r = lo_r;
   const int q_begin = p.query_start_loc[r], qlen = p.query_start_loc[r + 1] - q_begin;
@@ -94,9 +97,15 @@ void launch_generic(const PagedAttentionParams& p, cudaStream_t stream) {
   if (warps == 0) return;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   switch (p.dtype) {
-    case DType::kBF16: generic_kernel<__nv_bfloat16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p); break;
-    case DType::kF16: generic_kernel<__half><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p); break;
-    default: generic_kernel<float><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p); break;
+    case DType::kBF16:
+      generic_kernel<__nv_bfloat16><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+      break;
+    case DType::kF16:
+      generic_kernel<__half><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+      break;
+    default:
+      generic_kernel<float><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p);
+      break;
   }
   check_launch("generic_kernel");
 }
@@ -106,9 +115,15 @@ void launch_zero_padding(const PagedAttentionParams& p, cudaStream_t stream) {
   if (candidates <= 0) return;
   const unsigned blocks = static_cast<unsigned>(candidates < 1024 ? candidates : 1024);
   switch (p.dtype) {
-    case DType::kBF16: zero_padding_kernel<__nv_bfloat16><<<blocks, 128, 0, stream>>>(p); break;
-    case DType::kF16: zero_padding_kernel<__half><<<blocks, 128, 0, stream>>>(p); break;
-    default: zero_padding_kernel<float><<<blocks, 128, 0, stream>>>(p); break;
+    case DType::kBF16:
+      zero_padding_kernel<__nv_bfloat16><<<blocks, 128, 0, stream>>>(p);
+      break;
+    case DType::kF16:
+      zero_padding_kernel<__half><<<blocks, 128, 0, stream>>>(p);
+      break;
+    default:
+      zero_padding_kernel<float><<<blocks, 128, 0, stream>>>(p);
+      break;
   }
   check_launch("zero_padding_kernel");
 }

@@ -16,12 +16,12 @@ inline constexpr int kGenericMaxHeadDim = 256;
 // One paged_attention call. Token rows of query/out may be strided (fused QKV slices); heads and head_dim are
 // contiguous. All index tensors live on the device: the kernels read lengths and block ids there (graph-safe).
 struct PagedAttentionParams {
-  void* out = nullptr;                // [num_tokens, num_heads, head_dim] dtype
-  const void* query = nullptr;        // [num_tokens, num_heads, head_dim] dtype
-  const void* key_cache = nullptr;    // [num_blocks, block_size, num_kv_heads, head_dim] dtype
-  const void* value_cache = nullptr;  // same shape as key_cache
-  int64_t out_row_stride = 0;         // elements between consecutive tokens of out
-  int64_t query_row_stride = 0;       // elements between consecutive tokens of query
+  void* out = nullptr;                       // [num_tokens, num_heads, head_dim] dtype
+  const void* query = nullptr;               // [num_tokens, num_heads, head_dim] dtype
+  const void* key_cache = nullptr;           // [num_blocks, block_size, num_kv_heads, head_dim] dtype
+  const void* value_cache = nullptr;         // same shape as key_cache
+  int64_t out_row_stride = 0;                // elements between consecutive tokens of out
+  int64_t query_row_stride = 0;              // elements between consecutive tokens of query
   const int32_t* query_start_loc = nullptr;  // [num_reqs + 1]
   const int32_t* seq_lens = nullptr;         // [num_reqs]
   const int32_t* block_table = nullptr;      // [num_reqs, max_blocks_per_seq], row stride block_table_stride

@@ -23,7 +23,9 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
                : "r"(smem_addr(p)));
 }
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
 }
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PagedAttentionP
   __syncthreads();
   uint32_t qf[HD / 16][4];
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) ldmatrix_x4(qf[kk], sq + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+  for (int kk = 0; kk < HD / 16; ++kk)
+    ldmatrix_x4(qf[kk], sq + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
 
   float o[HD / 8][4];
 #pragma unroll
