@@ -126,12 +126,13 @@ Status ZmqClient::start(const EngineProcessOptions &options, EngineCoreReady *re
 std::optional<std::string> ZmqClient::child_exit() {
   std::lock_guard<std::mutex> lock(child_mu_);
   if (pid_ <= 0) return std::string("was never started");
-  if (reaped_) return std::string("has exited");
+  if (reaped_) return exit_description_;
   int wstatus = 0;
   const pid_t r = waitpid(pid_, &wstatus, WNOHANG);
   if (r == 0) return std::nullopt;
   reaped_ = true;
-  return r == pid_ ? describe_exit(wstatus) : std::string("is gone");
+  exit_description_ = r == pid_ ? describe_exit(wstatus) : std::string("is gone");
+  return exit_description_;
 }
 
 StatusOr<std::optional<FromCoreMessage>> ZmqClient::receive(double timeout_s) {
@@ -142,7 +143,16 @@ StatusOr<std::optional<FromCoreMessage>> ZmqClient::receive(double timeout_s) {
     ASSIGN_OR_RETURN(FromCoreMessage m, decode_from_core(msg.to_string_view()));
     return std::optional<FromCoreMessage>(std::move(m));
   }
-  if (std::optional<std::string> how = child_exit()) return unavailable("engine core process " + *how);
+  if (std::optional<std::string> how = child_exit()) {
+    // Its last words (a Failure naming the load error, say) may still be in flight: the child flushed them
+    // before exiting (linger), so they arrive promptly if they exist.
+    zmq::poll(&item, 1, std::chrono::milliseconds(200));
+    if (output_->recv(msg, zmq::recv_flags::dontwait)) {
+      ASSIGN_OR_RETURN(FromCoreMessage m, decode_from_core(msg.to_string_view()));
+      return std::optional<FromCoreMessage>(std::move(m));
+    }
+    return unavailable("engine core process " + *how);
+  }
   return std::optional<FromCoreMessage>();
 }
 
@@ -202,6 +212,7 @@ void ZmqClient::kill_and_reap(double grace_s) {
   int wstatus = 0;
   waitpid(pid_, &wstatus, 0);
   reaped_ = true;
+  exit_description_ = describe_exit(wstatus);
 }
 
 void ZmqClient::shutdown() {

@@ -36,8 +36,9 @@ struct EngineProcessOptions {
 class ZmqClient final : public EngineCoreClient {
  public:
   // Starts the child and waits for its handshake. The child's own error (e.g. the model failed to load) is
-  // returned as it reported it; a child that exits or times out first gives Unavailable / DeadlineExceeded-
-  // like Unavailable naming that. `ready` receives what the core reported.
+  // returned as it reported it; a child that exits first, or is not ready within startup_timeout_s, gives
+  // Unavailable naming that. `ready` receives what the core reported. Spawn from a long-lived thread: the
+  // child's death signal fires when the spawning thread ends.
   static StatusOr<std::unique_ptr<ZmqClient>> spawn(const EngineProcessOptions &options, EngineCoreReady *ready);
   ~ZmqClient() override;
 
@@ -56,7 +57,7 @@ class ZmqClient final : public EngineCoreClient {
   // Waits up to `timeout_s` for one message from the core; nullopt on timeout. Unavailable once the child
   // has exited (noticed by waitpid while nothing is readable).
   StatusOr<std::optional<FromCoreMessage>> receive(double timeout_s);
-  // The child's exit, if it has ended (reaps it).
+  // How the child ended ("exited with status 1", ...), if it has (reaps it); nullopt while it runs.
   std::optional<std::string> child_exit();
   void kill_and_reap(double grace_s);
 
@@ -72,6 +73,7 @@ class ZmqClient final : public EngineCoreClient {
   std::mutex child_mu_;  // guards pid_ / reaped_ (waitpid from the consumer and from shutdown())
   pid_t pid_ = -1;
   bool reaped_ = false;
+  std::string exit_description_;  // how the child ended, once reaped
 };
 
 }  // namespace llmserve
