@@ -19,6 +19,7 @@ StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::create(CausalLM &model, const To
   sc.max_num_seqs = args.max_num_seqs;
   sc.max_num_batched_tokens = args.max_num_batched_tokens;
   sc.enable_chunked_prefill = args.enable_chunked_prefill;
+  sc.policy = args.scheduling_policy;
   sc.log_stats = args.log_stats;
   if (args.block_size < 1) return invalid_argument("block_size must be at least 1");
   KVCacheConfig cache;
@@ -55,13 +56,17 @@ StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::create(CausalLM &model, const To
   return e;
 }
 
-Status LLMEngine::add_request(const std::string &request_id, const PromptInput &prompt, const SamplingParams &params) {
+Status LLMEngine::add_request(const std::string &request_id, const PromptInput &prompt, const SamplingParams &params,
+                              int32_t priority) {
   const int64_t vocab = model_.config().vocab_size;
   if (!processor_.child_ids(request_id).empty()) {
     return {StatusCode::kAlreadyExists, "request id '" + request_id + "' is already in use"};
   }
   RETURN_IF_ERROR(params.validate(vocab));
-  if (params.prompt_logprobs) return unimplemented("prompt_logprobs: not supported yet by the CPU runner");
+  if (priority != 0 && scheduler_config_.policy != SchedulingPolicy::kPriority) {
+    return invalid_argument("priority: got priority " + std::to_string(priority) +
+                            " but priority scheduling is not enabled (scheduling_policy is fcfs)");
+  }
   if (!params.stop.empty() && tokenizer_ == nullptr) {
     return invalid_argument("stop: stop strings need a tokenizer");
   }
@@ -102,6 +107,7 @@ Status LLMEngine::add_request(const std::string &request_id, const PromptInput &
   parent.sampling_params.n = params.n;
   parent.eos_token_id = eos_token_id_;
   parent.arrival_time = static_cast<double>(totals_.num_steps);
+  parent.priority = priority;
   // n > 1: the engine's fan-out (children "<i>_<id>", seeds seed + i, as vLLM); n = 1 keeps the id.
   std::vector<EngineCoreRequest> children;
   if (params.n == 1) {
@@ -111,7 +117,7 @@ Status LLMEngine::add_request(const std::string &request_id, const PromptInput &
     children = fan_out_parallel_sampling(parent);
   }
   std::vector<std::string> child_ids;
-  for (const EngineCoreRequest& c : children) child_ids.push_back(c.request_id);
+  for (const EngineCoreRequest &c : children) child_ids.push_back(c.request_id);
   for (size_t i = 0; i < children.size(); ++i) {
     Status s = core_->add_request(std::move(children[i]));
     if (!s.ok()) {
