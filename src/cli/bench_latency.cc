@@ -1,5 +1,6 @@
-// `llmserve bench latency`: prefill and decode throughput of one batch on the CPU path, each printed beside
-// its physical floor measured on the same machine in the same run (read bandwidth, GEMM rate) and the ratio.
+// `llmserve bench latency`: prefill and decode throughput of one batch through the engine's ModelRunner (fed
+// hand-made SchedulerOutputs, so no scheduler cost is timed), each printed beside its physical floor measured on
+// the same machine in the same run (read bandwidth, GEMM rate) and the ratio.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -10,16 +11,14 @@
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "model/model_registry.h"
-#include "runtime/paged_runner.h"
+#include "runtime/model_runner.h"
 
 namespace llmserve::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Bytes read per second by the pool summing a buffer far larger than the caches: decode streams weights and KV
 // the same way (reads only), so this, not memcpy, bounds it.
@@ -79,8 +78,10 @@ int fail(const Status& s) {
 
 int run_latency(const std::vector<std::string>& args) {
   BenchFlags f;
-  ArgParser parser("bench latency", "Times one batch: prefill of batch-size x input-len tokens, then output-len\n"
-                                    "decode steps; prints tok/s beside the memory-bandwidth / GEMM-rate floor.");
+  ArgParser parser("bench latency",
+                   "Times one batch through the ModelRunner: prefill of batch-size x input-len\n"
+                   "tokens, then output-len decode steps (greedy sampling included); prints tok/s\n"
+                   "beside the memory-bandwidth / GEMM-rate floor.");
   parser.add_string("model", &f.model, "model directory");
   parser.add_string("config", &f.config_file, "config.json to use with --load-format dummy (no weights needed)");
   parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16");
@@ -120,36 +121,56 @@ int run_latency(const std::vector<std::string>& args) {
     return fail(invalid_argument("input-len + output-len exceeds max_position_embeddings"));
   }
 
-  PagedRunnerOptions runner_options;
-  runner_options.max_num_tokens_cached = f.batch_size * (f.input_len + f.output_len + runner_options.block_size);
-  PagedRunner runner(**model, runner_options);
+  // Every sequence gets its own blocks up front, enough for the prompt, the output and the last sampled token.
+  ModelRunnerConfig runner_config;
+  const int64_t blocks_per_seq =
+      (f.input_len + f.output_len + 1 + runner_config.block_size - 1) / runner_config.block_size;
+  if (f.batch_size * blocks_per_seq > INT32_MAX) return fail(invalid_argument("--batch-size x lengths too large"));
+  runner_config.num_blocks = static_cast<int32_t>(f.batch_size * blocks_per_seq);
+  ModelRunner runner(**model, runner_config);
   std::mt19937 rng(static_cast<uint32_t>(f.seed));
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(c.vocab_size - 1));
+  SamplingParams greedy;
+  greedy.temperature = 0.0;
   double best_prefill = 1e30, best_decode = 1e30;
   for (int64_t iter = 0; iter <= f.num_iters; ++iter) {  // iteration 0 warms up
-    std::vector<RunnerSequence> seqs(f.batch_size);
-    std::vector<RunnerSequence*> ptrs;
-    for (RunnerSequence& s : seqs) {
-      for (int64_t i = 0; i < f.input_len; ++i) s.token_ids.push_back(token(rng));
-      ptrs.push_back(&s);
+    SchedulerOutput prefill;
+    for (int64_t r = 0; r < f.batch_size; ++r) {
+      NewRequestData& req = prefill.scheduled_new_reqs.emplace_back();
+      req.req_id = std::to_string(r);
+      for (int64_t i = 0; i < f.input_len; ++i) req.prompt_token_ids.push_back(token(rng));
+      req.sampling_params = greedy;
+      for (int64_t b = 0; b < blocks_per_seq; ++b)
+        req.block_ids.push_back(static_cast<int32_t>(r * blocks_per_seq + b));
+      prefill.num_scheduled_tokens.push_back({req.req_id, f.input_len});
+      prefill.total_num_scheduled_tokens += f.input_len;
     }
-    Tensor next = Tensor::empty({f.batch_size}, DType::kI32);
-    auto start = Clock::now();
-    StatusOr<Tensor> logits = runner.step(ptrs);
-    if (!logits.ok()) return fail(logits.status());
-    const double prefill = seconds_since(start);
-    start = Clock::now();
+    // The decode steps' inputs are built before the clock starts: each step computes one token per sequence.
+    std::vector<SchedulerOutput> decode_steps(static_cast<size_t>(f.output_len));
     for (int64_t step = 0; step < f.output_len; ++step) {
-      ops::argmax(next, *logits);
-      for (int64_t r = 0; r < f.batch_size; ++r) seqs[r].token_ids.push_back(next.data<int32_t>()[r]);
-      logits = runner.step(ptrs);
-      if (!logits.ok()) return fail(logits.status());
+      SchedulerOutput& d = decode_steps[static_cast<size_t>(step)];
+      for (const NewRequestData& req : prefill.scheduled_new_reqs) {
+        d.scheduled_cached_reqs.push_back({req.req_id, false, {}, f.input_len + step});
+        d.num_scheduled_tokens.push_back({req.req_id, 1});
+      }
+      d.total_num_scheduled_tokens = f.batch_size;
     }
-    const double decode = seconds_since(start);
-    for (RunnerSequence& s : seqs) runner.release(s);
+    auto start = Clock::now();
+    StatusOr<ModelRunnerOutput> out = runner.execute(prefill);
+    if (!out.ok()) return fail(out.status());
+    const double prefill_s = seconds_since(start);
+    start = Clock::now();
+    for (const SchedulerOutput& d : decode_steps) {
+      out = runner.execute(d);
+      if (!out.ok()) return fail(out.status());
+    }
+    const double decode_s = seconds_since(start);
+    SchedulerOutput finish;
+    for (const NewRequestData& req : prefill.scheduled_new_reqs) finish.finished_req_ids.push_back(req.req_id);
+    if (StatusOr<ModelRunnerOutput> done = runner.execute(finish); !done.ok()) return fail(done.status());
     if (iter > 0) {
-      best_prefill = std::min(best_prefill, prefill);
-      best_decode = std::min(best_decode, decode);
+      best_prefill = std::min(best_prefill, prefill_s);
+      best_decode = std::min(best_decode, decode_s);
     }
   }
 
@@ -176,8 +197,10 @@ int run_latency(const std::vector<std::string>& args) {
               100.0 * prefill_floor / best_prefill);
   std::printf("%-8s %12.1f %12.2f %14.2f %7.1f%%\n", "decode", decode_tps, best_decode * 1e3, decode_floor * 1e3,
               100.0 * decode_floor / best_decode);
-  std::printf("floors: prefill = 2 x params x tokens / GEMM rate; decode = (weights %.1f MB + KV) per step / read "
-              "bandwidth\n", weight_bytes / 1e6);
+  std::printf(
+      "floors: prefill = 2 x params x tokens / GEMM rate; decode = (weights %.1f MB + KV) per step / read "
+      "bandwidth\n",
+      weight_bytes / 1e6);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
@@ -19,13 +20,16 @@ namespace llmserve::cli {
 int run_bench_throughput(const std::vector<std::string> &args) {
   ModelFlags m;
   EngineFlags e;
+  std::string dataset_name = "random";
   int64_t num_prompts = 16, input_len = 128, output_len = 64;
   double temperature = 1.0;
   bool ignore_eos = false;
   ArgParser parser("bench throughput", "End-to-end output tokens/s of LLMEngine on random prompts.");
   add_model_flags(parser, &m);
   add_engine_flags(parser, &e);
-  parser.add_int("num-prompts", &num_prompts, "requests, all submitted at once (default 16)");
+  parser.add_string("dataset-name", &dataset_name, "random (the only one: uniform random token ids, vLLM's name)");
+  parser.add_int("num-prompts", &num_prompts,
+                 "requests, all submitted at once (default 16); with --max-num-seqs N at most N run concurrently");
   parser.add_int("input-len", &input_len, "random prompt tokens per request (default 128)");
   parser.add_int("output-len", &output_len, "max_tokens per request (default 64)");
   parser.add_float("temperature", &temperature, "sampling temperature (default 1.0, as vLLM's benchmark)");
@@ -33,6 +37,9 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (m.model.empty() && m.config_file.empty()) {
     return fail(invalid_argument("give --model DIR, or --load-format dummy --config FILE"));
+  }
+  if (dataset_name != "random") {
+    return fail(invalid_argument("--dataset-name '" + dataset_name + "': only 'random' is supported"));
   }
   if (num_prompts < 1 || input_len < 1 || output_len < 1) {
     return fail(invalid_argument("--num-prompts, --input-len and --output-len must be at least 1"));
@@ -76,11 +83,12 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t total_tokens = output_tokens + num_prompts * input_len;
   std::printf(
-      "model: %s (%s), %lld prompts, input %lld, output %lld, "
+      "model: %s (%s), %lld random prompts, input %lld, output %lld, "
       "max_num_seqs %d, %d threads\n",
       c.architecture.c_str(), m.model.empty() ? m.config_file.c_str() : m.model.c_str(),
       static_cast<long long>(num_prompts), static_cast<long long>(input_len), static_cast<long long>(output_len),
       args_e.max_num_seqs, ThreadPool::global().num_threads());
+  std::printf("ignore_eos: %s, temperature: %.2f\n", ignore_eos ? "true" : "false", temperature);
   std::printf("engine steps: %lld, preemptions: %lld, elapsed: %.2f s\n",
               static_cast<long long>((*engine)->totals().num_steps),
               static_cast<long long>((*engine)->totals().num_preemptions), seconds);

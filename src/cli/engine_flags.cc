@@ -2,10 +2,13 @@
 // tokenizer and SamplingParams.
 #include "cli/engine_flags.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "cli/builtin_default.h"
 #include "core/thread_pool.h"
@@ -54,11 +57,20 @@ void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temp
   parser.add_bool("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence tokens");
   parser.add_bool("include-stop-str-in-output", &f->include_stop_str_in_output, "keep the stop string in the text");
   parser.add_bool("skip-special-tokens", &f->skip_special_tokens, "leave special tokens out of the text (default)");
+  parser.add_bool("spaces-between-special-tokens", &f->spaces_between_special_tokens,
+                  "put spaces around special tokens in the text (default)");
+  parser.add_string("logit-bias", &f->logit_bias,
+                    "JSON object {\"token id\": bias in [-100, 100], ...} added to the logits");
   parser.add_float("presence-penalty", &f->presence_penalty, "[-2, 2]");
   parser.add_float("frequency-penalty", &f->frequency_penalty, "[-2, 2]");
   parser.add_float("repetition-penalty", &f->repetition_penalty, "> 0; 1 = off");
   parser.add_int("n", &f->n, "sequences per prompt (default 1)");
   parser.add_int("logprobs", &f->logprobs, "top logprobs per generated token (json output)");
+}
+
+void add_prompt_logprobs_flag(ArgParser &parser, SamplingFlags *f) {
+  parser.add_int("prompt-logprobs", &f->prompt_logprobs,
+                 "top logprobs per prompt token, in [0, 20] (json output; turns prefix-cache hits off for it)");
 }
 
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string &text, const std::string &flag) {
@@ -75,6 +87,25 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string &text, const std:
   }
   if (ids.empty()) return invalid_argument(flag + " is empty");
   return ids;
+}
+
+// {"id": bias, ...} -> (id, bias) pairs; ranges are SamplingParams::validate's job (it knows the vocabulary).
+StatusOr<std::vector<std::pair<int32_t, double>>> parse_logit_bias(const std::string &text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return invalid_argument("--logit-bias: expected a JSON object such as {\"42\": -100}");
+  }
+  std::vector<std::pair<int32_t, double>> out;
+  for (const auto &[key, value] : j.items()) {
+    char *end = nullptr;
+    const long id = std::strtol(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || id < INT32_MIN || id > INT32_MAX) {
+      return invalid_argument("--logit-bias: key '" + key + "' is not a token id");
+    }
+    if (!value.is_number()) return invalid_argument("--logit-bias: the bias of token " + key + " is not a number");
+    out.emplace_back(static_cast<int32_t>(id), value.get<double>());
+  }
+  return out;
 }
 
 StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m) {
@@ -94,12 +125,20 @@ StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelF
   p.ignore_eos = f.ignore_eos;
   p.include_stop_str_in_output = f.include_stop_str_in_output;
   p.skip_special_tokens = f.skip_special_tokens;
+  p.spaces_between_special_tokens = f.spaces_between_special_tokens;
+  if (!f.logit_bias.empty()) {
+    ASSIGN_OR_RETURN(p.logit_bias, parse_logit_bias(f.logit_bias));
+  }
   p.presence_penalty = f.presence_penalty;
   p.frequency_penalty = f.frequency_penalty;
   p.repetition_penalty = f.repetition_penalty;
   if (f.n < 1 || f.n > 1024) return invalid_argument("--n must be in [1, 1024]");
   p.n = static_cast<int32_t>(f.n);
-  if (f.logprobs >= 0) p.logprobs = static_cast<int32_t>(std::min<int64_t>(f.logprobs, INT32_MAX));
+  // Out-of-range values reach SamplingParams::validate (clamped into int32 so they stay out of range), which
+  // names the field.
+  auto to_int32 = [](int64_t v) { return static_cast<int32_t>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX)); };
+  if (f.logprobs != SamplingFlags::kUnset) p.logprobs = to_int32(f.logprobs);
+  if (f.prompt_logprobs != SamplingFlags::kUnset) p.prompt_logprobs = to_int32(f.prompt_logprobs);
   return p;
 }
 

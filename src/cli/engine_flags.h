@@ -33,13 +33,18 @@ struct EngineFlags {
 void add_engine_flags(ArgParser &parser, EngineFlags *f);
 
 struct SamplingFlags {
+  static constexpr int64_t kUnset = INT64_MIN;  // an int flag not given (so a negative value can be rejected)
   double temperature = 0.0, top_p = 1.0, min_p = 0.0;
   double presence_penalty = 0.0, frequency_penalty = 0.0, repetition_penalty = 1.0;
-  int64_t top_k = 0, max_tokens = 16, min_tokens = 0, n = 1, logprobs = -1;
+  int64_t top_k = 0, max_tokens = 16, min_tokens = 0, n = 1, logprobs = kUnset;
+  int64_t prompt_logprobs = kUnset;  // registered by generate only (add_prompt_logprobs_flag)
   std::vector<std::string> stop, stop_token_ids;
+  std::string logit_bias;  // JSON object {"token id": bias, ...} (OpenAI's logit_bias)
   bool ignore_eos = false, include_stop_str_in_output = false, skip_special_tokens = true;
+  bool spaces_between_special_tokens = true;
 };
 void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temperature);
+void add_prompt_logprobs_flag(ArgParser &parser, SamplingFlags *f);
 // SamplingParams from the flags (validated later by LLMEngine::add_request,
 // which names the field).
 StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m);

@@ -23,13 +23,14 @@ struct GenerateFlags {
   ModelFlags model;
   EngineFlags engine;
   SamplingFlags sampling;
-  std::string output = "text", input;
+  std::string output = "text", input, scheduling_policy = "fcfs";
   std::vector<std::string> prompts, prompt_ids;
   bool progress = true;
 };
 
-// One JSONL line: {"prompt": "text"} or {"prompt_token_ids": [ids]}.
-Status read_jsonl(const std::string &path, std::vector<PromptInput> *prompts) {
+// One JSONL line: {"prompt": "text"} or {"prompt_token_ids": [ids]}, optionally with "priority": int (lower is
+// served earlier; needs --scheduling-policy priority).
+Status read_jsonl(const std::string &path, std::vector<PromptInput> *prompts, std::vector<int32_t> *priorities) {
   std::ifstream in(path);
   if (!in) return not_found("--input " + path + ": cannot open");
   std::string line;
@@ -52,13 +53,30 @@ Status read_jsonl(const std::string &path, std::vector<PromptInput> *prompts) {
     } else {
       return invalid_argument(where + ": expected a string \"prompt\" or an array \"prompt_token_ids\"");
     }
+    int32_t priority = 0;
+    if (j.contains("priority")) {
+      const auto &v = j["priority"];
+      if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
+        return invalid_argument(where + ": priority must be a 32-bit integer");
+      }
+      priority = v.get<int32_t>();
+    }
     prompts->push_back(std::move(p));
+    priorities->resize(prompts->size() - 1, 0);
+    priorities->push_back(priority);
   }
   return ok_status();
 }
 
 const char *reason_name(const CompletionOutput &c) {
   return c.finish_reason ? finish_reason_name(*c.finish_reason) : "";
+}
+
+// {"token_id", "logprob", "rank", "top": [[id, logprob], ...]}: the scored token first, then the top-k.
+nlohmann::ordered_json logprob_json(const TokenLogprobs &lp) {
+  nlohmann::ordered_json top = nlohmann::ordered_json::array();
+  for (size_t k = 1; k < lp.token_ids.size(); ++k) top.push_back({lp.token_ids[k], lp.logprobs[k]});
+  return {{"token_id", lp.token_ids[0]}, {"logprob", lp.logprobs[0]}, {"rank", lp.sampled_token_rank}, {"top", top}};
 }
 
 nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r, const CompletionOutput &c, bool text,
@@ -73,13 +91,13 @@ nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r, con
   if (const auto *s = std::get_if<std::string>(&c.stop_reason)) j["stop_reason"] = *s;
   if (!c.logprobs.empty()) {
     nlohmann::ordered_json lps = nlohmann::ordered_json::array();
-    for (const TokenLogprobs &lp : c.logprobs) {
-      nlohmann::ordered_json top = nlohmann::ordered_json::array();
-      for (size_t k = 1; k < lp.token_ids.size(); ++k) top.push_back({lp.token_ids[k], lp.logprobs[k]});
-      lps.push_back(
-          {{"token_id", lp.token_ids[0]}, {"logprob", lp.logprobs[0]}, {"rank", lp.sampled_token_rank}, {"top", top}});
-    }
+    for (const TokenLogprobs &lp : c.logprobs) lps.push_back(logprob_json(lp));
     j["logprobs"] = lps;
+  }
+  if (!r.prompt_logprobs.empty()) {  // vLLM's shape: null for the first prompt token
+    nlohmann::ordered_json lps = nlohmann::ordered_json::array();
+    for (const std::optional<TokenLogprobs> &lp : r.prompt_logprobs) lps.push_back(lp ? logprob_json(*lp) : nullptr);
+    j["prompt_logprobs"] = lps;
   }
   return j;
 }
@@ -102,16 +120,22 @@ int run_generate(const std::vector<std::string> &args) {
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
   add_sampling_flags(parser, &f.sampling, /*default_temperature=*/0.0);
+  add_prompt_logprobs_flag(parser, &f.sampling);
   parser.add_strings("prompt", &f.prompts, "prompt text (repeatable: prompts run as one batch)");
   parser.add_strings("prompt-ids", &f.prompt_ids, "prompt as comma-separated token ids (repeatable)");
   parser.add_string("input", &f.input,
                     "JSONL file, one {\"prompt\": ...} or "
                     "{\"prompt_token_ids\": [...]} per line");
   parser.add_string("output", &f.output, "text | json (one JSON object per sequence)");
+  parser.add_string("scheduling-policy", &f.scheduling_policy,
+                    "fcfs | priority (JSONL lines' \"priority\": lower is served earlier)");
   parser.add_bool("progress", &f.progress, "progress bar on stderr when several prompts run (default on)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (f.sampling.max_tokens < 0) return fail(invalid_argument("--max-tokens must be >= 0"));
   if (f.output != "text" && f.output != "json") return fail(invalid_argument("--output must be text or json"));
+  if (f.scheduling_policy != "fcfs" && f.scheduling_policy != "priority") {
+    return fail(invalid_argument("--scheduling-policy must be fcfs or priority"));
+  }
   StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
   if (!params.ok()) return fail(params.status());
 
@@ -122,8 +146,9 @@ int run_generate(const std::vector<std::string> &args) {
     if (!parsed.ok()) return fail(parsed.status());
     prompts.push_back(PromptInput{"", *parsed});
   }
+  std::vector<int32_t> priorities;  // by prompt index; missing entries are 0
   if (!f.input.empty()) {
-    if (Status s = read_jsonl(f.input, &prompts); !s.ok()) return fail(s);
+    if (Status s = read_jsonl(f.input, &prompts, &priorities); !s.ok()) return fail(s);
   }
   const bool any_text =
       std::any_of(prompts.begin(), prompts.end(), [](const PromptInput &p) { return p.token_ids.empty(); });
@@ -135,6 +160,7 @@ int run_generate(const std::vector<std::string> &args) {
     if (tokenizer == nullptr) return fail(invalid_argument("give --prompt, --prompt-ids or --input"));
     prompts.push_back(PromptInput{"", tokenizer->encode("", true)});  // BOS alone: an unconditional sample
   }
+  priorities.resize(prompts.size(), 0);
   // Tokenize up front: the CLI's own checks name the prompt and the model
   // limit.
   const ModelConfig &config = model.config();
@@ -162,6 +188,7 @@ int run_generate(const std::vector<std::string> &args) {
   std::vector<RequestOutput> results(prompts.size());
   if (f.sampling.max_tokens > 0) {
     EngineArgs args = to_engine_args(f.engine, f.model);
+    if (f.scheduling_policy == "priority") args.scheduling_policy = SchedulingPolicy::kPriority;
     // Size the engine for this batch: max_model_len to the longest request, the
     // cache to all of them (capped; the scheduler preempts when a larger batch
     // does not fit).
@@ -174,7 +201,7 @@ int run_generate(const std::vector<std::string> &args) {
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const std::string id = std::to_string(i);
-      if (Status s = (*engine)->add_request(id, prompts[i], *params); !s.ok()) {
+      if (Status s = (*engine)->add_request(id, prompts[i], *params, priorities[i]); !s.ok()) {
         return fail(invalid_argument("prompt " + id + ": " + s.message()));
       }
       index[id] = i;

@@ -66,7 +66,10 @@ struct ModelRunnerOutput {
   std::vector<std::vector<int32_t>> sampled_token_ids;
   // Per request, per sampled token; empty when not requested.
   std::vector<std::vector<TokenLogprobs>> logprobs;
-  // Per request, per prompt position computed this step; empty when not requested.
+  // Per request (batch order; the outer list is empty when no request of the step asked): the logprobs of the
+  // prompt positions this step scored, consecutive and in order, each position reported once (the first is
+  // position 1: nothing scores position 0). Entry: the prompt token (column 0, its rank) then the top
+  // `prompt_logprobs`.
   std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
 };
 
@@ -82,9 +85,9 @@ struct EngineCoreOutput {
   RequestId request_id;
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprobs> new_logprobs;
-  std::vector<TokenLogprobs> new_prompt_logprobs;
-  std::optional<FinishReason> finish_reason;  // set on the request's last output
-  StopReason stop_reason;                     // with kStop: EOS (monostate), stop token id or stop string
+  std::vector<TokenLogprobs> new_prompt_logprobs;  // the next prompt positions' logprobs (see ModelRunnerOutput)
+  std::optional<FinishReason> finish_reason;       // set on the request's last output
+  StopReason stop_reason;                          // with kStop: EOS (monostate), stop token id or stop string
   int64_t num_cached_tokens = 0;
   std::vector<EngineCoreEvent> events;  // only when SchedulerConfig::log_stats
 

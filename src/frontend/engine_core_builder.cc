@@ -20,6 +20,7 @@ StatusOr<EngineCoreConfig> make_engine_core_config(const ModelConfig &mc, const 
   sc.max_num_seqs = args.max_num_seqs;
   sc.max_num_batched_tokens = args.max_num_batched_tokens;
   sc.enable_chunked_prefill = args.enable_chunked_prefill;
+  sc.policy = args.scheduling_policy;
   sc.log_stats = args.log_stats;
   if (args.block_size < 1) return invalid_argument("block_size must be at least 1");
   c.cache.block_size = args.block_size;

@@ -29,6 +29,8 @@ struct EngineArgs {
   int64_t max_num_batched_tokens = 2048;  // token budget of one step (chunked prefill splits longer prompts)
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  // kPriority: waiting requests are admitted (and running ones preempted last) by add_request's `priority`.
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   uint64_t seed = 0;       // engine seed of unseeded sampling
   bool log_stats = false;  // the core stamps QUEUED / SCHEDULED / PREEMPTED events and output times
 };

@@ -12,6 +12,7 @@ InputProcessor::InputProcessor(const Tokenizer *tokenizer, const EngineCoreConfi
     : tokenizer_(tokenizer),
       vocab_size_(config.vocab_size),
       max_model_len_(config.scheduler.max_model_len),
+      policy_(config.scheduler.policy),
       eos_token_id_(config.eos_token_id),
       extra_eos_ids_(config.extra_eos_ids) {}
 
@@ -20,7 +21,10 @@ StatusOr<ProcessedRequest> InputProcessor::process(const std::string &request_id
                                                    double arrival_time) const {
   const int64_t vocab = vocab_size_;
   RETURN_IF_ERROR(params.validate(vocab));
-  if (params.prompt_logprobs) return unimplemented("prompt_logprobs: not supported yet by the CPU runner");
+  if (priority != 0 && policy_ != SchedulingPolicy::kPriority) {
+    return invalid_argument("priority: got priority " + std::to_string(priority) +
+                            " but priority scheduling is not enabled (scheduling_policy is fcfs)");
+  }
   if (!params.stop.empty() && tokenizer_ == nullptr) {
     return invalid_argument("stop: stop strings need a tokenizer");
   }

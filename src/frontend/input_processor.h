@@ -37,7 +37,8 @@ class InputProcessor {
   InputProcessor(const Tokenizer *tokenizer, const EngineCoreConfig &config);
 
   // InvalidArgument naming the field (sampling params, an empty / too long prompt, ids outside the vocabulary,
-  // text or stop strings without a tokenizer), Unimplemented for prompt_logprobs. `arrival_time` orders FCFS.
+  // text or stop strings without a tokenizer, a non-zero priority without the priority policy). `arrival_time`
+  // orders FCFS.
   StatusOr<ProcessedRequest> process(const std::string &request_id, const PromptInput &prompt,
                                      const SamplingParams &params, int32_t priority, double arrival_time) const;
 
@@ -48,6 +49,7 @@ class InputProcessor {
   const Tokenizer *tokenizer_;
   int64_t vocab_size_;
   int64_t max_model_len_;
+  SchedulingPolicy policy_;
   std::optional<int32_t> eos_token_id_;
   std::vector<int32_t> extra_eos_ids_;
 };

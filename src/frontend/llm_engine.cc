@@ -13,12 +13,13 @@ StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::create(CausalLM &model, const To
   return std::unique_ptr<LLMEngine>(new LLMEngine(tokenizer, std::move(config), std::move(instance)));
 }
 
-Status LLMEngine::add_request(const std::string &request_id, const PromptInput &prompt, const SamplingParams &params) {
+Status LLMEngine::add_request(const std::string &request_id, const PromptInput &prompt, const SamplingParams &params,
+                              int32_t priority) {
   if (!processor_.child_ids(request_id).empty()) {
     return {StatusCode::kAlreadyExists, "request id '" + request_id + "' is already in use"};
   }
   // Arrival = the step count: FCFS by submission step, deterministic for tests.
-  ASSIGN_OR_RETURN(ProcessedRequest req, input_processor_.process(request_id, prompt, params, /*priority=*/0,
+  ASSIGN_OR_RETURN(ProcessedRequest req, input_processor_.process(request_id, prompt, params, priority,
                                                                   static_cast<double>(totals_.num_steps)));
   EngineCore &core = *instance_.core;
   for (size_t i = 0; i < req.children.size(); ++i) {

@@ -41,9 +41,11 @@ class LLMEngine {
 
   // Validates and queues a request: InvalidArgument (naming the field) for bad
   // sampling params, a prompt that is empty, has ids outside the vocabulary or
-  // does not fit max_model_len, or text without a tokenizer; AlreadyExists for
-  // a live id. Nothing is queued on error.
-  Status add_request(const std::string &request_id, const PromptInput &prompt, const SamplingParams &params);
+  // does not fit max_model_len, or text without a tokenizer, or a non-zero
+  // `priority` without the priority policy (as vLLM); AlreadyExists for a live
+  // id. Nothing is queued on error. `priority`: lower is served earlier.
+  Status add_request(const std::string &request_id, const PromptInput &prompt, const SamplingParams &params,
+                     int32_t priority = 0);
   // One engine step; the outputs of requests that changed (final ones have
   // finished = true).
   StatusOr<std::vector<RequestOutput>> step();

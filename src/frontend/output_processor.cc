@@ -25,6 +25,8 @@ struct OutputProcessor::Parent {
   size_t stop_buffer = 0;  // bytes held back from streamed deltas: a stop string
                            // may still start there
   std::vector<std::unique_ptr<Sequence>> sequences;
+  // Gathered from the first sequence's outputs (every sequence scores the same prompt); [0] is nullopt.
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
   int64_t num_cached_tokens = 0;
   int64_t num_finished = 0;
 };
@@ -58,6 +60,10 @@ void OutputProcessor::add_request(const std::string &request_id, std::string pro
   parent->params = params;
   for (const std::string &s : params.stop) parent->stop_buffer = std::max(parent->stop_buffer, s.size() - 1);
   if (params.include_stop_str_in_output) parent->stop_buffer = 0;  // vLLM streams everything then
+  if (params.prompt_logprobs) {
+    parent->prompt_logprobs.reserve(parent->prompt_token_ids.size());
+    parent->prompt_logprobs.emplace_back();
+  }
   for (size_t i = 0; i < child_ids.size(); ++i) {
     auto seq = std::make_unique<Sequence>();
     seq->parent = parent.get();
@@ -132,6 +138,7 @@ RequestOutput OutputProcessor::make_output(Parent &parent) {
   r.prompt = parent.prompt;
   r.prompt_token_ids = parent.prompt_token_ids;
   r.num_cached_tokens = parent.num_cached_tokens;
+  if (parent.prompt_logprobs.size() == parent.prompt_token_ids.size()) r.prompt_logprobs = parent.prompt_logprobs;
   r.finished = parent.num_finished == static_cast<int64_t>(parent.sequences.size());
   for (auto &seq : parent.sequences) {
     CompletionOutput c = seq->completion;
@@ -157,6 +164,13 @@ OutputProcessor::Result OutputProcessor::process(const EngineCoreOutputs &output
     Sequence &seq = *it->second;
     Parent &parent = *seq.parent;
     parent.num_cached_tokens = std::max(parent.num_cached_tokens, out.num_cached_tokens);
+    if (!out.new_prompt_logprobs.empty() && seq.completion.index == 0) {
+      parent.prompt_logprobs.insert(parent.prompt_logprobs.end(), out.new_prompt_logprobs.begin(),
+                                    out.new_prompt_logprobs.end());
+      CHECK_LE(parent.prompt_logprobs.size(), parent.prompt_token_ids.size()) << out.request_id;
+    }
+    // A prefill chunk that only scored prompt tokens changes nothing the caller sees yet.
+    if (out.new_token_ids.empty() && !out.finished()) continue;
     std::optional<std::string> stop = update_sequence(seq, out);
     if (stop && !out.finished()) result.stop_string_finished.emplace_back(out.request_id, *stop);
     if (seq.completion.finished()) {

@@ -40,6 +40,10 @@ struct RequestOutput {
   std::string request_id;
   std::string prompt;  // empty when the prompt was given as ids
   std::vector<int32_t> prompt_token_ids;
+  // With SamplingParams::prompt_logprobs, once the whole prompt is scored (with the first generated token):
+  // one entry per prompt token, nullopt for position 0 (as vLLM's None), else the token's logprob and rank
+  // given the tokens before it, then the top-k. Empty before that and when not requested.
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
   std::vector<CompletionOutput> outputs;  // n entries, by index
   int64_t num_cached_tokens = 0;          // prompt tokens served from the prefix cache
   bool finished = false;                  // every sequence finished

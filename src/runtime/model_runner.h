@@ -2,11 +2,14 @@
 // persistent per-request state (token ids, block ids, computed count, sampling
 // settings) updated only from SchedulerOutput deltas — it never sees a Request
 // — builds one ForwardBatch for the mixed prefill + decode step, runs the model
-// and the Sampler and returns the sampled ids. Invariant: a request's state
-// mirrors the scheduler's (same tokens, blocks, computed count).
+// and the Sampler and returns the sampled ids (and, for requests that asked,
+// the logprobs of their prompt tokens). Invariant: a request's state mirrors
+// the scheduler's (same tokens, blocks, computed count), and each prompt
+// position's logprobs are reported exactly once, even across preemption.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -55,11 +58,30 @@ class ModelRunner : public ModelExecutor {
     std::vector<int32_t> block_ids;  // physical blocks in logical order
     int64_t num_computed_tokens = 0;
     SamplingSettings sampling;
+    std::optional<int32_t> prompt_logprobs;  // top-k per prompt position; nullopt: not asked
+    // Next prompt position whose logprob is owed (position 0 has none). Survives preemption, so a recomputed
+    // prompt does not report its logprobs twice.
+    int64_t next_prompt_logprob_pos = 1;
   };
+  // Prompt positions [first, first + count) whose logprobs this step computes for one request: the logits of
+  // position p - 1 score prompt token p. The last prompt position scores the first sampled token instead.
+  struct PromptLogprobRange {
+    int64_t first = 0;
+    int64_t count = 0;
+  };
+  PromptLogprobRange prompt_logprob_range(const RequestState &s, int64_t num_new) const;
+  // Fills out.prompt_logprobs from logits rows [first_row, first_row + sum of counts) (in batch order).
+  void compute_prompt_logprobs(const Tensor &logits, int64_t first_row, const std::vector<RequestState *> &reqs,
+                               const std::vector<PromptLogprobRange> &ranges, ModelRunnerOutput &out);
+  // Samples for the rows whose prompt is complete; logits [num_reqs, vocab] (used as scratch).
+  Status sample(Tensor logits, const std::vector<RequestState *> &reqs, ModelRunnerOutput &out);
   void apply_deltas(const SchedulerOutput &out);
-  // Runs the model over the scheduled tokens; returns logits [num_reqs, vocab]
-  // of each request's last token.
-  Tensor run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new);
+  // Runs the model over the scheduled tokens; returns logits [num_reqs + sum of
+  // ranges' counts, vocab]: each request's last token first (batch order), then
+  // the rows scoring prompt tokens (ranges, batch order). Requests that did not
+  // ask for prompt logprobs add no row.
+  Tensor run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
+                   const std::vector<PromptLogprobRange> &ranges);
 
   CausalLM &model_;
   ModelRunnerConfig config_;

@@ -119,3 +119,55 @@ def test_bench_throughput_runs(llmserve_bin):
     r = run(llmserve_bin, "bench", "throughput", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
             "--num-prompts", "4", "--input-len", "16", "--output-len", "8", "--ignore-eos")
     assert "output tokens/s" in r.stdout
+
+
+def test_bench_throughput_reports_its_workload(llmserve_bin):
+    r = run(llmserve_bin, "bench", "throughput", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
+            "--dataset-name", "random", "--num-prompts", "3", "--max-num-seqs", "3", "--input-len", "8",
+            "--output-len", "4", "--ignore-eos", "--num-threads", "1")
+    assert "3 random prompts, input 8, output 4, max_num_seqs 3, 1 threads" in r.stdout
+    assert "ignore_eos: true" in r.stdout
+    bad = run(llmserve_bin, "bench", "throughput", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
+              "--dataset-name", "sharegpt", check=False)
+    assert bad.returncode == 1 and "--dataset-name" in bad.stderr
+
+
+def test_progress_bar_on_stderr_for_batches_only(llmserve_bin, stories_dir):
+    many = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--prompt", PROMPTS[1],
+               "--prompt", PROMPTS[2], "--max-tokens", "5")
+    assert "Processed prompts: 3/3" in many.stderr and "Processed prompts" not in many.stdout
+    assert len(many.stdout.splitlines()) == 3
+    one = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--max-tokens", "5")
+    assert "Processed prompts" not in one.stderr
+    off = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--prompt", PROMPTS[1],
+              "--max-tokens", "5", "--no-progress")
+    assert "Processed prompts" not in off.stderr
+
+
+def test_logit_bias_flag(llmserve_bin, stories_dir):
+    base = gen_json(llmserve_bin, stories_dir, "--prompt-ids", "1", "--max-tokens", "8", "--ignore-eos")[0]
+    # A +100 bias makes a token the argmax at every step; -100 on the greedy first token changes the first pick.
+    forced = gen_json(llmserve_bin, stories_dir, "--prompt-ids", "1", "--max-tokens", "8", "--ignore-eos",
+                      "--logit-bias", '{"77": 100}')[0]
+    assert forced["token_ids"] == [77] * 8
+    banned = gen_json(llmserve_bin, stories_dir, "--prompt-ids", "1", "--max-tokens", "8", "--ignore-eos",
+                      "--logit-bias", json.dumps({str(base["token_ids"][0]): -100}))[0]
+    assert banned["token_ids"][0] != base["token_ids"][0]
+    for bad, message in [("[1]", "--logit-bias"), ('{"x": 1}', "--logit-bias"), ('{"5": 101}', "logit_bias"),
+                         ('{"99999": 1}', "logit_bias")]:
+        r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt-ids", "1", "--logit-bias", bad,
+                check=False)
+        assert r.returncode == 1 and message in r.stderr, (bad, r.stderr)
+
+
+def test_priority_in_jsonl(llmserve_bin, stories_dir, tmp_path):
+    path = tmp_path / "prio.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "priority": k}) + "\n" for p, k in zip(PROMPTS, [3, 0, 1])))
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    want = gen_json(llmserve_bin, stories_dir, "--input", str(plain), "--max-tokens", "10")
+    got = gen_json(llmserve_bin, stories_dir, "--input", str(path), "--max-tokens", "10", "--scheduling-policy",
+                   "priority", "--max-num-seqs", "1")
+    assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want]
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--input", str(path), check=False)
+    assert r.returncode == 1 and "priority scheduling is not enabled" in r.stderr

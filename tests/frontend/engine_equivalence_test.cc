@@ -1,8 +1,10 @@
 // LLMEngine end to end on the HF fixture models (greedy unless stated): the
-// engine's ids equal transformers' (the fixtures) and the PagedRunner's greedy
-// loop (an independent path without scheduler or sampler), and they do not
-// change with batching, chunked prefill, preemption, prefix-cache hits or n>1
-// fan-out. Bad input is rejected before it touches the cache.
+// engine's ids equal transformers' (the fixtures) and a plain greedy loop that
+// recomputes the whole sequence every step (testing::reference_greedy: no
+// scheduler, runner, cache reuse or sampler), and they do not change with
+// batching, chunked prefill, preemption, prefix-cache hits or n>1 fan-out.
+// Prompt logprobs do not change with chunking or preemption and leave other
+// requests alone. Bad input is rejected before it touches the cache.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -12,7 +14,6 @@
 #include <set>
 
 #include "frontend/llm_engine.h"
-#include "runtime/paged_runner.h"
 #include "test_models.h"
 
 namespace llmserve {
@@ -87,16 +88,11 @@ std::vector<int32_t> ids_of(const std::map<std::string, RequestOutput> &outs, co
 
 constexpr const char *kModel = "llama_gqa_f32";
 
-// The reference: PagedRunner's greedy loop, one prompt at a time.
+// The reference: the recompute-everything greedy loop, one prompt at a time.
 std::vector<std::vector<int32_t>> reference(CausalLM &m, const std::vector<std::vector<int32_t>> &prompts,
                                             int64_t max_tokens) {
   std::vector<std::vector<int32_t>> out;
-  for (const auto &p : prompts) {
-    PagedRunner runner(m, PagedRunnerOptions{});
-    auto r = greedy_generate(runner, {p}, max_tokens, {});
-    CHECK(r.ok());
-    out.push_back((*r)[0]);
-  }
+  for (const auto &p : prompts) out.push_back(testing::reference_greedy(m, p, max_tokens));
   return out;
 }
 
@@ -253,6 +249,39 @@ TEST(EngineEquivalence, StopTokenIdsAndLength) {
   EXPECT_EQ(outs.at("len0").outputs[0].token_ids.size(), 7u);
 }
 
+// `priority` on the request: with the priority policy and room for one sequence, requests finish in priority
+// order (lower first, arrival breaks ties) with unchanged outputs; without the policy a priority is an error.
+TEST(EngineEquivalence, PriorityOrdersServiceAndNeedsThePolicy) {
+  CausalLM &m = model(kModel);
+  const auto prompts = random_prompts(4, 3, 12, m.config().vocab_size, 10);
+  const auto ref = reference(m, prompts, 5);
+  auto fcfs = make_engine(m);
+  Status s = fcfs->add_request("p", PromptInput{"", prompts[0]}, greedy(5), 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("priority", 0), 0u) << s.message();
+  EXPECT_FALSE(fcfs->has_unfinished());
+
+  EngineArgs args;
+  args.scheduling_policy = SchedulingPolicy::kPriority;
+  args.max_num_seqs = 1;
+  auto engine = make_engine(m, args);
+  const int32_t priorities[] = {5, 0, 3, 0};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(engine->add_request(rid("r", i), PromptInput{"", prompts[i]}, greedy(5), priorities[i]).ok());
+  }
+  std::vector<std::string> order;
+  while (engine->has_unfinished()) {
+    StatusOr<std::vector<RequestOutput>> outs = engine->step();
+    ASSERT_TRUE(outs.ok());
+    for (const RequestOutput &o : *outs) {
+      if (!o.finished) continue;
+      order.push_back(o.request_id);
+      EXPECT_EQ(o.outputs[0].token_ids, ref[std::stoul(o.request_id.substr(1))]) << o.request_id;
+    }
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"r1", "r3", "r2", "r0"}));
+}
+
 TEST(EngineEquivalence, AbortFinishesWithAbort) {
   CausalLM &m = model(kModel);
   auto engine = make_engine(m);
@@ -284,9 +313,13 @@ TEST(EngineEquivalence, BadInputRejectedBeforeTheCache) {
   SamplingParams bad = greedy(4);
   bad.top_p = 1.5;
   EXPECT_EQ(engine->add_request("topp", PromptInput{"", {1, 2}}, bad).code(), StatusCode::kInvalidArgument);
-  SamplingParams plp = greedy(4);
-  plp.prompt_logprobs = 2;
-  EXPECT_EQ(engine->add_request("plp", PromptInput{"", {1, 2}}, plp).code(), StatusCode::kUnimplemented);
+  for (int32_t k : {-1, SamplingParams::kMaxLogprobs + 1}) {
+    SamplingParams plp = greedy(4);
+    plp.prompt_logprobs = k;
+    s = engine->add_request("plp", PromptInput{"", {1, 2}}, plp);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << k;
+    EXPECT_EQ(s.message().rfind("prompt_logprobs", 0), 0u) << s.message();
+  }
   s = engine->add_request("text", PromptInput{"hello", {}}, greedy(4));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "text without a tokenizer";
   EXPECT_FALSE(engine->has_unfinished());

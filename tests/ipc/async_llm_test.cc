@@ -269,8 +269,8 @@ TEST_P(AsyncLLMTest, RejectedRequestsLeaveNoTrace) {
   bad.back().params.n = 0;
   bad.push_back({"stop without tokenizer", good, ok, StatusCode::kInvalidArgument});
   bad.back().params.stop = {"x"};
-  bad.push_back({"prompt_logprobs", good, ok, StatusCode::kUnimplemented});
-  bad.back().params.prompt_logprobs = 1;
+  bad.push_back({"prompt_logprobs", good, ok, StatusCode::kInvalidArgument});
+  bad.back().params.prompt_logprobs = SamplingParams::kMaxLogprobs + 1;
   for (const Bad &b : bad) {
     Status s = llm->add_request("r", b.prompt, b.params, 0, collector.callback("r"));
     EXPECT_EQ(s.code(), b.code) << b.what << ": " << s.to_string();

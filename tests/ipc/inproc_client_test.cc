@@ -106,10 +106,12 @@ TEST(InprocClientTest, IdleCoreSleeps) {
   std::unique_ptr<InprocClient> c = std::move(InprocClient::create(factory())).value();
   c->add_request(request("warm", 2));
   ASSERT_EQ(drain(*c, 1).size(), 1u);
+  // The GEMM's OpenMP workers spin-wait a little after the forward; let them settle first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const double cpu0 = process_cpu_seconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   // A spinning core thread would burn ~0.4 s of CPU here; a sleeping one next to nothing.
-  EXPECT_LT(process_cpu_seconds() - cpu0, 0.1);
+  EXPECT_LT(process_cpu_seconds() - cpu0, 0.2);
 }
 
 TEST(InprocClientTest, ShutdownWakesAWaitingConsumer) {

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "model/llama2c_import.h"
-#include "runtime/paged_runner.h"
 #include "test_models.h"
 
 namespace llmserve {
@@ -42,10 +41,12 @@ TEST_F(Llama2cTest, Stories260KGreedyIdsMatchLlama2c) {
   auto want = expected["ids"].get<std::vector<int32_t>>();
 
   std::unique_ptr<CausalLM> model = testing::load_model_or_die((out_ / "model").string());
-  PagedRunner runner(*model, PagedRunnerOptions{});
-  auto got = greedy_generate(runner, {{expected["start_token"].get<int32_t>()}}, static_cast<int64_t>(want.size()), {});
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
-  EXPECT_EQ((*got)[0], want);
+  // Through the engine loop (scheduler, ModelRunner, greedy sampler) and through the plain reference.
+  const std::vector<int32_t> start = {expected["start_token"].get<int32_t>()};
+  const int64_t num = static_cast<int64_t>(want.size());
+  testing::CoreRun run = testing::run_engine_core(*model, {testing::greedy_request("s", start, num)});
+  EXPECT_EQ(run.results.at("s").token_ids, want);
+  EXPECT_EQ(testing::reference_greedy(*model, start, num), want);
 }
 
 TEST_F(Llama2cTest, TruncatedCheckpointIsAClearError) {
