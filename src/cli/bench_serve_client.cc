@@ -177,7 +177,7 @@ asio::awaitable<void> HttpClient::stream(std::string path, std::string body, boo
     beast::error_code ec;
     // A pooled connection the server closed while idle fails before the response starts: retry once, fresh.
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const bool reused = !idle_.empty();
+      const bool reused = attempt == 0 && !idle_.empty();  // the retry always uses a fresh connection
       if (reused) {
         conn = std::move(idle_.back());
         idle_.pop_back();
