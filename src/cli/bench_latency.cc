@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "cli/bench_serve.h"
 #include "cli/bench_throughput.h"
 #include "cli/command.h"
 #include "core/thread_pool.h"
@@ -207,13 +208,23 @@ int run_latency(const std::vector<std::string>& args) {
 int run_bench(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "latency") return run_latency({args.begin() + 1, args.end()});
   if (!args.empty() && args[0] == "throughput") return run_bench_throughput({args.begin() + 1, args.end()});
-  std::fprintf(stderr, "usage: llmserve bench latency|throughput [options]   (llmserve bench throughput --help)\n");
+  if (!args.empty() && args[0] == "serve") {
+#ifdef LLMSERVE_WITH_BENCH_SERVE
+    return run_bench_serve({args.begin() + 1, args.end()});
+#else
+    std::fprintf(stderr, "error: this llmserve was built without Boost (Beast/Asio): bench serve is unavailable\n");
+    return 1;
+#endif
+  }
+  std::fprintf(stderr, "usage: llmserve bench latency|throughput|serve [options]   (llmserve bench serve --help)\n");
   return args.size() == 1 && (args[0] == "--help" || args[0] == "-h") ? 0 : 2;
 }
 
 }  // namespace
 
-LLMSERVE_REGISTER_COMMAND("bench", "benchmarks: bench latency (prefill/decode tok/s vs floor), bench throughput",
+LLMSERVE_REGISTER_COMMAND("bench",
+                          "benchmarks: bench latency (prefill/decode tok/s vs floor), bench throughput, "
+                          "bench serve (an OpenAI-compatible server)",
                           run_bench);
 
 }  // namespace llmserve::cli
