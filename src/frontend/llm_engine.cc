@@ -2,6 +2,9 @@
 #include "frontend/llm_engine.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include "runtime/gpu_memory.h"
 
 namespace llmserve {
 
@@ -24,9 +27,19 @@ StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::create(CausalLM &model, const To
   KVCacheConfig cache;
   cache.block_size = args.block_size;
   cache.enable_prefix_caching = args.enable_prefix_caching;
-  const int64_t tokens =
-      args.num_kv_cache_tokens > 0 ? args.num_kv_cache_tokens : std::max<int64_t>(sc.max_model_len, 4096);
-  const int64_t num_blocks = (tokens + args.block_size - 1) / args.block_size;
+  int64_t num_blocks = 0;
+  if (args.num_kv_cache_tokens <= 0 && !model.device().is_cpu()) {
+    ASSIGN_OR_RETURN(KVCachePlan plan,
+                     plan_gpu_kv_cache(model, args.block_size, std::min<int64_t>(sc.max_num_batched_tokens, INT32_MAX),
+                                       sc.max_num_seqs, sc.max_model_len, args.gpu_memory_utilization));
+    e->kv_cache_summary_ = plan.summary;
+    std::fprintf(stderr, "llmserve: %s\n", plan.summary.c_str());
+    num_blocks = plan.num_blocks;
+  } else {
+    const int64_t tokens =
+        args.num_kv_cache_tokens > 0 ? args.num_kv_cache_tokens : std::max<int64_t>(sc.max_model_len, 4096);
+    num_blocks = (tokens + args.block_size - 1) / args.block_size;
+  }
   if (num_blocks > INT32_MAX) return invalid_argument("num_kv_cache_tokens is too large");
   cache.num_blocks = static_cast<int32_t>(num_blocks);
   RETURN_IF_ERROR(sc.validate(cache));
@@ -47,6 +60,11 @@ StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::create(CausalLM &model, const To
   ModelRunnerConfig rc;
   rc.num_blocks = cache.num_blocks;
   rc.block_size = cache.block_size;
+  rc.max_num_tokens = sc.max_num_batched_tokens;
+  rc.max_num_reqs = sc.max_num_seqs;
+  rc.max_model_len = sc.max_model_len;
+  e->num_kv_blocks_ = cache.num_blocks;
+  e->block_size_ = cache.block_size;
   rc.seed = args.seed;
   if (e->eos_token_id_) rc.eos_token_ids.push_back(*e->eos_token_id_);
   rc.eos_token_ids.insert(rc.eos_token_ids.end(), e->extra_eos_ids_.begin(), e->extra_eos_ids_.end());

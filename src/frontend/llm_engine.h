@@ -25,7 +25,9 @@ struct EngineArgs {
   int64_t max_model_len = 0;              // prompt + output tokens at most; 0: the model's
                                           // max_position_embeddings
   int32_t block_size = 16;                // tokens per KV block
-  int64_t num_kv_cache_tokens = 0;        // KV cache capacity; 0: max(max_model_len, 4096)
+  int64_t num_kv_cache_tokens = 0;        // KV cache capacity; 0: max(max_model_len, 4096) on CPU, on CUDA what
+                                          // gpu_memory_utilization leaves after a profiling forward
+  double gpu_memory_utilization = 0.9;    // CUDA: fraction of device memory for weights + activations + KV
   int32_t max_num_seqs = 256;             // running sequences at most
   int64_t max_num_batched_tokens = 2048;  // token budget of one step (chunked prefill splits longer prompts)
   bool enable_prefix_caching = true;
@@ -74,6 +76,10 @@ class LLMEngine {
   const SchedulerStats &last_stats() const { return last_stats_; }
   const EngineCore &core() const { return *core_; }
   int64_t max_model_len() const { return scheduler_config_.max_model_len; }
+  // KV-cache capacity in blocks / tokens, and on CUDA the memory plan's log line (empty otherwise).
+  int32_t num_kv_blocks() const { return num_kv_blocks_; }
+  int32_t block_size() const { return block_size_; }
+  const std::string &kv_cache_summary() const { return kv_cache_summary_; }
 
  private:
   LLMEngine(CausalLM &model, const Tokenizer *tokenizer)
@@ -90,6 +96,8 @@ class LLMEngine {
   OutputProcessor processor_;
   EngineTotals totals_;
   SchedulerStats last_stats_;
+  int32_t num_kv_blocks_ = 0, block_size_ = 0;
+  std::string kv_cache_summary_;
 };
 
 }  // namespace llmserve

@@ -78,7 +78,7 @@ StatusOr<Tensor> PagedRunner::step(const std::vector<RunnerSequence*>& seqs) {
   ForwardBatch batch;
   batch.input_ids = Tensor::empty({num_tokens}, DType::kI32);
   batch.positions = Tensor::empty({num_tokens}, DType::kI64);
-  batch.logits_indices = Tensor::empty({num_reqs}, DType::kI64);
+  batch.logits_indices = Tensor::empty({num_reqs}, DType::kI32);
   ops::AttentionMetadata& md = batch.attention;
   md.query_start_loc = Tensor::empty({num_reqs + 1}, DType::kI32);
   md.seq_lens = Tensor::empty({num_reqs}, DType::kI32);
@@ -108,7 +108,7 @@ StatusOr<Tensor> PagedRunner::step(const std::vector<RunnerSequence*>& seqs) {
     qsl[r + 1] = static_cast<int32_t>(t);
     lens[r] = static_cast<int32_t>(s.num_computed_tokens + num_new[r]);
     std::copy(s.block_ids.begin(), s.block_ids.end(), table + r * md.block_table.size(1));
-    batch.logits_indices.data<int64_t>()[r] = t - 1;
+    batch.logits_indices.data<int32_t>()[r] = static_cast<int32_t>(t - 1);
   }
   Tensor logits = Tensor::empty({num_reqs, model_.config().vocab_size}, DType::kF32);
   model_.forward(batch, kv_cache_, logits);
