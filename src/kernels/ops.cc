@@ -3,11 +3,13 @@
 // Every op accepts row-strided tensors (dimension 0 any stride, the rest contiguous) where it reads rows.
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 
 #include "kernels/cpu/cpu_ops.h"
 #ifdef LLMSERVE_WITH_CUDA
+#include "kernels/cuda/attention_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #endif
 
@@ -71,14 +73,21 @@ void check_norm_operands(const Tensor& out, const Tensor& x, const Tensor& weigh
   }
 }
 
+// KV caches: f32 on CPU; f32, f16 or bf16 on CUDA; both the same dtype.
 void check_cache(const Tensor& key_cache, const Tensor& value_cache, const char* op) {
   check_contiguous(key_cache, op, "key_cache");
   check_contiguous(value_cache, op, "value_cache");
   CHECK_EQ(key_cache.dim(), 4) << op << ": key_cache " << key_cache.to_string();
   CHECK(key_cache.shape() == value_cache.shape())
       << op << ": key_cache " << key_cache.to_string() << " vs value_cache " << value_cache.to_string();
-  check_dtype(key_cache, DType::kF32, op, "key_cache");
-  check_dtype(value_cache, DType::kF32, op, "value_cache");
+  check_dtype(value_cache, key_cache.dtype(), op, "value_cache");
+  if (key_cache.device().is_cpu()) {
+    check_dtype(key_cache, DType::kF32, op, "key_cache");
+  } else {
+    const DType d = key_cache.dtype();
+    CHECK(d == DType::kF32 || d == DType::kF16 || d == DType::kBF16)
+        << op << ": key_cache " << key_cache.to_string() << " must be f32, f16 or bf16";
+  }
   CHECK_GT(key_cache.size(1), 0) << op << ": block_size";
 }
 
@@ -221,12 +230,16 @@ void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache
   CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == key.size(0))
       << op << ": slot_mapping " << slot_mapping.to_string() << " for key " << key.to_string();
   check_dtype(slot_mapping, DType::kI64, op, "slot_mapping");
-  check_dtype(key, DType::kF32, op, "key");
-  check_dtype(value, DType::kF32, op, "value");
+  check_dtype(key, key_cache.dtype(), op, "key");
+  check_dtype(value, key_cache.dtype(), op, "value");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&value, &key_cache, &value_cache, &slot_mapping})
     check_same_device(key, *t, op);
-  if (!key.device().is_cpu()) not_on_cuda(op);
-  cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+  if (key.device().is_cpu()) return cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
@@ -241,8 +254,8 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
       << op << ": head_dim of query " << query.to_string() << " vs cache " << key_cache.to_string();
   CHECK(key_cache.size(2) > 0 && query.size(1) % key_cache.size(2) == 0)
       << op << ": num_heads " << query.size(1) << " not a multiple of num_kv_heads " << key_cache.size(2);
-  check_dtype(query, DType::kF32, op, "query");
-  check_dtype(out, DType::kF32, op, "out");
+  check_dtype(query, key_cache.dtype(), op, "query");
+  check_dtype(out, key_cache.dtype(), op, "out");
   CHECK(std::isfinite(scale)) << op << ": scale " << scale;
   const AttentionMetadata& md = metadata;
   CHECK_GE(md.num_reqs, 0) << op << ": num_reqs";
@@ -262,8 +275,35 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
                                                               &md.seq_lens, &md.block_table}) {
     check_same_device(query, *t, op);
   }
-  if (!query.device().is_cpu()) not_on_cuda(op);
-  cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
+  if (query.device().is_cpu()) return cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale,
+                                                           sliding_window);
+  CHECK(md.num_decode_tokens >= 0 && md.num_decode_tokens <= md.num_reqs && md.num_decode_tokens <= query.size(0))
+      << op << ": num_decode_tokens " << md.num_decode_tokens << " for " << md.num_reqs << " requests";
+  CHECK(md.max_query_len >= 0 && md.max_seq_len >= 0) << op << ": max_query_len / max_seq_len negative";
+  if (md.workspace.defined()) {
+    check_contiguous(md.workspace, op, "workspace");
+    check_dtype(md.workspace, DType::kF32, op, "workspace");
+    check_same_device(query, md.workspace, op);
+  }
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
+#else
+  not_on_cuda(op);
+#endif
+}
+
+int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_heads, int64_t head_dim,
+                                        int64_t max_model_len) {
+  // Split-K pays only while the batch has too few CTAs to fill the GPU (tens of decode tokens) and the
+  // contexts are long; the decode kernel uses at most 32 splits of >= 32 keys (attention_decode.cu). Each split
+  // keeps head_dim + 2 floats (unnormalised output, max, sum) per token and head; larger batches get fewer
+  // splits or none. Mistral-7B shape, long contexts: 64 x 32 x 32 x 130 floats = 34 MB.
+  constexpr int64_t kMaxSplitTokens = 64, kMaxSplits = 32, kMinKeysPerSplit = 32;
+  CHECK(max_num_tokens >= 0 && num_heads > 0 && head_dim > 0 && max_model_len >= 0)
+      << "paged_attention_workspace_elems: bad sizes";
+  const int64_t splits = std::min(kMaxSplits, (max_model_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  if (splits <= 1) return 0;
+  return std::min(max_num_tokens, kMaxSplitTokens) * num_heads * splits * (head_dim + 2);
 }
 
 void log_softmax(Tensor& out, const Tensor& logits) {

@@ -2,8 +2,9 @@
 // implementation (src/kernels/cpu) or the CUDA one (src/kernels/cuda). Shape, dtype and device mismatches are
 // programming errors and abort through CHECK; ops never allocate their outputs (graph-safe on CUDA).
 // Tensors an op reads or writes row by row may be row-strided: dimension 0 any stride, the others contiguous
-// (e.g. q/k/v as column slices of a fused QKV projection). On CUDA only rms_norm, fused_add_rms_norm and
-// silu_and_mul exist so far (f32 or bf16); every other op aborts with "not implemented on cuda yet".
+// (e.g. q/k/v as column slices of a fused QKV projection). On CUDA rms_norm, fused_add_rms_norm, silu_and_mul
+// (f32 or bf16), reshape_and_cache and paged_attention (f32, f16, bf16) exist so far; every other op aborts with
+// "not implemented on cuda yet".
 #pragma once
 
 #include <cstdint>
@@ -51,8 +52,10 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
 
 // ---- paged KV cache and attention ----
 
-// Cache layout: [num_blocks, block_size, num_kv_heads, head_dim] (f32 on CPU); slot s lives at block
-// s / block_size, offset s % block_size. Slots past the cache abort.
+// Cache layout: [num_blocks, block_size, num_kv_heads, head_dim]; dtype f32 on CPU, on CUDA the activation
+// dtype (bf16 / f16 fast paths, f32 a plain correct path); key, value, query and out share the cache's dtype.
+// Slot s lives at block s / block_size, offset s % block_size. Slots past the cache abort on CPU; on CUDA they
+// are skipped (the device cannot abort without a host sync; the KV-cache manager never produces them).
 // key, value [n, num_kv_heads, head_dim] are written at slot_mapping [n] (i64); a negative slot is skipped
 // (padding tokens).
 void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
@@ -68,16 +71,30 @@ struct AttentionMetadata {
   Tensor slot_mapping;     // [num_tokens] i64
   int64_t num_reqs = 0;
   int64_t num_decode_tokens = 0;  // requests with one query token come first (a runner convention)
-  int64_t max_query_len = 0;
-  int64_t max_seq_len = 0;
+  int64_t max_query_len = 0;  // CUDA: >= every query length (sizes the prefill grid); 0 = unknown (slower)
+  int64_t max_seq_len = 0;    // CUDA: hint for the split-K decision (e.g. max_model_len under graphs); 0 = unknown
+  // CUDA split-K scratch for decode over long contexts: f32, contiguous, on the device, allocated once by the
+  // runner with paged_attention_workspace_elems() elements. Undefined: no split-K (still correct, slower for
+  // few long sequences). Ignored on CPU.
+  Tensor workspace;
 };
+
+// Elements of the f32 split-K workspace for batches of up to max_num_tokens tokens of num_heads x head_dim
+// and contexts up to max_model_len (0 when split-K never pays: short contexts). Allocate once; the kernels use
+// fewer splits, or none, when a batch needs more than this.
+int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_heads, int64_t head_dim,
+                                        int64_t max_model_len);
 
 // Causal attention of each query token over its request's cached keys/values (the new tokens' K/V must be in
 // the cache already). Query token j of request r sits at position seq_lens[r] - query_len(r) + j and attends to
 // positions [max(0, pos - sliding_window + 1), pos] (sliding_window <= 0: unlimited). GQA: query head h uses
 // kv head h / (num_heads / num_kv_heads). query, out [n, num_heads, head_dim]; caches as above.
 // Tokens past query_start_loc[num_reqs] (padding) get zeros. The CPU kernel reads only query_start_loc, seq_lens
-// and block_table; the counts and maxima are hints for GPU kernels. Block ids outside the cache abort.
+// and block_table; the counts and maxima are hints for GPU kernels. Block ids outside the cache abort on CPU (on
+// CUDA they are the caller's bug: not checked, the device cannot abort). CUDA: the first num_decode_tokens
+// requests must have one query token each (decode kernel), the rest run the tiled prefill kernel; f32 and
+// head_dims other than 16/32/64/128 (up to 256) run a generic kernel. Launches on cuda::current_stream(), no
+// host sync, no allocation (graph-safe).
 void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                      const AttentionMetadata& metadata, float scale, int64_t sliding_window);
 
