@@ -56,6 +56,10 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   reserve_input_buffers(static_cast<size_t>(tokens * 20 + reqs * (16 + 4 * blocks) + 256));
 #ifdef LLMSERVE_WITH_CUDA
   if (!device_.is_cpu()) {
+    // The attention kernels' split-K scratch, allocated once (never inside a step).
+    const int64_t elems = ops::paged_attention_workspace_elems(tokens, c.num_attention_heads, c.head_dim,
+                                                               std::max<int64_t>(config_.max_model_len, 0));
+    if (elems > 0) attention_workspace_ = Tensor::empty({elems}, DType::kF32, device_);
     cudaEvent_t event = nullptr;
     cuda::check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
     inputs_copied_ = event;
@@ -220,6 +224,7 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   md.num_decode_tokens = num_decode;
   md.max_query_len = max_query;
   md.max_seq_len = max_seq;
+  md.workspace = attention_workspace_;
   Tensor logits = Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32, device_);
   model_.forward(batch, kv_cache_, logits);
   return logits;

@@ -89,6 +89,7 @@ class ModelRunner : public ModelExecutor {
   Tensor host_inputs_;    // u8: the packed step inputs, filled on the host
   Tensor device_inputs_;  // u8: the same layout on the device (== host_inputs_ on CPU)
   void *inputs_copied_ = nullptr;  // CUDA: cudaEvent_t recorded after the step's input copy
+  Tensor attention_workspace_;     // CUDA: paged attention's split-K scratch (f32), undefined when unused
 };
 
 }  // namespace llmserve
