@@ -29,9 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Bytes read per second by the pool summing a buffer far larger than the caches: decode streams weights and KV
 // the same way (reads only), so this, not memcpy, bounds it.
@@ -104,9 +102,9 @@ double measure_device_copy_bandwidth(Device device) {
   Tensor b = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
   cuda::check_cuda(cudaMemsetAsync(a.raw_data(), 1, bytes, cuda::current_stream()), "cudaMemsetAsync");
   const double ms = median_ms(10, [&] {
-    cuda::check_cuda(cudaMemcpyAsync(b.raw_data(), a.raw_data(), bytes, cudaMemcpyDeviceToDevice,
-                                     cuda::current_stream()),
-                     "cudaMemcpyAsync");
+    cuda::check_cuda(
+        cudaMemcpyAsync(b.raw_data(), a.raw_data(), bytes, cudaMemcpyDeviceToDevice, cuda::current_stream()),
+        "cudaMemcpyAsync");
   });
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
@@ -148,8 +146,9 @@ int fail(const Status& s) {
 
 int run_latency(const std::vector<std::string>& args) {
   BenchFlags f;
-  ArgParser parser("bench latency", "Times one batch: prefill of batch-size x input-len tokens, then output-len\n"
-                                    "decode steps; prints tok/s beside the memory-bandwidth / GEMM-rate floor.");
+  ArgParser parser("bench latency",
+                   "Times one batch: prefill of batch-size x input-len tokens, then output-len\n"
+                   "decode steps; prints tok/s beside the memory-bandwidth / GEMM-rate floor.");
   parser.add_string("model", &f.model, "model directory");
   parser.add_string("config", &f.config_file, "config.json to use with --load-format dummy (no weights needed)");
   parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16 | float16");
@@ -271,8 +270,8 @@ int run_latency(const std::vector<std::string>& args) {
   }
   const double params = matmul_params(c);
   const double weight_bytes = params * dtype_size(weight_dtype);
-  const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
-                                    dtype_size((*model)->activation_dtype());
+  const double kv_bytes_per_token =
+      2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * dtype_size((*model)->activation_dtype());
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes_per_token;
   const double decode_floor = f.output_len * decode_step_bytes / bandwidth;
@@ -286,13 +285,15 @@ int run_latency(const std::vector<std::string>& args) {
               static_cast<long long>(f.output_len),
               on_cuda ? options.device.to_string().c_str()
                       : ("cpu, " + std::to_string(ThreadPool::global().num_threads()) + " threads").c_str());
-  std::printf("model load: %.2f s (%s)\n", load_s, f.load_format == "dummy" ? "dummy weights generated on the host"
-                                                                           : "safetensors");
+  std::printf("model load: %.2f s (%s)\n", load_s,
+              f.load_format == "dummy" ? "dummy weights generated on the host" : "safetensors");
   if (on_cuda) {
-    std::printf("measured: device copy bandwidth %.1f GB/s (read + write), cuBLASLt GEMM (%s, %lld x %lld x %lld) "
-                "%.1f TFLOP/s\n", bandwidth / 1e9, std::string(dtype_name(weight_dtype)).c_str(),
-                static_cast<long long>(f.batch_size * f.input_len), static_cast<long long>(2 * c.intermediate_size),
-                static_cast<long long>(c.hidden_size), gemm_rate / 1e12);
+    std::printf(
+        "measured: device copy bandwidth %.1f GB/s (read + write), cuBLASLt GEMM (%s, %lld x %lld x %lld) "
+        "%.1f TFLOP/s\n",
+        bandwidth / 1e9, std::string(dtype_name(weight_dtype)).c_str(),
+        static_cast<long long>(f.batch_size * f.input_len), static_cast<long long>(2 * c.intermediate_size),
+        static_cast<long long>(c.hidden_size), gemm_rate / 1e12);
   } else {
     std::printf("measured: read bandwidth %.2f GB/s, GEMM (%s weights) %.1f GFLOP/s\n", bandwidth / 1e9,
                 std::string(dtype_name(weight_dtype)).c_str(), gemm_rate / 1e9);
@@ -302,9 +303,10 @@ int run_latency(const std::vector<std::string>& args) {
               100.0 * prefill_floor / best_prefill);
   std::printf("%-8s %12.1f %12.2f %14.2f %7.1f%%\n", "decode", decode_tps, best_decode * 1e3, decode_floor * 1e3,
               100.0 * decode_floor / best_decode);
-  std::printf("floors: prefill = 2 x params x tokens / GEMM rate; decode = (weights %.1f MB + KV %.1f MB) read per "
-              "step / %s bandwidth\n", weight_bytes / 1e6, f.batch_size * avg_context * kv_bytes_per_token / 1e6,
-              on_cuda ? "copy" : "read");
+  std::printf(
+      "floors: prefill = 2 x params x tokens / GEMM rate; decode = (weights %.1f MB + KV %.1f MB) read per "
+      "step / %s bandwidth\n",
+      weight_bytes / 1e6, f.batch_size * avg_context * kv_bytes_per_token / 1e6, on_cuda ? "copy" : "read");
   return 0;
 }
 

@@ -13,9 +13,7 @@
 
 namespace llmserve {
 
-std::string Device::to_string() const {
-  return type == DeviceType::kCPU ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::to_string() const { return type == DeviceType::kCPU ? "cpu" : "cuda:" + std::to_string(index); }
 
 std::shared_ptr<void> allocate_bytes(Device device, size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
@@ -212,8 +210,8 @@ RowLayout row_layout(const Tensor& t) {
   if (t.dim() == 0) return {1, es, es};
   int64_t inner = 1;
   for (int d = t.dim() - 1; d >= 1; --d) {
-    CHECK(t.size(d) <= 1 || t.stride(d) == inner) << "device copy of " << t.to_string()
-                                                  << ": must be contiguous past its first dimension";
+    CHECK(t.size(d) <= 1 || t.stride(d) == inner)
+        << "device copy of " << t.to_string() << ": must be contiguous past its first dimension";
     inner *= t.size(d);
   }
   const size_t rows = static_cast<size_t>(t.size(0));
@@ -232,9 +230,9 @@ void Tensor::copy_from(const Tensor& src) {
     if (numel() == 0) return;
     const RowLayout d = row_layout(*this), s = row_layout(src);
     cudaStream_t stream = cuda::current_stream();
-    cuda::check_cuda(cudaMemcpy2DAsync(data_, d.pitch, src.data_, s.pitch, d.row_bytes, d.rows, cudaMemcpyDefault,
-                                       stream),
-                     "cudaMemcpy2DAsync");
+    cuda::check_cuda(
+        cudaMemcpy2DAsync(data_, d.pitch, src.data_, s.pitch, d.row_bytes, d.rows, cudaMemcpyDefault, stream),
+        "cudaMemcpy2DAsync");
     if (device_.is_cpu()) cuda::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     return;
 #else
@@ -255,8 +253,8 @@ void Tensor::copy_from(const Tensor& src) {
       so += index[i] * src.strides_[i];
       doff += index[i] * strides_[i];
     }
-    convert_elements(static_cast<const char*>(src.data_) + so * ss, src.dtype_,
-                     static_cast<char*>(data_) + doff * ds, dtype_, 1);
+    convert_elements(static_cast<const char*>(src.data_) + so * ss, src.dtype_, static_cast<char*>(data_) + doff * ds,
+                     dtype_, 1);
     for (int i = static_cast<int>(index.size()) - 1; i >= 0; --i) {
       if (++index[i] < shape_[i]) break;
       index[i] = 0;
@@ -291,7 +289,8 @@ void Tensor::fill(float value) {
 }
 
 std::string Tensor::to_string() const {
-  return "Tensor(" + std::string(dtype_name(dtype_)) + ", " + shape_to_string(shape_) + ", " + device_.to_string() + ")";
+  return "Tensor(" + std::string(dtype_name(dtype_)) + ", " + shape_to_string(shape_) + ", " + device_.to_string() +
+         ")";
 }
 
 }  // namespace llmserve

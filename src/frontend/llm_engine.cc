@@ -129,7 +129,7 @@ Status LLMEngine::add_request(const std::string &request_id, const PromptInput &
     children = fan_out_parallel_sampling(parent);
   }
   std::vector<std::string> child_ids;
-  for (const EngineCoreRequest& c : children) child_ids.push_back(c.request_id);
+  for (const EngineCoreRequest &c : children) child_ids.push_back(c.request_id);
   for (size_t i = 0; i < children.size(); ++i) {
     Status s = core_->add_request(std::move(children[i]));
     if (!s.ok()) {

@@ -45,9 +45,8 @@ class Stager {
       cuda::check_cuda(cudaEventSynchronize(done_[i]), "cudaEventSynchronize");  // buffer i drained
       auto* staging = static_cast<uint8_t*>(buffers_[i].get());
       // Reading the mapping page-faults the file in: several threads read it at once.
-      parallel_for(static_cast<int64_t>(n), int64_t{4} << 20, [&](int64_t b, int64_t e) {
-        std::memcpy(staging + b, s + off + b, static_cast<size_t>(e - b));
-      });
+      parallel_for(static_cast<int64_t>(n), int64_t{4} << 20,
+                   [&](int64_t b, int64_t e) { std::memcpy(staging + b, s + off + b, static_cast<size_t>(e - b)); });
       cuda::check_cuda(cudaMemcpyAsync(d + off, staging, n, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
       cuda::check_cuda(cudaEventRecord(done_[i], stream), "cudaEventRecord");
     }

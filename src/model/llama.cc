@@ -41,7 +41,7 @@ class LlamaForCausalLM final : public CausalLM {
   ModelConfig config_;
   Device device_;
   DType act_ = DType::kF32;  // activations: f32 on CPU, the weight dtype on CUDA
-  Tensor embed_tokens_;  // [vocab, hidden]
+  Tensor embed_tokens_;      // [vocab, hidden]
   std::vector<DecoderLayer> layers_;
   RMSNorm norm_;
   Linear lm_head_;
@@ -71,15 +71,19 @@ Status LlamaForCausalLM::load(WeightSource& weights, const ModelLoadOptions& opt
     DecoderLayer& l = layers_[i];
     ASSIGN_OR_RETURN(l.input_layernorm, RMSNorm::load(weights, p + "input_layernorm.weight", hidden, eps));
     if (fuse_qkv()) {  // one GEMM launch instead of three: decode at small batch is launch-bound
-      ASSIGN_OR_RETURN(l.qkv_proj, Linear::load(weights, {p + "self_attn.q_proj", p + "self_attn.k_proj",
-                                                          p + "self_attn.v_proj"},
-                                                {q_size, kv_size, kv_size}, hidden, c.attention_qkv_bias, wt));
+      ASSIGN_OR_RETURN(l.qkv_proj,
+                       Linear::load(weights, {p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"},
+                                    {q_size, kv_size, kv_size}, hidden, c.attention_qkv_bias, wt));
     } else {
-      ASSIGN_OR_RETURN(l.q_proj, Linear::load(weights, {p + "self_attn.q_proj"}, {q_size}, hidden, c.attention_qkv_bias, wt));
-      ASSIGN_OR_RETURN(l.k_proj, Linear::load(weights, {p + "self_attn.k_proj"}, {kv_size}, hidden, c.attention_qkv_bias, wt));
-      ASSIGN_OR_RETURN(l.v_proj, Linear::load(weights, {p + "self_attn.v_proj"}, {kv_size}, hidden, c.attention_qkv_bias, wt));
+      ASSIGN_OR_RETURN(l.q_proj,
+                       Linear::load(weights, {p + "self_attn.q_proj"}, {q_size}, hidden, c.attention_qkv_bias, wt));
+      ASSIGN_OR_RETURN(l.k_proj,
+                       Linear::load(weights, {p + "self_attn.k_proj"}, {kv_size}, hidden, c.attention_qkv_bias, wt));
+      ASSIGN_OR_RETURN(l.v_proj,
+                       Linear::load(weights, {p + "self_attn.v_proj"}, {kv_size}, hidden, c.attention_qkv_bias, wt));
     }
-    ASSIGN_OR_RETURN(l.o_proj, Linear::load(weights, {p + "self_attn.o_proj"}, {hidden}, q_size, c.attention_out_bias, wt));
+    ASSIGN_OR_RETURN(l.o_proj,
+                     Linear::load(weights, {p + "self_attn.o_proj"}, {hidden}, q_size, c.attention_out_bias, wt));
     if (c.qk_norm) {
       ASSIGN_OR_RETURN(l.q_norm, RMSNorm::load(weights, p + "self_attn.q_norm.weight", head_dim, eps));
       ASSIGN_OR_RETURN(l.k_norm, RMSNorm::load(weights, p + "self_attn.k_norm.weight", head_dim, eps));
@@ -103,8 +107,8 @@ Status LlamaForCausalLM::load(WeightSource& weights, const ModelLoadOptions& opt
 }
 
 // h [T, hidden] in: normed hidden states; out: attention output projected back to [T, hidden].
-void LlamaForCausalLM::attention_block(const DecoderLayer& l, int64_t layer_index, const ForwardBatch& batch,
-                                       Tensor& h, KVCacheTensors& kv_cache) {
+void LlamaForCausalLM::attention_block(const DecoderLayer& l, int64_t layer_index, const ForwardBatch& batch, Tensor& h,
+                                       KVCacheTensors& kv_cache) {
   const ModelConfig& c = config_;
   const int64_t T = h.size(0), D = c.head_dim;
   const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
@@ -132,12 +136,12 @@ void LlamaForCausalLM::attention_block(const DecoderLayer& l, int64_t layer_inde
     l.k_norm->forward(kh, kh);
   }
   ops::rotary_embedding(batch.positions, q, k, D, cos_sin_cache_);
-  ops::reshape_and_cache(heads(k, nkv), heads(v, nkv), kv_cache.key[layer_index],
-                         kv_cache.value[layer_index], batch.attention.slot_mapping);
+  ops::reshape_and_cache(heads(k, nkv), heads(v, nkv), kv_cache.key[layer_index], kv_cache.value[layer_index],
+                         batch.attention.slot_mapping);
   Tensor attn = Tensor::empty({T, nh, D}, act_, device_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ops::paged_attention(attn, heads(q, nh), kv_cache.key[layer_index], kv_cache.value[layer_index],
-                       batch.attention, scale, c.sliding_window_for_layer(layer_index).value_or(0));
+  ops::paged_attention(attn, heads(q, nh), kv_cache.key[layer_index], kv_cache.value[layer_index], batch.attention,
+                       scale, c.sliding_window_for_layer(layer_index).value_or(0));
   l.o_proj.forward(h, attn.view({T, nh * D}));
 }
 

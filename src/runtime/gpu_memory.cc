@@ -64,8 +64,8 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
                 max_model_len > 0 ? static_cast<double>(plan.num_blocks * block_size) / max_model_len : 0.0);
   plan.summary = line;
   if (plan.num_blocks < 1 || plan.num_blocks * block_size < max_model_len) {
-    return invalid_argument("--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) +
-                            " leaves room for " + std::to_string(plan.num_blocks * block_size) +
+    return invalid_argument("--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) + " leaves room for " +
+                            std::to_string(plan.num_blocks * block_size) +
                             " KV-cache tokens, fewer than max_model_len " + std::to_string(max_model_len) + " (" +
                             plan.summary + ")");
   }

@@ -81,9 +81,11 @@ size_t ModelRunner::kv_block_bytes(const CausalLM &model, int32_t block_size) {
 
 void ModelRunner::reserve_input_buffers(size_t bytes) {
   if (host_inputs_.defined() && static_cast<size_t>(host_inputs_.numel()) >= bytes) return;
-  const int64_t n = static_cast<int64_t>(std::max(bytes, static_cast<size_t>(host_inputs_.defined() ? host_inputs_.numel() * 2 : 0)));
+  const int64_t n =
+      static_cast<int64_t>(std::max(bytes, static_cast<size_t>(host_inputs_.defined() ? host_inputs_.numel() * 2 : 0)));
 #ifdef LLMSERVE_WITH_CUDA
-  if (inputs_copied_ != nullptr) cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
+  if (inputs_copied_ != nullptr)
+    cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
 #endif
   if (device_.is_cpu()) {
     host_inputs_ = Tensor::empty({n}, DType::kU8);
@@ -166,7 +168,8 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   reserve_input_buffers(L.total);
 #ifdef LLMSERVE_WITH_CUDA
   // The previous step's copy must have read the host buffer before it is overwritten.
-  if (inputs_copied_ != nullptr) cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
+  if (inputs_copied_ != nullptr)
+    cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
 #endif
   auto *host = host_inputs_.data<uint8_t>();
   auto *pos = reinterpret_cast<int64_t *>(host + L.positions);

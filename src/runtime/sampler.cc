@@ -1,6 +1,7 @@
 // Sampler: validates each request's settings, packs them into the per-row tensors of the kernels' sampling ops
-// (moved to the logits' device) and runs those ops in vLLM V1's order (listed in sampler.h). Rows whose settings make a step a no-op
-// (penalties off, temperature 1, no filters) are passed neutral values, and a step nobody needs is skipped.
+// (moved to the logits' device) and runs those ops in vLLM V1's order (listed in sampler.h). Rows whose settings
+// make a step a no-op (penalties off, temperature 1, no filters) are passed neutral values, and a step nobody
+// needs is skipped.
 #include "runtime/sampler.h"
 
 #include <algorithm>
@@ -46,9 +47,7 @@ struct ListsBuilder {
   std::vector<float> values;  // logit_bias only
 
   void end_row() { offsets.push_back(static_cast<int32_t>(ids.size())); }
-  ops::TokenLists lists(Device device) const {
-    return {on(i32_tensor(offsets), device), on(i32_tensor(ids), device)};
-  }
+  ops::TokenLists lists(Device device) const { return {on(i32_tensor(offsets), device), on(i32_tensor(ids), device)}; }
 };
 
 bool penalties_on(const SamplingSettings& s) {
@@ -148,9 +147,9 @@ void apply_logits_processors(Tensor& logits, std::span<const SamplerRequest> req
     ops::apply_logit_bias(logits, {bias.lists(dev), on(f32_tensor(bias.values), dev)});
   }
   if (any_penalty) {
-    ops::apply_penalties(logits, {prompt_ids.lists(dev), output_ids.lists(dev),
-                                  on(Tensor::from_f32(repetition, {n}), dev), on(Tensor::from_f32(frequency, {n}), dev),
-                                  on(Tensor::from_f32(presence, {n}), dev)});
+    ops::apply_penalties(logits,
+                         {prompt_ids.lists(dev), output_ids.lists(dev), on(Tensor::from_f32(repetition, {n}), dev),
+                          on(Tensor::from_f32(frequency, {n}), dev), on(Tensor::from_f32(presence, {n}), dev)});
   }
 }
 
@@ -246,8 +245,8 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
   apply_logits_processors(logits, requests);
   Tensor ids = dev.is_cpu() ? out.sampled_token_ids : Tensor::empty({n}, DType::kI32, dev);
   // On a device, an all-greedy batch (processors already applied) is one argmax kernel: no parameter uploads.
-  const bool all_greedy = std::all_of(requests.begin(), requests.end(),
-                                      [](const SamplerRequest& r) { return is_greedy(*r.sampling); });
+  const bool all_greedy =
+      std::all_of(requests.begin(), requests.end(), [](const SamplerRequest& r) { return is_greedy(*r.sampling); });
   if (all_greedy && !dev.is_cpu()) {
     ops::argmax(ids, logits);
   } else {
