@@ -1,5 +1,6 @@
 // ops.h entry points: check shapes, dtypes and devices (CHECK: a mismatch is a caller bug), then dispatch on
-// the device to the CPU kernels (kernels/cpu) or, in CUDA builds, to the CUDA ones (kernels/cuda).
+// the device to the CPU kernels (kernels/cpu) or, in CUDA builds, to the CUDA ones (kernels/cuda). CUDA takes
+// f32, f16 or bf16 activations where the CPU takes f32 (the model runs in its dtype on the GPU).
 // Every op accepts row-strided tensors (dimension 0 any stride, the rest contiguous) where it reads rows.
 #include "kernels/ops.h"
 
@@ -43,12 +44,18 @@ void check_f32_or_bf16(const Tensor& t, const char* op, const char* name) {
       << op << ": " << name << " " << t.to_string() << " must be f32 or bf16";
 }
 
+// CUDA activations and weights: f32, f16 or bf16.
+void check_float(const Tensor& t, const char* op, const char* name) {
+  CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16)
+      << op << ": " << name << " " << t.to_string() << " must be f32, f16 or bf16";
+}
+
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   CHECK(a.device() == b.device()) << op << ": tensors on different devices: " << a.to_string() << " and "
                                   << b.to_string();
 }
 
-[[noreturn]] void not_on_cuda(const char* op) {
+[[maybe_unused]] [[noreturn]] void not_on_cuda(const char* op) {
   LOG(FATAL) << op << ": not implemented on cuda yet";
   __builtin_unreachable();
 }
@@ -64,12 +71,13 @@ void check_norm_operands(const Tensor& out, const Tensor& x, const Tensor& weigh
       << op << ": weight " << weight.to_string() << " for x " << x.to_string();
   check_same_device(x, out, op);
   check_same_device(x, weight, op);
-  check_f32_or_bf16(weight, op, "weight");
   CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
   if (x.device().is_cpu()) {
+    check_f32_or_bf16(weight, op, "weight");
     check_dtype(x, DType::kF32, op, "x");
   } else {
-    check_f32_or_bf16(x, op, "x");
+    check_float(weight, op, "weight");
+    check_float(x, op, "x");
   }
 }
 
@@ -105,8 +113,14 @@ void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   CHECK(dtype_is_float(table.dtype()) && dtype_is_float(out.dtype())) << op << ": float table and out expected";
   check_same_device(out, ids, op);
   check_same_device(out, table, op);
-  if (!out.device().is_cpu()) not_on_cuda(op);
-  cpu::embedding(out, ids, table);
+  if (out.device().is_cpu()) return cpu::embedding(out, ids, table);
+#ifdef LLMSERVE_WITH_CUDA
+  check_float(table, op, "table");
+  check_float(out, op, "out");
+  cuda::embedding(out, ids, table);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
@@ -142,7 +156,7 @@ void silu_and_mul(Tensor& out, const Tensor& x) {
     check_dtype(x, DType::kF32, op, "x");
     return cpu::silu_and_mul(out, x);
   }
-  check_f32_or_bf16(x, op, "x");
+  check_float(x, op, "x");
 #ifdef LLMSERVE_WITH_CUDA
   cuda::silu_and_mul(out, x);
 #else
@@ -156,10 +170,18 @@ void add(Tensor& a, const Tensor& b) {
   check_rows(b, op, "b");
   CHECK(a.shape() == b.shape()) << op << ": a " << a.to_string() << " vs b " << b.to_string();
   check_same_device(a, b, op);
-  check_dtype(a, DType::kF32, op, "a");
-  check_dtype(b, DType::kF32, op, "b");
-  if (!a.device().is_cpu()) not_on_cuda(op);
-  cpu::add(a, b);
+  if (a.device().is_cpu()) {
+    check_dtype(a, DType::kF32, op, "a");
+    check_dtype(b, DType::kF32, op, "b");
+    return cpu::add(a, b);
+  }
+  check_float(a, op, "a");
+  CHECK(b.dtype() == a.dtype()) << op << ": a " << a.to_string() << " vs b " << b.to_string();
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::add(a, b);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
@@ -170,8 +192,13 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
   check_rows(key, op, "key");
   check_contiguous(cos_sin_cache, op, "cos_sin_cache");
   check_dtype(positions, DType::kI64, op, "positions");
-  check_dtype(query, DType::kF32, op, "query");
-  check_dtype(key, DType::kF32, op, "key");
+  if (query.device().is_cpu()) {
+    check_dtype(query, DType::kF32, op, "query");
+    check_dtype(key, DType::kF32, op, "key");
+  } else {
+    check_float(query, op, "query");
+    CHECK(key.dtype() == query.dtype()) << op << ": key " << key.to_string() << " vs query " << query.to_string();
+  }
   check_dtype(cos_sin_cache, DType::kF32, op, "cos_sin_cache");
   CHECK(head_dim > 0 && head_dim % 2 == 0) << op << ": head_dim " << head_dim << " must be even and positive";
   CHECK_EQ(positions.dim(), 1) << op << ": positions " << positions.to_string();
@@ -185,8 +212,12 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
   check_same_device(positions, query, op);
   check_same_device(positions, key, op);
   check_same_device(positions, cos_sin_cache, op);
-  if (!query.device().is_cpu()) not_on_cuda(op);
-  cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+  if (query.device().is_cpu()) return cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
@@ -202,15 +233,30 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
   CHECK(out.raw_data() != x.raw_data() || out.numel() == 0) << op << ": out must not alias x";
   check_same_device(x, out, op);
   check_same_device(x, weight, op);
-  check_f32_or_bf16(weight, op, "weight");
   if (bias != nullptr) {
     check_contiguous(*bias, op, "bias");
     CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0))
         << op << ": bias " << bias->to_string() << " for weight " << weight.to_string();
-    check_f32_or_bf16(*bias, op, "bias");
     check_same_device(x, *bias, op);
   }
-  if (!x.device().is_cpu()) not_on_cuda(op);
+  if (!x.device().is_cpu()) {
+    // CUDA: x and weight share a dtype (the runtime converts weights at load); out in x's dtype or f32 (logits);
+    // bias in out's dtype or f32.
+    check_float(x, op, "x");
+    CHECK(weight.dtype() == x.dtype()) << op << ": weight " << weight.to_string() << " vs x " << x.to_string()
+                                       << " (cuda wants one dtype)";
+    CHECK(out.dtype() == x.dtype() || out.dtype() == DType::kF32)
+        << op << ": out " << out.to_string() << " must be f32 or x's dtype " << dtype_name(x.dtype());
+    CHECK(bias == nullptr || bias->dtype() == out.dtype() || bias->dtype() == DType::kF32)
+        << op << ": bias " << bias->to_string() << " must be f32 or out's dtype " << dtype_name(out.dtype());
+#ifdef LLMSERVE_WITH_CUDA
+    return cuda::linear(out, x, weight, bias);
+#else
+    not_on_cuda(op);
+#endif
+  }
+  check_f32_or_bf16(weight, op, "weight");
+  if (bias != nullptr) check_f32_or_bf16(*bias, op, "bias");
   check_dtype(x, DType::kF32, op, "x");
   check_dtype(out, DType::kF32, op, "out");
   cpu::linear(out, x, weight, bias);
@@ -315,8 +361,12 @@ void log_softmax(Tensor& out, const Tensor& logits) {
   check_dtype(logits, DType::kF32, op, "logits");
   check_dtype(out, DType::kF32, op, "out");
   check_same_device(out, logits, op);
-  if (!out.device().is_cpu()) not_on_cuda(op);
-  cpu::log_softmax(out, logits);
+  if (out.device().is_cpu()) return cpu::log_softmax(out, logits);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::log_softmax(out, logits);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
@@ -334,8 +384,12 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
   check_dtype(ids, DType::kI32, op, "ids");
   check_same_device(x, values, op);
   check_same_device(x, ids, op);
-  if (!x.device().is_cpu()) not_on_cuda(op);
-  cpu::top_k(values, ids, x, k);
+  if (x.device().is_cpu()) return cpu::top_k(values, ids, x, k);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::top_k(values, ids, x, k);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void argmax(Tensor& out_ids, const Tensor& logits) {
@@ -348,8 +402,12 @@ void argmax(Tensor& out_ids, const Tensor& logits) {
   check_dtype(logits, DType::kF32, op, "logits");
   check_dtype(out_ids, DType::kI32, op, "out_ids");
   check_same_device(out_ids, logits, op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::argmax(out_ids, logits);
+  if (logits.device().is_cpu()) return cpu::argmax(out_ids, logits);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::argmax(out_ids, logits);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 }  // namespace llmserve::ops
