@@ -1,7 +1,10 @@
 // Whole models on the GPU through the engine (LLMEngine -> ModelRunner on CUDA -> Sampler on the device):
 //  - the committed HF fixtures match transformers by the CPU tests' rule (equal greedy ids, or at the first
-//    divergence each side's token in the other's top-5, then stop) in f32 and in bf16, logprobs within the CPU
-//    tests' tolerances (f32: 1e-3, bf16 checkpoints widened to f32: 3e-2; bf16 activations: 0.1);
+//    divergence each side's token in the other's top-5, then stop) in f32 and in bf16 (every fixture, f32 ones
+//    rounded to bf16 too). Logprobs: f32 within the CPU tests' 1e-3 (bf16 checkpoints widened to f32: 3e-2). bf16
+//    within 0.2, not the CPU's 0.1: the CPU's bf16 path rounds only the GEMM inputs, the GPU keeps every
+//    activation and the residual stream in bf16 (as vLLM does); on the H100 (2026-11-22) that put
+//    low-probability tokens (logprob ~ -3 to -7) up to 0.15 away from transformers' f32 while every id rule held;
 //  - CPU and CUDA greedy outputs agree on every fixture (both f32, same rule, logprobs within 1e-3);
 //  - the engine equivalences (batched vs one by one, chunked vs unchunked, preempted vs not, prefix-cache hit vs
 //    miss) hold on the GPU;
@@ -141,7 +144,7 @@ void compare_fixture_on_gpu(const std::string& name, DType dtype) {
   std::ifstream in(dir + "/expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
   const bool bf16_fixture = expected["weights_dtype"] == "bfloat16";
-  const float tolerance = dtype == DType::kBF16 ? 1e-1f : bf16_fixture ? 3e-2f : 1e-3f;
+  const float tolerance = dtype == DType::kBF16 ? 2e-1f : bf16_fixture ? 3e-2f : 1e-3f;
   SCOPED_TRACE(name + " on cuda as " + std::string(dtype_name(dtype)));
   const int num_steps = expected["num_steps"], top_k = expected["top_k"];
   std::vector<std::vector<int32_t>> prompts;
@@ -271,7 +274,10 @@ TEST_F(GpuEngineEquivalence, PrefixCacheHitEqualsMiss) {
     EXPECT_TRUE((*engine)->add_request(id, p, greedy(10)).ok());
     std::vector<int32_t> ids;
     while ((*engine)->has_unfinished()) {
-      for (const RequestOutput& o : *(*engine)->step()) {
+      StatusOr<std::vector<RequestOutput>> outs = (*engine)->step();  // kept alive: the loop reads into it
+      EXPECT_TRUE(outs.ok());
+      if (!outs.ok()) break;
+      for (const RequestOutput& o : *outs) {
         if (o.finished) ids = o.outputs[0].token_ids;
       }
     }
