@@ -3,6 +3,8 @@
 #include "core/cuda_allocator.h"
 
 #ifdef LLMSERVE_WITH_CUDA
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -148,8 +150,15 @@ void empty_cache(int device) { allocator().empty_cache(device); }
 
 std::shared_ptr<void> allocate_pinned(size_t bytes) {
   void* p = nullptr;
-  check_cuda(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault), "cudaHostAlloc");
-  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  if (cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault) == cudaSuccess) {
+    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  }
+  // No usable device (a CUDA build on a machine without a GPU): page-locking is only an optimisation.
+  cudaGetLastError();
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  p = std::aligned_alloc(64, rounded);
+  CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
 }  // namespace llmserve::cuda

@@ -30,7 +30,8 @@ void reset_peak(int device = 0);
 // Synchronises the device and returns every cached (free) block to the driver.
 void empty_cache(int device = 0);
 
-// Page-locked host memory (cudaHostAlloc), for staging host<->device copies that overlap with host work.
+// Page-locked host memory (cudaHostAlloc), for staging host<->device copies that overlap with host work; plain
+// 64-byte-aligned memory when no device can page-lock it (a CUDA build on a machine without a GPU).
 std::shared_ptr<void> allocate_pinned(size_t bytes);
 
 // CHECKs a CUDA runtime call; `what` names it in the message.
