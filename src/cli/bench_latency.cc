@@ -1,6 +1,7 @@
-// `llmserve bench latency`: prefill and decode throughput of one batch through the engine's ModelRunner (fed
-// hand-made SchedulerOutputs, so no scheduler cost is timed), each printed beside its physical floor measured on
-// the same machine in the same run (read bandwidth, GEMM rate) and the ratio.
+// `llmserve bench latency`: prefill and decode throughput of one batch through the engine's ModelRunner (CPU or
+// CUDA), each printed beside its physical floor measured on the same machine in the same run and the ratio. CPU:
+// read bandwidth and the GEMM rate of ops::linear. CUDA: device-to-device copy bandwidth and the cuBLASLt GEMM rate
+// (ops::linear) at the prefill's own shape, both timed with events.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,16 @@
 #include "kernels/ops.h"
 #include "model/model_registry.h"
 #include "runtime/model_runner.h"
+
+#ifdef LLMSERVE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "core/cuda_allocator.h"
+#include "core/cuda_stream.h"
+#include "model/device_weights.h"
+#endif
 
 namespace llmserve::cli {
 namespace {
@@ -60,6 +71,63 @@ double measure_gemm_rate(DType weight_dtype) {
   return 2.0 * m * k * n / best;
 }
 
+#ifdef LLMSERVE_WITH_CUDA
+// Median milliseconds of `fn` on the current stream over `reps` runs, timed with events, after one warm-up.
+template <typename Fn>
+double median_ms(int reps, Fn fn) {
+  cudaStream_t stream = cuda::current_stream();
+  cudaEvent_t start, stop;
+  cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  fn();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    cuda::check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+    fn();
+    cuda::check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+    cuda::check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float t = 0;
+    cuda::check_cuda(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Device memory bandwidth from a 2 GiB device-to-device copy, counting bytes read plus bytes written.
+double measure_device_copy_bandwidth(Device device) {
+  const size_t bytes = size_t{1} << 31;
+  Tensor a = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
+  Tensor b = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
+  cuda::check_cuda(cudaMemsetAsync(a.raw_data(), 1, bytes, cuda::current_stream()), "cudaMemsetAsync");
+  const double ms = median_ms(10, [&] {
+    cuda::check_cuda(
+        cudaMemcpyAsync(b.raw_data(), a.raw_data(), bytes, cudaMemcpyDeviceToDevice, cuda::current_stream()),
+        "cudaMemcpyAsync");
+  });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+// A device tensor of uniform random values in [-1, 1) (never zeros: they run faster than real data).
+Tensor random_device_tensor(Shape shape, DType dtype, Device device, uint32_t seed) {
+  Tensor host = Tensor::empty(shape, DType::kF32);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = u(rng);
+  return upload_to_device(host.to(dtype), device);
+}
+
+// FLOP/s of ops::linear (cuBLASLt) for x [m, k] @ w [n, k]^T in `dtype`, on random data.
+double measure_device_gemm_rate(Device device, DType dtype, int64_t m, int64_t n, int64_t k) {
+  Tensor x = random_device_tensor({m, k}, dtype, device, 1), w = random_device_tensor({n, k}, dtype, device, 2);
+  Tensor out = Tensor::empty({m, n}, dtype, device);
+  const double ms = median_ms(10, [&] { ops::linear(out, x, w, nullptr); });
+  return 2.0 * m * n * k / (ms * 1e-3);
+}
+#endif
+
 // Parameters read by every decode step: all projection matrices and the LM head (embedding rows are gathered).
 double matmul_params(const ModelConfig& c) {
   const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
@@ -68,7 +136,7 @@ double matmul_params(const ModelConfig& c) {
 }
 
 struct BenchFlags {
-  std::string model, config_file, load_format = "auto", dtype = "auto";
+  std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu";
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
 };
 
@@ -80,13 +148,13 @@ int fail(const Status& s) {
 int run_latency(const std::vector<std::string>& args) {
   BenchFlags f;
   ArgParser parser("bench latency",
-                   "Times one batch through the ModelRunner: prefill of batch-size x input-len\n"
-                   "tokens, then output-len decode steps (greedy sampling included); prints tok/s\n"
-                   "beside the memory-bandwidth / GEMM-rate floor.");
+                   "Times one batch: prefill of batch-size x input-len tokens, then output-len\n"
+                   "decode steps; prints tok/s beside the memory-bandwidth / GEMM-rate floor.");
   parser.add_string("model", &f.model, "model directory");
   parser.add_string("config", &f.config_file, "config.json to use with --load-format dummy (no weights needed)");
-  parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16");
+  parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16 | float16");
   parser.add_string("load-format", &f.load_format, "auto | safetensors | dummy");
+  parser.add_string("device", &f.device, "cpu (default) | cuda | cuda:N");
   parser.add_int("batch-size", &f.batch_size, "sequences in the batch (default 1)");
   parser.add_int("input-len", &f.input_len, "prompt tokens per sequence (default 128)");
   parser.add_int("output-len", &f.output_len, "decode steps (default 32)");
@@ -104,9 +172,13 @@ int run_latency(const std::vector<std::string>& args) {
   }
   options.seed = static_cast<uint64_t>(f.seed);
   if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
-    return fail(invalid_argument("--dtype '" + f.dtype + "': expected auto, float32 or bfloat16"));
+    return fail(invalid_argument("--dtype '" + f.dtype + "': expected auto, float32, bfloat16 or float16"));
+  }
+  if (!parse_device_flag(f.device, &options.device)) {
+    return fail(invalid_argument("--device '" + f.device + "': expected cpu, cuda or cuda:N"));
   }
   StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
+  const auto load_start = Clock::now();
   if (!f.config_file.empty()) {
     StatusOr<ModelConfig> config = load_model_config(f.config_file);
     if (!config.ok()) return fail(config.status());
@@ -117,57 +189,65 @@ int run_latency(const std::vector<std::string>& args) {
     return fail(invalid_argument("give --model DIR, or --load-format dummy --config FILE"));
   }
   if (!model.ok()) return fail(model.status());
+  const double load_s = seconds_since(load_start);
   const ModelConfig& c = (*model)->config();
   if (f.input_len + f.output_len > c.max_position_embeddings) {
     return fail(invalid_argument("input-len + output-len exceeds max_position_embeddings"));
   }
 
-  // Every sequence gets its own blocks up front, enough for the prompt, the output and the last sampled token.
-  ModelRunnerConfig runner_config;
-  const int64_t blocks_per_seq =
-      (f.input_len + f.output_len + 1 + runner_config.block_size - 1) / runner_config.block_size;
-  if (f.batch_size * blocks_per_seq > INT32_MAX) return fail(invalid_argument("--batch-size x lengths too large"));
-  runner_config.num_blocks = static_cast<int32_t>(f.batch_size * blocks_per_seq);
-  ModelRunner runner(**model, runner_config);
+  // The engine's ModelRunner, driven by hand-made SchedulerOutputs: one prefill step of every prompt, then
+  // output-len decode steps; each step ends when its sampled ids are on the host.
+  const int32_t block_size = 16;
+  const int64_t blocks_per_seq = (f.input_len + f.output_len + 1 + block_size - 1) / block_size;
+  ModelRunnerConfig rc;
+  rc.block_size = block_size;
+  rc.num_blocks = static_cast<int32_t>(f.batch_size * blocks_per_seq);
+  rc.max_num_tokens = f.batch_size * f.input_len;
+  rc.max_num_reqs = f.batch_size;
+  rc.max_model_len = f.input_len + f.output_len + 1;
+  ModelRunner runner(**model, rc);
   std::mt19937 rng(static_cast<uint32_t>(f.seed));
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(c.vocab_size - 1));
   SamplingParams greedy;
   greedy.temperature = 0.0;
+  greedy.ignore_eos = true;
+  greedy.max_tokens = f.output_len + 1;
   double best_prefill = 1e30, best_decode = 1e30;
   for (int64_t iter = 0; iter <= f.num_iters; ++iter) {  // iteration 0 warms up
     SchedulerOutput prefill;
+    std::vector<RequestId> ids;
     for (int64_t r = 0; r < f.batch_size; ++r) {
-      NewRequestData& req = prefill.scheduled_new_reqs.emplace_back();
-      req.req_id = std::to_string(r);
-      for (int64_t i = 0; i < f.input_len; ++i) req.prompt_token_ids.push_back(token(rng));
-      req.sampling_params = greedy;
-      for (int64_t b = 0; b < blocks_per_seq; ++b)
-        req.block_ids.push_back(static_cast<int32_t>(r * blocks_per_seq + b));
-      prefill.num_scheduled_tokens.push_back({req.req_id, f.input_len});
+      NewRequestData n;
+      n.req_id = std::to_string(iter) + "-" + std::to_string(r);
+      for (int64_t i = 0; i < f.input_len; ++i) n.prompt_token_ids.push_back(token(rng));
+      n.sampling_params = greedy;
+      for (int64_t b = 0; b < blocks_per_seq; ++b) n.block_ids.push_back(static_cast<int32_t>(r * blocks_per_seq + b));
+      prefill.num_scheduled_tokens.push_back({n.req_id, f.input_len});
       prefill.total_num_scheduled_tokens += f.input_len;
-    }
-    // The decode steps' inputs are built before the clock starts: each step computes one token per sequence.
-    std::vector<SchedulerOutput> decode_steps(static_cast<size_t>(f.output_len));
-    for (int64_t step = 0; step < f.output_len; ++step) {
-      SchedulerOutput& d = decode_steps[static_cast<size_t>(step)];
-      for (const NewRequestData& req : prefill.scheduled_new_reqs) {
-        d.scheduled_cached_reqs.push_back({req.req_id, false, {}, f.input_len + step});
-        d.num_scheduled_tokens.push_back({req.req_id, 1});
-      }
-      d.total_num_scheduled_tokens = f.batch_size;
+      ids.push_back(n.req_id);
+      prefill.scheduled_new_reqs.push_back(std::move(n));
     }
     auto start = Clock::now();
     StatusOr<ModelRunnerOutput> out = runner.execute(prefill);
     if (!out.ok()) return fail(out.status());
     const double prefill_s = seconds_since(start);
     start = Clock::now();
-    for (const SchedulerOutput& d : decode_steps) {
-      out = runner.execute(d);
+    for (int64_t step = 0; step < f.output_len; ++step) {
+      SchedulerOutput decode;
+      for (int64_t r = 0; r < f.batch_size; ++r) {
+        CachedRequestData cr;
+        cr.req_id = ids[r];
+        cr.num_computed_tokens = f.input_len + step;
+        decode.scheduled_cached_reqs.push_back(std::move(cr));
+        decode.num_scheduled_tokens.push_back({ids[r], 1});
+      }
+      decode.total_num_scheduled_tokens = f.batch_size;
+      out = runner.execute(decode);
       if (!out.ok()) return fail(out.status());
     }
     const double decode_s = seconds_since(start);
     SchedulerOutput finish;
-    for (const NewRequestData& req : prefill.scheduled_new_reqs) finish.finished_req_ids.push_back(req.req_id);
+    finish.finished_req_ids = ids;
     if (StatusOr<ModelRunnerOutput> done = runner.execute(finish); !done.ok()) return fail(done.status());
     if (iter > 0) {
       best_prefill = std::min(best_prefill, prefill_s);
@@ -176,10 +256,23 @@ int run_latency(const std::vector<std::string>& args) {
   }
 
   const DType weight_dtype = resolve_weight_dtype(c, options);
-  const double bandwidth = measure_read_bandwidth(), gemm_rate = measure_gemm_rate(weight_dtype);
+  const bool on_cuda = !options.device.is_cpu();
+  double bandwidth = 0, gemm_rate = 0;
+  if (on_cuda) {
+#ifdef LLMSERVE_WITH_CUDA
+    bandwidth = measure_device_copy_bandwidth(options.device);
+    // The prefill's largest GEMM shape (gate_up: tokens x hidden -> 2 x intermediate) in the model's dtype.
+    gemm_rate = measure_device_gemm_rate(options.device, weight_dtype, f.batch_size * f.input_len,
+                                         2 * c.intermediate_size, c.hidden_size);
+#endif
+  } else {
+    bandwidth = measure_read_bandwidth();
+    gemm_rate = measure_gemm_rate(weight_dtype);
+  }
   const double params = matmul_params(c);
   const double weight_bytes = params * dtype_size(weight_dtype);
-  const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * sizeof(float);
+  const double kv_bytes_per_token =
+      2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * dtype_size((*model)->activation_dtype());
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes_per_token;
   const double decode_floor = f.output_len * decode_step_bytes / bandwidth;
@@ -187,21 +280,34 @@ int run_latency(const std::vector<std::string>& args) {
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
-  std::printf("model: %s, %.1fM matmul params (%s weights), batch %lld, input %lld, output %lld, %d threads\n",
+  std::printf("model: %s, %.1fM matmul params (%s weights), batch %lld, input %lld, output %lld, %s\n",
               c.architecture.c_str(), params / 1e6, std::string(dtype_name(weight_dtype)).c_str(),
               static_cast<long long>(f.batch_size), static_cast<long long>(f.input_len),
-              static_cast<long long>(f.output_len), ThreadPool::global().num_threads());
-  std::printf("measured: read bandwidth %.2f GB/s, GEMM (%s weights) %.1f GFLOP/s\n", bandwidth / 1e9,
-              std::string(dtype_name(weight_dtype)).c_str(), gemm_rate / 1e9);
+              static_cast<long long>(f.output_len),
+              on_cuda ? options.device.to_string().c_str()
+                      : ("cpu, " + std::to_string(ThreadPool::global().num_threads()) + " threads").c_str());
+  std::printf("model load: %.2f s (%s)\n", load_s,
+              f.load_format == "dummy" ? "dummy weights generated on the host" : "safetensors");
+  if (on_cuda) {
+    std::printf(
+        "measured: device copy bandwidth %.1f GB/s (read + write), cuBLASLt GEMM (%s, %lld x %lld x %lld) "
+        "%.1f TFLOP/s\n",
+        bandwidth / 1e9, std::string(dtype_name(weight_dtype)).c_str(),
+        static_cast<long long>(f.batch_size * f.input_len), static_cast<long long>(2 * c.intermediate_size),
+        static_cast<long long>(c.hidden_size), gemm_rate / 1e12);
+  } else {
+    std::printf("measured: read bandwidth %.2f GB/s, GEMM (%s weights) %.1f GFLOP/s\n", bandwidth / 1e9,
+                std::string(dtype_name(weight_dtype)).c_str(), gemm_rate / 1e9);
+  }
   std::printf("%-8s %12s %12s %14s %8s\n", "phase", "tok/s", "time (ms)", "floor (ms)", "ratio");
   std::printf("%-8s %12.1f %12.2f %14.2f %7.1f%%\n", "prefill", prefill_tps, best_prefill * 1e3, prefill_floor * 1e3,
               100.0 * prefill_floor / best_prefill);
   std::printf("%-8s %12.1f %12.2f %14.2f %7.1f%%\n", "decode", decode_tps, best_decode * 1e3, decode_floor * 1e3,
               100.0 * decode_floor / best_decode);
   std::printf(
-      "floors: prefill = 2 x params x tokens / GEMM rate; decode = (weights %.1f MB + KV) per step / read "
-      "bandwidth\n",
-      weight_bytes / 1e6);
+      "floors: prefill = 2 x params x tokens / GEMM rate; decode = (weights %.1f MB + KV %.1f MB) read per "
+      "step / %s bandwidth\n",
+      weight_bytes / 1e6, f.batch_size * avg_context * kv_bytes_per_token / 1e6, on_cuda ? "copy" : "read");
   return 0;
 }
 

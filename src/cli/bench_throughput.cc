@@ -50,7 +50,7 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   const ModelConfig &c = model.config();
   EngineArgs args_e = to_engine_args(e, m);
   if (args_e.max_model_len <= 0) args_e.max_model_len = std::min(c.max_position_embeddings, input_len + output_len);
-  if (args_e.num_kv_cache_tokens <= 0) {
+  if (args_e.num_kv_cache_tokens <= 0 && model.device().is_cpu()) {  // on cuda: --gpu-memory-utilization
     args_e.num_kv_cache_tokens =
         std::min<int64_t>(num_prompts, args_e.max_num_seqs) * (input_len + output_len + args_e.block_size);
   }
@@ -89,6 +89,10 @@ int run_bench_throughput(const std::vector<std::string> &args) {
       static_cast<long long>(num_prompts), static_cast<long long>(input_len), static_cast<long long>(output_len),
       args_e.max_num_seqs, ThreadPool::global().num_threads());
   std::printf("ignore_eos: %s, temperature: %.2f\n", ignore_eos ? "true" : "false", temperature);
+  std::printf("device: %s, KV cache: %d blocks x %d tokens = %lld tokens\n", model.device().to_string().c_str(),
+              (*engine)->num_kv_blocks(), (*engine)->block_size(),
+              static_cast<long long>((*engine)->num_kv_blocks()) * (*engine)->block_size());
+  if (!(*engine)->kv_cache_summary().empty()) std::printf("%s\n", (*engine)->kv_cache_summary().c_str());
   std::printf("engine steps: %lld, preemptions: %lld, elapsed: %.2f s\n",
               static_cast<long long>((*engine)->totals().num_steps),
               static_cast<long long>((*engine)->totals().num_preemptions), seconds);

@@ -27,7 +27,9 @@ void add_model_flags(ArgParser &parser, ModelFlags *f) {
                     "tokenizer.json)");
   parser.add_string("tokenizer", &f->tokenizer, "tokenizer directory (default: the model directory)");
   parser.add_string("config", &f->config_file, "config.json to use with --load-format dummy (no weights needed)");
-  parser.add_string("dtype", &f->dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16");
+  parser.add_string("dtype", &f->dtype,
+                    "weight (on cuda also activation) dtype: auto (the checkpoint's) | float32 | bfloat16 | float16");
+  parser.add_string("device", &f->device, "cpu (default) | cuda | cuda:N");
   parser.add_string("load-format", &f->load_format, "auto | safetensors | dummy (random weights from config.json)");
   parser.add_int("seed", &f->seed,
                  "sampling seed of every request (and seed of --load-format "
@@ -40,7 +42,11 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_int("max-num-seqs", &f->max_num_seqs, "sequences running at once (default 256)");
   parser.add_int("max-num-batched-tokens", &f->max_num_batched_tokens, "token budget per step (default 4096)");
   parser.add_int("block-size", &f->block_size, "tokens per KV-cache block (default 16)");
-  parser.add_int("kv-cache-tokens", &f->kv_cache_tokens, "KV cache capacity in tokens (default: enough for the batch)");
+  parser.add_int("kv-cache-tokens", &f->kv_cache_tokens,
+                 "KV cache capacity in tokens (default: enough for the batch; on cuda what "
+                 "--gpu-memory-utilization leaves)");
+  parser.add_float("gpu-memory-utilization", &f->gpu_memory_utilization,
+                   "cuda: fraction of device memory for weights, activations and the KV cache (default 0.9)");
   parser.add_bool("enable-prefix-caching", &f->enable_prefix_caching, "reuse cached prompt blocks (default on)");
 }
 
@@ -150,7 +156,10 @@ StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_token
   }
   options.seed = static_cast<uint64_t>(std::max<int64_t>(0, f.seed));
   if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
-    return invalid_argument("--dtype '" + f.dtype + "': expected auto, float32 or bfloat16");
+    return invalid_argument("--dtype '" + f.dtype + "': expected auto, float32, bfloat16 or float16");
+  }
+  if (!parse_device_flag(f.device, &options.device)) {
+    return invalid_argument("--device '" + f.device + "': expected cpu, cuda or cuda:N");
   }
   LoadedModel out;
   if (f.model.empty() && f.config_file.empty()) {
@@ -197,6 +206,7 @@ std::vector<std::string> to_args(const ModelFlags &f) {
   add("--config", f.config_file);
   add("--load-format", f.load_format);
   add("--dtype", f.dtype);
+  add("--device", f.device);
   add("--seed", std::to_string(f.seed));
   add("--num-threads", std::to_string(f.num_threads));
   return a;
@@ -206,6 +216,7 @@ std::vector<std::string> to_args(const EngineFlags &f) {
   return {"--max-model-len=" + std::to_string(f.max_model_len), "--max-num-seqs=" + std::to_string(f.max_num_seqs),
           "--max-num-batched-tokens=" + std::to_string(f.max_num_batched_tokens),
           "--block-size=" + std::to_string(f.block_size), "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
+          "--gpu-memory-utilization=" + std::to_string(f.gpu_memory_utilization),
           f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching"};
 }
 
@@ -216,6 +227,7 @@ EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {
   a.max_num_batched_tokens = f.max_num_batched_tokens;
   a.block_size = static_cast<int32_t>(std::clamp<int64_t>(f.block_size, 0, INT32_MAX));
   a.num_kv_cache_tokens = f.kv_cache_tokens;
+  a.gpu_memory_utilization = f.gpu_memory_utilization;
   a.enable_prefix_caching = f.enable_prefix_caching;
   a.seed = static_cast<uint64_t>(std::max<int64_t>(0, m.seed));
   return a;

@@ -19,7 +19,7 @@
 namespace llmserve::cli {
 
 struct ModelFlags {
-  std::string model, tokenizer, config_file, load_format = "auto", dtype = "auto";
+  std::string model, tokenizer, config_file, load_format = "auto", dtype = "auto", device = "cpu";
   int64_t seed = -1;  // sampling seed when >= 0; also seeds dummy weights (0 when unset)
   int64_t num_threads = 0;
 };
@@ -28,6 +28,7 @@ void add_model_flags(ArgParser &parser, ModelFlags *f);
 struct EngineFlags {
   int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 4096, block_size = 16;
   int64_t kv_cache_tokens = 0;
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
 };
 void add_engine_flags(ArgParser &parser, EngineFlags *f);

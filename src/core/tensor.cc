@@ -1,4 +1,4 @@
-// Tensor views and CPU copies; device allocation (CPU aligned; CUDA through cudaMalloc when built with CUDA).
+// Tensor views and copies; device allocation (CPU aligned; CUDA through the caching allocator when built with CUDA).
 #include "core/tensor.h"
 
 #include <cstdlib>
@@ -6,13 +6,14 @@
 
 #ifdef LLMSERVE_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "core/cuda_allocator.h"
+#include "core/cuda_stream.h"
 #endif
 
 namespace llmserve {
 
-std::string Device::to_string() const {
-  return type == DeviceType::kCPU ? "cpu" : "cuda:" + std::to_string(index);
-}
+std::string Device::to_string() const { return type == DeviceType::kCPU ? "cpu" : "cuda:" + std::to_string(index); }
 
 std::shared_ptr<void> allocate_bytes(Device device, size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
@@ -23,11 +24,7 @@ std::shared_ptr<void> allocate_bytes(Device device, size_t bytes) {
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
 #ifdef LLMSERVE_WITH_CUDA
-  void* p = nullptr;
-  CHECK(cudaSetDevice(device.index) == cudaSuccess) << "cudaSetDevice(" << device.index << ")";
-  cudaError_t err = cudaMalloc(&p, rounded);
-  CHECK(err == cudaSuccess) << "cudaMalloc(" << bytes << "): " << cudaGetErrorString(err);
-  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  return cuda::allocate_device(device.index, rounded);
 #else
   LOG(FATAL) << "this build has no CUDA support; cannot allocate on " << device.to_string();
   return nullptr;
@@ -64,10 +61,31 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::zeros(Shape shape, DType dtype) {
-  Tensor t = empty(std::move(shape), dtype);
-  std::memset(t.data_, 0, t.nbytes());
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+  if (device.is_cpu()) {
+    std::memset(t.data_, 0, t.nbytes());
+    return t;
+  }
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::check_cuda(cudaMemsetAsync(t.data_, 0, t.nbytes(), cuda::current_stream()), "cudaMemsetAsync");
+#endif
   return t;
+}
+
+Tensor Tensor::empty_pinned(Shape shape, DType dtype) {
+#ifdef LLMSERVE_WITH_CUDA
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.strides_ = contiguous_strides(t.shape_);
+  for (int64_t d : t.shape_) CHECK_GE(d, 0) << "negative dimension in " << shape_to_string(t.shape_);
+  t.storage_ = cuda::allocate_pinned(t.nbytes());
+  t.data_ = t.storage_.get();
+  return t;
+#else
+  return empty(std::move(shape), dtype);
+#endif
 }
 
 Tensor Tensor::from_blob(void* data, Shape shape, DType dtype, std::shared_ptr<void> keep_alive, Device device) {
@@ -153,6 +171,25 @@ Tensor Tensor::select(int d, int64_t index) const {
   return t;
 }
 
+Tensor Tensor::as_strided(Shape shape, Shape strides) const {
+  CHECK_EQ(shape.size(), strides.size()) << "as_strided: shape " << shape_to_string(shape) << " vs strides "
+                                         << shape_to_string(strides);
+  int64_t last = 0;  // largest element offset the view reaches
+  for (size_t i = 0; i < shape.size(); ++i) {
+    CHECK(shape[i] >= 0 && strides[i] >= 0) << "as_strided: negative size or stride";
+    if (shape[i] > 0) last += (shape[i] - 1) * strides[i];
+  }
+  int64_t own_last = 0;
+  for (int i = 0; i < dim(); ++i) {
+    if (shape_[i] > 0) own_last += (shape_[i] - 1) * strides_[i];
+  }
+  CHECK(numel() == 0 || last <= own_last) << "as_strided " << shape_to_string(shape) << " reaches past " << to_string();
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  return t;
+}
+
 Tensor Tensor::transpose(int d0, int d1) const {
   Tensor t = *this;
   int a = normalize_dim(d0), b = normalize_dim(d1);
@@ -161,9 +198,47 @@ Tensor Tensor::transpose(int d0, int d1) const {
   return t;
 }
 
+namespace {
+
+// Rows of a row-strided tensor: (number of rows, bytes per row, row pitch in bytes). CHECKs the layout.
+struct RowLayout {
+  size_t rows, row_bytes, pitch;
+};
+
+RowLayout row_layout(const Tensor& t) {
+  const size_t es = dtype_size(t.dtype());
+  if (t.dim() == 0) return {1, es, es};
+  int64_t inner = 1;
+  for (int d = t.dim() - 1; d >= 1; --d) {
+    CHECK(t.size(d) <= 1 || t.stride(d) == inner)
+        << "device copy of " << t.to_string() << ": must be contiguous past its first dimension";
+    inner *= t.size(d);
+  }
+  const size_t rows = static_cast<size_t>(t.size(0));
+  const size_t pitch = rows <= 1 ? static_cast<size_t>(inner) * es : static_cast<size_t>(t.stride(0)) * es;
+  return {rows, static_cast<size_t>(inner) * es, pitch};
+}
+
+}  // namespace
+
 void Tensor::copy_from(const Tensor& src) {
-  CHECK(device_.is_cpu() && src.device_.is_cpu()) << "copy_from is CPU-only";
   CHECK(shape_ == src.shape_) << "copy_from " << src.to_string() << " into " << to_string();
+  if (!device_.is_cpu() || !src.device_.is_cpu()) {
+#ifdef LLMSERVE_WITH_CUDA
+    CHECK(dtype_ == src.dtype_) << "device copy_from " << src.to_string() << " into " << to_string()
+                                << ": dtypes differ";
+    if (numel() == 0) return;
+    const RowLayout d = row_layout(*this), s = row_layout(src);
+    cudaStream_t stream = cuda::current_stream();
+    cuda::check_cuda(
+        cudaMemcpy2DAsync(data_, d.pitch, src.data_, s.pitch, d.row_bytes, d.rows, cudaMemcpyDefault, stream),
+        "cudaMemcpy2DAsync");
+    if (device_.is_cpu()) cuda::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return;
+#else
+    LOG(FATAL) << "this build has no CUDA support; cannot copy " << src.to_string() << " into " << to_string();
+#endif
+  }
   if (is_contiguous() && src.is_contiguous()) {
     convert_elements(src.data_, src.dtype_, data_, dtype_, static_cast<size_t>(numel()));
     return;
@@ -178,8 +253,8 @@ void Tensor::copy_from(const Tensor& src) {
       so += index[i] * src.strides_[i];
       doff += index[i] * strides_[i];
     }
-    convert_elements(static_cast<const char*>(src.data_) + so * ss, src.dtype_,
-                     static_cast<char*>(data_) + doff * ds, dtype_, 1);
+    convert_elements(static_cast<const char*>(src.data_) + so * ss, src.dtype_, static_cast<char*>(data_) + doff * ds,
+                     dtype_, 1);
     for (int i = static_cast<int>(index.size()) - 1; i >= 0; --i) {
       if (++index[i] < shape_[i]) break;
       index[i] = 0;
@@ -189,6 +264,12 @@ void Tensor::copy_from(const Tensor& src) {
 
 Tensor Tensor::to(DType dtype) const {
   Tensor t = empty(shape_, dtype);
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  Tensor t = empty(shape_, dtype_, device);
   t.copy_from(*this);
   return t;
 }
@@ -208,7 +289,8 @@ void Tensor::fill(float value) {
 }
 
 std::string Tensor::to_string() const {
-  return "Tensor(" + std::string(dtype_name(dtype_)) + ", " + shape_to_string(shape_) + ", " + device_.to_string() + ")";
+  return "Tensor(" + std::string(dtype_name(dtype_)) + ", " + shape_to_string(shape_) + ", " + device_.to_string() +
+         ")";
 }
 
 }  // namespace llmserve

@@ -27,7 +27,8 @@ struct Device {
   std::string to_string() const;
 };
 
-// Allocates `bytes` on `device` (64-byte aligned on CPU); aborts when memory is exhausted.
+// Allocates `bytes` on `device` (64-byte aligned on CPU; on CUDA through the caching allocator of
+// core/cuda_allocator.h, for use on the calling thread's current stream); aborts when memory is exhausted.
 std::shared_ptr<void> allocate_bytes(Device device, size_t bytes);
 
 using Shape = std::vector<int64_t>;
@@ -39,7 +40,10 @@ class Tensor {
 
   // New contiguous tensor; contents uninitialised.
   static Tensor empty(Shape shape, DType dtype, Device device = Device::cpu());
-  static Tensor zeros(Shape shape, DType dtype);  // CPU only
+  static Tensor zeros(Shape shape, DType dtype, Device device = Device::cpu());
+  // New contiguous CPU tensor in page-locked memory (CUDA builds; plain memory otherwise): the source or
+  // destination of asynchronous host<->device copies.
+  static Tensor empty_pinned(Shape shape, DType dtype);
   // Borrowed contiguous view of `data`; `keep_alive` (may be null) is held as long as any view exists.
   static Tensor from_blob(void* data, Shape shape, DType dtype, std::shared_ptr<void> keep_alive = nullptr,
                           Device device = Device::cpu());
@@ -72,12 +76,20 @@ class Tensor {
   Tensor slice(int dim, int64_t start, int64_t end) const;   // [start, end) along dim
   Tensor select(int dim, int64_t index) const;               // drops dim
   Tensor transpose(int d0, int d1) const;
+  // A view with the given shape and strides (in elements) over the same data pointer; the caller guarantees that
+  // it stays inside this tensor's elements (e.g. [n, heads, head_dim] over a column slice of a fused projection).
+  Tensor as_strided(Shape shape, Shape strides) const;
 
-  // Copies (always contiguous, CPU for now).
+  // Copies (always contiguous).
   Tensor contiguous() const;
   Tensor to(DType dtype) const;  // CPU: converted copy (copy even when dtype matches)
-  Tensor clone() const { return to(dtype_); }
-  // Copies `src` (same shape) into this tensor, converting dtype; both on CPU.
+  // Same dtype on `device` (a copy even when already there). To the host it waits for the copy (the caller reads
+  // the result next); to a device it is ordered on the current stream.
+  Tensor to(Device device) const;
+  Tensor clone() const { return device_.is_cpu() ? to(dtype_) : to(device_); }
+  // Copies `src` (same shape) into this tensor. Both on CPU: any layouts, converting dtype. Otherwise (host<->
+  // device or device<->device): same dtype, both row-strided (dimension 0 any stride, the rest contiguous), one
+  // cudaMemcpy2DAsync on the current stream; when the destination is on the host the stream is synchronised.
   void copy_from(const Tensor& src);
   // Fills every element with `value` (CPU).
   void fill(float value);

@@ -2,12 +2,16 @@
 #include "frontend/engine_core_builder.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
+
+#include "runtime/gpu_memory.h"
 
 namespace llmserve {
 
-StatusOr<EngineCoreConfig> make_engine_core_config(const ModelConfig &mc, const Tokenizer *tokenizer,
+StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Tokenizer *tokenizer,
                                                    const EngineArgs &args) {
+  const ModelConfig &mc = model.config();
   EngineCoreConfig c;
   c.vocab_size = mc.vocab_size;
   SchedulerConfig &sc = c.scheduler;
@@ -25,9 +29,19 @@ StatusOr<EngineCoreConfig> make_engine_core_config(const ModelConfig &mc, const 
   if (args.block_size < 1) return invalid_argument("block_size must be at least 1");
   c.cache.block_size = args.block_size;
   c.cache.enable_prefix_caching = args.enable_prefix_caching;
-  const int64_t tokens =
-      args.num_kv_cache_tokens > 0 ? args.num_kv_cache_tokens : std::max<int64_t>(sc.max_model_len, 4096);
-  const int64_t num_blocks = (tokens + args.block_size - 1) / args.block_size;
+  int64_t num_blocks = 0;
+  if (args.num_kv_cache_tokens <= 0 && !model.device().is_cpu()) {
+    ASSIGN_OR_RETURN(KVCachePlan plan,
+                     plan_gpu_kv_cache(model, args.block_size, std::min<int64_t>(sc.max_num_batched_tokens, INT32_MAX),
+                                       sc.max_num_seqs, sc.max_model_len, args.gpu_memory_utilization));
+    c.kv_cache_summary = plan.summary;
+    std::fprintf(stderr, "llmserve: %s\n", plan.summary.c_str());
+    num_blocks = plan.num_blocks;
+  } else {
+    const int64_t tokens =
+        args.num_kv_cache_tokens > 0 ? args.num_kv_cache_tokens : std::max<int64_t>(sc.max_model_len, 4096);
+    num_blocks = (tokens + args.block_size - 1) / args.block_size;
+  }
   if (num_blocks > INT32_MAX) return invalid_argument("num_kv_cache_tokens is too large");
   c.cache.num_blocks = static_cast<int32_t>(num_blocks);
   RETURN_IF_ERROR(sc.validate(c.cache));
@@ -47,6 +61,9 @@ StatusOr<EngineCoreConfig> make_engine_core_config(const ModelConfig &mc, const 
   }
   c.runner.num_blocks = c.cache.num_blocks;
   c.runner.block_size = c.cache.block_size;
+  c.runner.max_num_tokens = sc.max_num_batched_tokens;
+  c.runner.max_num_reqs = sc.max_num_seqs;
+  c.runner.max_model_len = sc.max_model_len;
   c.runner.seed = args.seed;
   if (c.eos_token_id) c.runner.eos_token_ids.push_back(*c.eos_token_id);
   c.runner.eos_token_ids.insert(c.runner.eos_token_ids.end(), c.extra_eos_ids.begin(), c.extra_eos_ids.end());

@@ -24,7 +24,9 @@ struct EngineArgs {
   int64_t max_model_len = 0;              // prompt + output tokens at most; 0: the model's
                                           // max_position_embeddings
   int32_t block_size = 16;                // tokens per KV block
-  int64_t num_kv_cache_tokens = 0;        // KV cache capacity; 0: max(max_model_len, 4096)
+  int64_t num_kv_cache_tokens = 0;        // KV cache capacity; 0: max(max_model_len, 4096) on CPU, on CUDA what
+                                          // gpu_memory_utilization leaves after a profiling forward
+  double gpu_memory_utilization = 0.9;    // CUDA: fraction of device memory for weights + activations + KV
   int32_t max_num_seqs = 256;             // running sequences at most
   int64_t max_num_batched_tokens = 2048;  // token budget of one step (chunked prefill splits longer prompts)
   bool enable_prefix_caching = true;
@@ -43,11 +45,13 @@ struct EngineCoreConfig {
   int64_t vocab_size = 0;
   std::optional<int32_t> eos_token_id;  // the model's EOS (tokenizer's, else the config's first)
   std::vector<int32_t> extra_eos_ids;   // further EOS ids: stop ids of every request unless ignore_eos (vLLM)
+  std::string kv_cache_summary;         // CUDA: the memory plan's log line (empty on CPU)
 };
 
 // InvalidArgument naming the field for bad args (max_model_len beyond the model's, block_size < 1, a KV cache
-// too small for one max_model_len request, ...). `tokenizer` may be null.
-StatusOr<EngineCoreConfig> make_engine_core_config(const ModelConfig &model_config, const Tokenizer *tokenizer,
+// too small for one max_model_len request, ...). `tokenizer` may be null. On CUDA without num_kv_cache_tokens
+// the KV cache is sized by a profiling forward of `model` (plan_gpu_kv_cache).
+StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Tokenizer *tokenizer,
                                                    const EngineArgs &args);
 
 // An executor (the ModelRunner, owning the KV cache) and the EngineCore stepping it; the core is destroyed first.

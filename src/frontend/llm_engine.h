@@ -59,6 +59,10 @@ class LLMEngine {
   const SchedulerStats &last_stats() const { return last_stats_; }
   const EngineCore &core() const { return *instance_.core; }
   int64_t max_model_len() const { return config_.scheduler.max_model_len; }
+  // KV-cache capacity in blocks / tokens, and on CUDA the memory plan's log line (empty otherwise).
+  int32_t num_kv_blocks() const { return config_.cache.num_blocks; }
+  int32_t block_size() const { return config_.cache.block_size; }
+  const std::string &kv_cache_summary() const { return config_.kv_cache_summary; }
 
  private:
   LLMEngine(const Tokenizer *tokenizer, EngineCoreConfig config, EngineCoreInstance instance)

@@ -8,7 +8,7 @@ namespace llmserve {
 StatusOr<std::unique_ptr<AsyncLLM>> create_inproc_async_llm(CausalLM &model, const Tokenizer *tokenizer,
                                                             EngineArgs args) {
   args.log_stats = true;
-  ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model.config(), tokenizer, args));
+  ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model, tokenizer, args));
   ASSIGN_OR_RETURN(std::unique_ptr<InprocClient> client,
                    InprocClient::create([&model, config]() -> StatusOr<EngineCoreInstance> {
                      return build_engine_core(model, config);

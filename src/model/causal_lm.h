@@ -20,11 +20,12 @@ struct KVCacheTensors {
   int64_t block_size = 0;
 };
 
-// One step's inputs, built by the runner. Tokens of each request are contiguous, requests in batch order.
+// One step's inputs, built by the runner, on the model's device. Tokens of each request are contiguous, requests
+// in batch order.
 struct ForwardBatch {
   Tensor input_ids;       // [num_tokens] i32
   Tensor positions;       // [num_tokens] i64
-  Tensor logits_indices;  // [num_logits] i64: token rows whose logits are wanted (e.g. each request's last)
+  Tensor logits_indices;  // [num_logits] i32: token rows whose logits are wanted (e.g. each request's last)
   ops::AttentionMetadata attention;
 };
 
@@ -32,7 +33,11 @@ class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
-  // Runs the model; writes logits [num_logits, vocab_size] (f32). Aborts (CHECK) on inconsistent shapes:
+  // Where weights and activations live; the KV cache must be there too.
+  virtual Device device() const { return Device::cpu(); }
+  // Activations and the KV cache: f32 on CPU; the weight dtype on CUDA.
+  virtual DType activation_dtype() const { return DType::kF32; }
+  // Runs the model; writes logits [num_logits, vocab_size] (f32, on device()). Aborts (CHECK) on inconsistent shapes:
   // the runner is trusted, user input was validated before it.
   virtual void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) = 0;
 };

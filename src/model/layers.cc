@@ -26,7 +26,7 @@ StatusOr<Linear> Linear::load(WeightSource& weights, const std::vector<std::stri
   // One part: keep the (possibly zero-copy) tensor. Several: stack rows into one weight so one GEMM runs.
   auto stack = [](const std::vector<Tensor>& ts, Shape shape, DType t) {
     if (ts.size() == 1) return ts[0];
-    Tensor out = Tensor::empty(std::move(shape), t);
+    Tensor out = Tensor::empty(std::move(shape), t, ts[0].device());
     int64_t row = 0;
     for (const Tensor& p : ts) {
       Tensor dst = out.slice(0, row, row + p.size(0));

@@ -18,11 +18,15 @@ namespace llmserve {
 enum class LoadFormat { kAuto, kSafetensors, kDummy };
 // Parses --load-format values: "auto", "safetensors", "dummy".
 bool parse_load_format(const std::string& name, LoadFormat* format);
+// Parses --device: "cpu", "cuda" or "cuda:N". False on anything else.
+bool parse_device_flag(const std::string& name, Device* device);
 
 struct ModelLoadOptions {
   // GEMM weight dtype; nullopt = the checkpoint's (bf16 stays bf16 and zero-copy: oneDNN's bf16 GEMM is the
-  // fastest CPU path, bench/RESULTS.md; every other dtype widens to f32).
+  // fastest CPU path, bench/RESULTS.md; every other dtype widens to f32; on CUDA f16 stays f16 too).
+  // On CUDA this is also the activation and KV-cache dtype; float16 needs CUDA.
   std::optional<DType> weight_dtype;
+  Device device = Device::cpu();  // where weights, activations and (through the runner) the KV cache live
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t seed = 0;                 // dummy weights
 };
@@ -34,10 +38,10 @@ using ModelFactory = std::function<StatusOr<std::unique_ptr<CausalLM>>(
 StatusOr<std::unique_ptr<CausalLM>> create_model(const ModelConfig& config, WeightSource& weights,
                                                  const ModelLoadOptions& options);
 
-// Parses --dtype: "auto" (nullopt: the checkpoint's), "float32"/"float", "bfloat16". False on anything else.
+// Parses --dtype: "auto" (nullopt: the checkpoint's), "float32"/"float", "bfloat16", "float16". False otherwise.
 bool parse_dtype_flag(const std::string& name, std::optional<DType>* dtype);
 
-// The dtype weights are held in for `config` under `options`.
+// The dtype weights are held in for `config` under `options` (on CUDA also the activation dtype).
 DType resolve_weight_dtype(const ModelConfig& config, const ModelLoadOptions& options);
 
 // Loads config.json from `model_dir` (or uses `config` when given, e.g. --config FILE with dummy weights),

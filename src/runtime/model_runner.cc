@@ -1,5 +1,5 @@
-// ModelRunner: SchedulerOutput deltas -> persistent request state ->
-// ForwardBatch -> logits -> Sampler.
+// ModelRunner: SchedulerOutput deltas -> persistent request state -> packed step inputs (one host->device copy)
+// -> ForwardBatch -> logits -> Sampler.
 #include "runtime/model_runner.h"
 
 #include <algorithm>
@@ -7,6 +7,13 @@
 
 #include "core/logging.h"
 #include "kernels/ops.h"
+
+#ifdef LLMSERVE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_allocator.h"
+#include "core/cuda_stream.h"
+#endif
 
 namespace llmserve {
 
@@ -32,7 +39,7 @@ SamplingSettings to_sampling_settings(const SamplingParams &p, const std::vector
 }
 
 ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
-    : model_(model), config_(std::move(config)), sampler_(config_.seed) {
+    : model_(model), device_(model.device()), config_(std::move(config)), sampler_(config_.seed) {
   CHECK_GT(config_.num_blocks, 0);
   CHECK_GT(config_.block_size, 0);
   const ModelConfig &c = model.config();
@@ -40,8 +47,53 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   kv_cache_.block_size = config_.block_size;
   const Shape shape = {config_.num_blocks, config_.block_size, c.num_key_value_heads, c.head_dim};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    kv_cache_.key.push_back(Tensor::zeros(shape, DType::kF32));
-    kv_cache_.value.push_back(Tensor::zeros(shape, DType::kF32));
+    kv_cache_.key.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
+    kv_cache_.value.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
+  }
+  // The persistent input buffers, sized for the largest step the scheduler can make.
+  const int64_t tokens = std::max<int64_t>(config_.max_num_tokens, 256);
+  const int64_t reqs = std::max<int64_t>(config_.max_num_reqs, 16);
+  const int64_t blocks = std::max<int64_t>((config_.max_model_len + config_.block_size - 1) / config_.block_size, 16);
+  reserve_input_buffers(static_cast<size_t>(tokens * 20 + reqs * (16 + 4 * blocks) + 256));
+#ifdef LLMSERVE_WITH_CUDA
+  if (!device_.is_cpu()) {
+    // The attention kernels' split-K scratch, allocated once (never inside a step).
+    const int64_t elems = ops::paged_attention_workspace_elems(tokens, c.num_attention_heads, c.head_dim,
+                                                               std::max<int64_t>(config_.max_model_len, 0));
+    if (elems > 0) attention_workspace_ = Tensor::empty({elems}, DType::kF32, device_);
+    cudaEvent_t event = nullptr;
+    cuda::check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    inputs_copied_ = event;
+  }
+#endif
+}
+
+ModelRunner::~ModelRunner() {
+#ifdef LLMSERVE_WITH_CUDA
+  if (inputs_copied_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(inputs_copied_));
+#endif
+}
+
+size_t ModelRunner::kv_block_bytes(const CausalLM &model, int32_t block_size) {
+  const ModelConfig &c = model.config();
+  return 2 * static_cast<size_t>(c.num_hidden_layers) * block_size * c.num_key_value_heads * c.head_dim *
+         dtype_size(model.activation_dtype());
+}
+
+void ModelRunner::reserve_input_buffers(size_t bytes) {
+  if (host_inputs_.defined() && static_cast<size_t>(host_inputs_.numel()) >= bytes) return;
+  const int64_t n =
+      static_cast<int64_t>(std::max(bytes, static_cast<size_t>(host_inputs_.defined() ? host_inputs_.numel() * 2 : 0)));
+#ifdef LLMSERVE_WITH_CUDA
+  if (inputs_copied_ != nullptr)
+    cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
+#endif
+  if (device_.is_cpu()) {
+    host_inputs_ = Tensor::empty({n}, DType::kU8);
+    device_inputs_ = host_inputs_;
+  } else {
+    host_inputs_ = Tensor::empty_pinned({n}, DType::kU8);
+    device_inputs_ = Tensor::empty({n}, DType::kU8, device_);
   }
 }
 
@@ -87,39 +139,59 @@ ModelRunner::PromptLogprobRange ModelRunner::prompt_logprob_range(const RequestS
   return {first, std::max<int64_t>(0, last - first + 1)};
 }
 
+namespace {
+
+// Byte offsets of the step's input arrays inside the packed buffer (16-byte aligned sections).
+struct InputLayout {
+  size_t positions, slots, ids, qsl, seq_lens, logits_idx, block_table, total;
+  InputLayout(int64_t num_tokens, int64_t num_reqs, int64_t num_logits, int64_t max_blocks) {
+    size_t off = 0;
+    auto take = [&off](size_t bytes) {
+      const size_t at = off;
+      off += (bytes + 15) / 16 * 16;
+      return at;
+    };
+    positions = take(num_tokens * 8);
+    slots = take(num_tokens * 8);
+    ids = take(num_tokens * 4);
+    qsl = take((num_reqs + 1) * 4);
+    seq_lens = take(num_reqs * 4);
+    logits_idx = take(num_logits * 4);
+    block_table = take(num_reqs * max_blocks * 4);
+    total = off;
+  }
+};
+
+}  // namespace
+
 Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
-                              const std::vector<PromptLogprobRange> &ranges) {
+                              const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges) {
   const int64_t num_reqs = static_cast<int64_t>(reqs.size());
-  int64_t num_tokens = 0, max_blocks = 1, max_query = 0, max_seq = 0, num_decode = 0, num_logits = num_reqs;
+  int64_t num_logits = static_cast<int64_t>(rows.size());
+  for (const PromptLogprobRange &range : ranges) num_logits += range.count;
+  int64_t num_tokens = 0, max_blocks = 1, max_query = 0, max_seq = 0, num_decode = 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
     num_tokens += num_new[r];
-    num_logits += ranges[r].count;
     max_query = std::max(max_query, num_new[r]);
     max_seq = std::max(max_seq, reqs[r]->num_computed_tokens + num_new[r]);
     max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(reqs[r]->block_ids.size()));
     if (num_new[r] == 1 && num_decode == r) ++num_decode;  // decode requests at the front of the batch
   }
-  ForwardBatch batch;
-  batch.input_ids = Tensor::empty({num_tokens}, DType::kI32);
-  batch.positions = Tensor::empty({num_tokens}, DType::kI64);
-  batch.logits_indices = Tensor::empty({num_logits}, DType::kI64);
-  ops::AttentionMetadata &md = batch.attention;
-  md.query_start_loc = Tensor::empty({num_reqs + 1}, DType::kI32);
-  md.seq_lens = Tensor::empty({num_reqs}, DType::kI32);
-  md.block_table = Tensor::zeros({num_reqs, max_blocks}, DType::kI32);
-  md.slot_mapping = Tensor::empty({num_tokens}, DType::kI64);
-  md.num_reqs = num_reqs;
-  md.num_decode_tokens = num_decode;
-  md.max_query_len = max_query;
-  md.max_seq_len = max_seq;
-  int32_t *ids = batch.input_ids.data<int32_t>();
-  int64_t *pos = batch.positions.data<int64_t>();
-  int64_t *slots = md.slot_mapping.data<int64_t>();
-  int32_t *qsl = md.query_start_loc.data<int32_t>();
-  int32_t *lens = md.seq_lens.data<int32_t>();
-  int32_t *table = md.block_table.data<int32_t>();
-  int64_t *logits_rows = batch.logits_indices.data<int64_t>();
-  int64_t next_prompt_row = num_reqs;
+  const InputLayout L(num_tokens, num_reqs, num_logits, max_blocks);
+  reserve_input_buffers(L.total);
+#ifdef LLMSERVE_WITH_CUDA
+  // The previous step's copy must have read the host buffer before it is overwritten.
+  if (inputs_copied_ != nullptr)
+    cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
+#endif
+  auto *host = host_inputs_.data<uint8_t>();
+  auto *pos = reinterpret_cast<int64_t *>(host + L.positions);
+  auto *slots = reinterpret_cast<int64_t *>(host + L.slots);
+  auto *ids = reinterpret_cast<int32_t *>(host + L.ids);
+  auto *qsl = reinterpret_cast<int32_t *>(host + L.qsl);
+  auto *lens = reinterpret_cast<int32_t *>(host + L.seq_lens);
+  auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_idx);
+  auto *table = reinterpret_cast<int32_t *>(host + L.block_table);
   const int64_t bs = config_.block_size;
   int64_t t = 0;
   qsl[0] = 0;
@@ -128,7 +200,6 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
     const int64_t end = s.num_computed_tokens + num_new[r];
     CHECK_LE(end, static_cast<int64_t>(s.token_ids.size())) << "scheduled past the known tokens";
     CHECK_LE(end, static_cast<int64_t>(s.block_ids.size()) * bs) << "blocks do not cover the scheduled tokens";
-    const int64_t first_token = t;
     for (int64_t p = s.num_computed_tokens; p < end; ++p, ++t) {
       const int32_t block = s.block_ids[p / bs];
       CHECK(block >= 0 && block < config_.num_blocks) << "block id " << block << " outside the cache";
@@ -138,16 +209,77 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
     }
     qsl[r + 1] = static_cast<int32_t>(t);
     lens[r] = static_cast<int32_t>(end);
-    std::copy(s.block_ids.begin(), s.block_ids.end(), table + r * max_blocks);
-    logits_rows[r] = t - 1;
-    // Prompt position q is scored by the row of position q - 1.
+    int32_t *row = table + r * max_blocks;
+    std::copy(s.block_ids.begin(), s.block_ids.end(), row);
+    std::fill(row + s.block_ids.size(), row + max_blocks, 0);
+  }
+  for (size_t i = 0; i < rows.size(); ++i) logits_idx[i] = qsl[rows[i] + 1] - 1;
+  // Prompt position q is scored by the row of position q - 1.
+  int64_t next_row = static_cast<int64_t>(rows.size());
+  for (size_t r = 0; r < ranges.size(); ++r) {
     for (int64_t q = ranges[r].first; q < ranges[r].first + ranges[r].count; ++q) {
-      logits_rows[next_prompt_row++] = first_token + (q - 1 - s.num_computed_tokens);
+      logits_idx[next_row++] = qsl[r] + static_cast<int32_t>(q - 1 - reqs[r]->num_computed_tokens);
     }
   }
-  Tensor logits = Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32);
+
+  // One host -> device copy of everything the step reads.
+  uint8_t *dev = device_inputs_.data<uint8_t>();
+#ifdef LLMSERVE_WITH_CUDA
+  if (!device_.is_cpu()) {
+    cudaStream_t stream = cuda::current_stream();
+    cuda::check_cuda(cudaMemcpyAsync(dev, host, L.total, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    cuda::check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(inputs_copied_), stream), "cudaEventRecord");
+  }
+#endif
+  auto view = [&](size_t off, Shape shape, DType dtype) {
+    return Tensor::from_blob(dev + off, std::move(shape), dtype, nullptr, device_);
+  };
+  ForwardBatch batch;
+  batch.input_ids = view(L.ids, {num_tokens}, DType::kI32);
+  batch.positions = view(L.positions, {num_tokens}, DType::kI64);
+  batch.logits_indices = view(L.logits_idx, {num_logits}, DType::kI32);
+  ops::AttentionMetadata &md = batch.attention;
+  md.query_start_loc = view(L.qsl, {num_reqs + 1}, DType::kI32);
+  md.seq_lens = view(L.seq_lens, {num_reqs}, DType::kI32);
+  md.block_table = view(L.block_table, {num_reqs, max_blocks}, DType::kI32);
+  md.slot_mapping = view(L.slots, {num_tokens}, DType::kI64);
+  md.num_reqs = num_reqs;
+  md.num_decode_tokens = num_decode;
+  md.max_query_len = max_query;
+  md.max_seq_len = max_seq;
+  md.workspace = attention_workspace_;
+  Tensor logits = Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32, device_);
   model_.forward(batch, kv_cache_, logits);
   return logits;
+}
+
+void ModelRunner::profile_run(int64_t num_tokens, int64_t num_reqs) {
+  CHECK(num_tokens >= num_reqs && num_reqs >= 1) << "profile_run(" << num_tokens << ", " << num_reqs << ")";
+  const int64_t bs = config_.block_size;
+  std::vector<RequestState> states(num_reqs);
+  std::vector<RequestState *> reqs;
+  std::vector<int64_t> num_new;
+  std::vector<size_t> rows;
+  int32_t next_block = 0;
+  const int32_t vocab = static_cast<int32_t>(model_.config().vocab_size);
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    RequestState &s = states[r];
+    const int64_t len = num_tokens / num_reqs + (r < num_tokens % num_reqs ? 1 : 0);
+    for (int64_t i = 0; i < len; ++i) s.token_ids.push_back(static_cast<int32_t>((r * 7919 + i * 104729) % vocab));
+    for (int64_t b = 0; b < (len + bs - 1) / bs; ++b) {
+      CHECK_LT(next_block, config_.num_blocks) << "profile_run needs more KV blocks";
+      s.block_ids.push_back(next_block++);
+    }
+    reqs.push_back(&s);
+    num_new.push_back(len);
+    rows.push_back(static_cast<size_t>(r));
+  }
+  Tensor logits = run_model(reqs, num_new, rows, {});
+  Tensor logprobs_scratch = Tensor::empty(logits.shape(), DType::kF32, device_);  // the sampler's log_softmax
+  (void)logprobs_scratch;
+#ifdef LLMSERVE_WITH_CUDA
+  if (!device_.is_cpu()) cuda::check_cuda(cudaStreamSynchronize(cuda::current_stream()), "profile_run");
+#endif
 }
 
 void ModelRunner::compute_prompt_logprobs(const Tensor &logits, int64_t first_row,
@@ -166,9 +298,10 @@ void ModelRunner::compute_prompt_logprobs(const Tensor &logits, int64_t first_ro
     }
   }
   CHECK_EQ(static_cast<int64_t>(targets.size()), num_rows);
-  // vLLM's prompt logprobs: log_softmax of the raw logits (no penalties, bias or temperature).
-  Tensor logprobs = Tensor::empty({num_rows, vocab}, DType::kF32);
-  ops::log_softmax(logprobs, logits.slice(0, first_row, first_row + num_rows));
+  // vLLM's prompt logprobs: log_softmax of the raw logits (no penalties, bias or temperature). Computed on the
+  // host: a rare, prefill-only request feature, not worth device scratch.
+  Tensor logprobs = logits.slice(0, first_row, first_row + num_rows).to(Device::cpu());
+  ops::log_softmax(logprobs, logprobs);
   Tensor token_logprobs = Tensor::empty({num_rows}, DType::kF32), ranks = Tensor::empty({num_rows}, DType::kI32);
   ops::gather_token_logprobs(token_logprobs, ranks, logprobs,
                              Tensor::from_i32(targets, {static_cast<int64_t>(targets.size())}));
@@ -202,23 +335,43 @@ void ModelRunner::compute_prompt_logprobs(const Tensor &logits, int64_t first_ro
   }
 }
 
-Status ModelRunner::sample(Tensor logits, const std::vector<RequestState *> &reqs, ModelRunnerOutput &out) {
-  // Rows whose prompt is now complete sample; a partial prefill chunk samples
-  // nothing.
-  const size_t num_reqs = reqs.size();
+StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &scheduler_output) {
+  apply_deltas(scheduler_output);
+  ModelRunnerOutput out;
+  const size_t num_reqs = scheduler_output.num_scheduled_tokens.size();
+  if (num_reqs == 0) return out;
+  std::vector<RequestState *> reqs(num_reqs);
+  std::vector<int64_t> num_new(num_reqs);
+  std::vector<PromptLogprobRange> ranges(num_reqs);
+  bool any_prompt_logprobs = false;
+  out.req_ids.resize(num_reqs);
+  out.sampled_token_ids.resize(num_reqs);
+  for (size_t r = 0; r < num_reqs; ++r) {
+    const ScheduledTokens &st = scheduler_output.num_scheduled_tokens[r];
+    auto it = requests_.find(st.req_id);
+    CHECK(it != requests_.end()) << "runner has no state for scheduled request " << st.req_id;
+    CHECK_GT(st.num_tokens, 0) << st.req_id;
+    reqs[r] = &it->second;
+    num_new[r] = st.num_tokens;
+    ranges[r] = prompt_logprob_range(it->second, st.num_tokens);
+    any_prompt_logprobs |= ranges[r].count > 0;
+    out.req_ids[r] = st.req_id;
+  }
+  // Rows whose prompt is complete after this step sample; a partial prefill chunk samples nothing, so only the
+  // sampling rows go through the vocabulary projection.
   std::vector<size_t> rows;
   for (size_t r = 0; r < num_reqs; ++r) {
-    if (reqs[r]->num_computed_tokens == static_cast<int64_t>(reqs[r]->token_ids.size())) rows.push_back(r);
-  }
-  if (rows.empty()) return ok_status();
-  const int64_t vocab = model_.config().vocab_size;
-  Tensor to_sample = logits;
-  if (rows.size() != num_reqs) {
-    to_sample = Tensor::empty({static_cast<int64_t>(rows.size()), vocab}, DType::kF32);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      std::copy_n(logits.data<float>() + rows[i] * vocab, vocab, to_sample.data<float>() + i * vocab);
+    if (reqs[r]->num_computed_tokens + num_new[r] == static_cast<int64_t>(reqs[r]->token_ids.size())) {
+      rows.push_back(r);
     }
   }
+  Tensor logits = run_model(reqs, num_new, rows, any_prompt_logprobs ? ranges : std::vector<PromptLogprobRange>{});
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
+  // Before sampling: the sampler edits its logits in place.
+  if (any_prompt_logprobs) compute_prompt_logprobs(logits, num_rows, reqs, ranges, out);
+  for (size_t r = 0; r < num_reqs; ++r) reqs[r]->num_computed_tokens += num_new[r];
+  Tensor to_sample = any_prompt_logprobs ? logits.slice(0, 0, num_rows) : logits;
+  if (rows.empty()) return out;
   std::vector<SamplerRequest> sreqs(rows.size());
   bool want_logprobs = false;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -247,41 +400,6 @@ Status ModelRunner::sample(Tensor logits, const std::vector<RequestState *> &req
     lp.sampled_token_rank = sampled.sampled_token_ranks.data<int32_t>()[i];
     out.logprobs[rows[i]].push_back(std::move(lp));
   }
-  return ok_status();
-}
-
-StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &scheduler_output) {
-  apply_deltas(scheduler_output);
-  ModelRunnerOutput out;
-  const size_t num_reqs = scheduler_output.num_scheduled_tokens.size();
-  if (num_reqs == 0) return out;
-  std::vector<RequestState *> reqs(num_reqs);
-  std::vector<int64_t> num_new(num_reqs);
-  std::vector<PromptLogprobRange> ranges(num_reqs);
-  bool any_prompt_logprobs = false;
-  out.req_ids.resize(num_reqs);
-  out.sampled_token_ids.resize(num_reqs);
-  for (size_t r = 0; r < num_reqs; ++r) {
-    const ScheduledTokens &st = scheduler_output.num_scheduled_tokens[r];
-    auto it = requests_.find(st.req_id);
-    CHECK(it != requests_.end()) << "runner has no state for scheduled request " << st.req_id;
-    CHECK_GT(st.num_tokens, 0) << st.req_id;
-    reqs[r] = &it->second;
-    num_new[r] = st.num_tokens;
-    ranges[r] = prompt_logprob_range(it->second, st.num_tokens);
-    any_prompt_logprobs |= ranges[r].count > 0;
-    out.req_ids[r] = st.req_id;
-  }
-  Tensor logits = run_model(reqs, num_new, ranges);
-  for (size_t r = 0; r < num_reqs; ++r) reqs[r]->num_computed_tokens += num_new[r];
-  const int64_t n = static_cast<int64_t>(num_reqs);
-  if (!any_prompt_logprobs) {
-    RETURN_IF_ERROR(sample(logits, reqs, out));
-    return out;
-  }
-  // Before sampling: the sampler edits its logits in place.
-  compute_prompt_logprobs(logits, n, reqs, ranges, out);
-  RETURN_IF_ERROR(sample(logits.slice(0, 0, n), reqs, out));
   return out;
 }
 

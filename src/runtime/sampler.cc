@@ -1,6 +1,7 @@
 // Sampler: validates each request's settings, packs them into the per-row tensors of the kernels' sampling ops
-// and runs those ops in vLLM V1's order (listed in sampler.h). Rows whose settings make a step a no-op
-// (penalties off, temperature 1, no filters) are passed neutral values, and a step nobody needs is skipped.
+// (moved to the logits' device) and runs those ops in vLLM V1's order (listed in sampler.h). Rows whose settings
+// make a step a no-op (penalties off, temperature 1, no filters) are passed neutral values, and a step nobody
+// needs is skipped.
 #include "runtime/sampler.h"
 
 #include <algorithm>
@@ -35,6 +36,10 @@ Tensor f32_tensor(const std::vector<float>& v) {
   return v.empty() ? Tensor::empty({0}, DType::kF32) : Tensor::from_f32(v, {static_cast<int64_t>(v.size())});
 }
 
+// The per-row parameter tensors are built on the host and moved to the logits' device (small copies, ordered on
+// the current stream; the caching allocator serves the device memory).
+Tensor on(const Tensor& host, Device device) { return device.is_cpu() ? host : host.to(device); }
+
 // A TokenLists (CSR) built row by row.
 struct ListsBuilder {
   std::vector<int32_t> offsets{0};
@@ -42,7 +47,7 @@ struct ListsBuilder {
   std::vector<float> values;  // logit_bias only
 
   void end_row() { offsets.push_back(static_cast<int32_t>(ids.size())); }
-  ops::TokenLists lists() const { return {i32_tensor(offsets), i32_tensor(ids)}; }
+  ops::TokenLists lists(Device device) const { return {on(i32_tensor(offsets), device), on(i32_tensor(ids), device)}; }
 };
 
 bool penalties_on(const SamplingSettings& s) {
@@ -108,6 +113,7 @@ StatusOr<int64_t> validate_batch(std::span<const SamplerRequest> requests, int64
 // Steps 2-4: min_tokens, logit_bias, penalties (vLLM's non-argmax-invariant processors, then penalties).
 void apply_logits_processors(Tensor& logits, std::span<const SamplerRequest> requests) {
   const int64_t n = static_cast<int64_t>(requests.size());
+  const Device dev = logits.device();
   ListsBuilder stop_ids, bias, prompt_ids, output_ids;
   std::vector<float> repetition(n, 1.f), frequency(n, 0.f), presence(n, 0.f);
   bool any_penalty = false;
@@ -136,13 +142,14 @@ void apply_logits_processors(Tensor& logits, std::span<const SamplerRequest> req
     prompt_ids.end_row();
     output_ids.end_row();
   }
-  if (!stop_ids.ids.empty()) ops::mask_tokens(logits, stop_ids.lists());
+  if (!stop_ids.ids.empty()) ops::mask_tokens(logits, stop_ids.lists(dev));
   if (!bias.ids.empty()) {
-    ops::apply_logit_bias(logits, {bias.lists(), f32_tensor(bias.values)});
+    ops::apply_logit_bias(logits, {bias.lists(dev), on(f32_tensor(bias.values), dev)});
   }
   if (any_penalty) {
-    ops::apply_penalties(logits, {prompt_ids.lists(), output_ids.lists(), Tensor::from_f32(repetition, {n}),
-                                  Tensor::from_f32(frequency, {n}), Tensor::from_f32(presence, {n})});
+    ops::apply_penalties(logits,
+                         {prompt_ids.lists(dev), output_ids.lists(dev), on(Tensor::from_f32(repetition, {n}), dev),
+                          on(Tensor::from_f32(frequency, {n}), dev), on(Tensor::from_f32(presence, {n}), dev)});
   }
 }
 
@@ -150,6 +157,7 @@ void apply_logits_processors(Tensor& logits, std::span<const SamplerRequest> req
 // the draw. Seeded rows use Philox(seed, step); unseeded rows Philox(unseeded_key, row).
 void filter_and_draw(Tensor& logits, std::span<const SamplerRequest> requests, uint64_t unseeded_key, Tensor& out_ids) {
   const int64_t n = static_cast<int64_t>(requests.size()), vocab = logits.size(1);
+  const Device dev = logits.device();
   std::vector<float> temperature(n), top_p(n, 1.f), min_p(n, 0.f);
   std::vector<int32_t> top_k(n, 0);
   std::vector<int64_t> seeds(n), offsets(n);
@@ -167,30 +175,46 @@ void filter_and_draw(Tensor& logits, std::span<const SamplerRequest> requests, u
     min_p[r] = s.min_p;
     any_filter |= (top_k[r] > 0 && top_k[r] < vocab) || top_p[r] < 1.f || min_p[r] > 0.f;
   }
-  const Tensor temperatures = Tensor::from_f32(temperature, {n});
+  const Tensor temperatures = on(Tensor::from_f32(temperature, {n}), dev);
   if (any_temperature) ops::apply_temperature(logits, temperatures);
   if (any_filter) {
-    ops::apply_top_k_top_p_min_p(
-        logits, {Tensor::from_i32(top_k, {n}), Tensor::from_f32(top_p, {n}), Tensor::from_f32(min_p, {n})});
+    ops::apply_top_k_top_p_min_p(logits, {on(Tensor::from_i32(top_k, {n}), dev), on(Tensor::from_f32(top_p, {n}), dev),
+                                          on(Tensor::from_f32(min_p, {n}), dev)});
   }
-  ops::sample(out_ids, logits, {temperatures, Tensor::from_i64(seeds, {n}), Tensor::from_i64(offsets, {n})});
+  ops::sample(out_ids, logits,
+              {temperatures, on(Tensor::from_i64(seeds, {n}), dev), on(Tensor::from_i64(offsets, {n}), dev)});
 }
 
-// Step 11: the sampled token's logprob and rank in column 0, the k most likely tokens in columns 1..k.
-void gather_logprobs(SamplerOutput& out, const Tensor& raw_logprobs, int64_t k) {
+// Step 11: the sampled token's logprob and rank in column 0, the k most likely tokens in columns 1..k. `ids` and
+// `raw_logprobs` are on the logits' device; the results are assembled on the host.
+void gather_logprobs(SamplerOutput& out, const Tensor& ids, const Tensor& raw_logprobs, int64_t k) {
   const int64_t n = raw_logprobs.size(0);
-  Tensor token_logprobs = Tensor::empty({n}, DType::kF32);
-  out.sampled_token_ranks = Tensor::empty({n}, DType::kI32);
-  ops::gather_token_logprobs(token_logprobs, out.sampled_token_ranks, raw_logprobs, out.sampled_token_ids);
+  const Device dev = raw_logprobs.device();
+  Tensor token_logprobs = Tensor::empty({n}, DType::kF32, dev), ranks = Tensor::empty({n}, DType::kI32, dev);
+  ops::gather_token_logprobs(token_logprobs, ranks, raw_logprobs, ids);
+  Tensor top_ids = Tensor::empty({n, k}, DType::kI32, dev), top_values = Tensor::empty({n, k}, DType::kF32, dev);
+  if (k > 0) ops::top_k(top_values, top_ids, raw_logprobs, k);
+  if (!dev.is_cpu()) {
+    token_logprobs = token_logprobs.to(Device::cpu());
+    out.sampled_token_ranks = ranks.to(Device::cpu());
+    if (k > 0) {
+      top_ids = top_ids.to(Device::cpu());
+      top_values = top_values.to(Device::cpu());
+    }
+  } else {
+    out.sampled_token_ranks = ranks;
+  }
   out.logprob_token_ids = Tensor::empty({n, 1 + k}, DType::kI32);
   out.logprobs = Tensor::empty({n, 1 + k}, DType::kF32);
-  if (k > 0) {
-    Tensor top_ids = out.logprob_token_ids.slice(1, 1, 1 + k), top_values = out.logprobs.slice(1, 1, 1 + k);
-    ops::top_k(top_values, top_ids, raw_logprobs, k);
-  }
   for (int64_t r = 0; r < n; ++r) {
-    out.logprob_token_ids.data<int32_t>()[r * (1 + k)] = out.sampled_token_ids.data<int32_t>()[r];
-    out.logprobs.data<float>()[r * (1 + k)] = token_logprobs.data<float>()[r];
+    int32_t* id_row = out.logprob_token_ids.data<int32_t>() + r * (1 + k);
+    float* lp_row = out.logprobs.data<float>() + r * (1 + k);
+    id_row[0] = out.sampled_token_ids.data<int32_t>()[r];
+    lp_row[0] = token_logprobs.data<float>()[r];
+    if (k > 0) {
+      std::copy_n(top_ids.data<int32_t>() + r * k, k, id_row + 1);
+      std::copy_n(top_values.data<float>() + r * k, k, lp_row + 1);
+    }
   }
 }
 
@@ -198,29 +222,40 @@ void gather_logprobs(SamplerOutput& out, const Tensor& raw_logprobs, int64_t k) 
 
 StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerRequest> requests) {
   const int64_t n = static_cast<int64_t>(requests.size());
-  CHECK(logits.defined() && logits.dim() == 2 && logits.size(0) == n && logits.dtype() == DType::kF32 &&
-        logits.device().is_cpu())
+  CHECK(logits.defined() && logits.dim() == 2 && logits.size(0) == n && logits.dtype() == DType::kF32)
       << "Sampler: logits " << (logits.defined() ? logits.to_string() : "undefined") << " for " << n << " requests";
   const int64_t vocab = logits.size(1);
   CHECK_GT(vocab, 0) << "Sampler: empty vocabulary";
   ASSIGN_OR_RETURN(const int64_t max_num_logprobs, validate_batch(requests, vocab));
 
+  const Device dev = logits.device();
   SamplerOutput out;
   out.sampled_token_ids = Tensor::empty({n}, DType::kI32);
   if (n == 0) return out;
   // 1. Raw logprobs, before the logits are touched.
   Tensor raw_logprobs;
   if (max_num_logprobs >= 0) {
-    if (!raw_logprobs_.defined() || raw_logprobs_.size(0) < n || raw_logprobs_.size(1) != vocab) {
-      raw_logprobs_ = Tensor::empty({n, vocab}, DType::kF32);
+    if (!raw_logprobs_.defined() || raw_logprobs_.size(0) < n || raw_logprobs_.size(1) != vocab ||
+        !(raw_logprobs_.device() == dev)) {
+      raw_logprobs_ = Tensor::empty({n, vocab}, DType::kF32, dev);
     }
     raw_logprobs = raw_logprobs_.slice(0, 0, n);
     ops::log_softmax(raw_logprobs, logits);
   }
   apply_logits_processors(logits, requests);
-  filter_and_draw(logits, requests, philox::mix64(seed_ ^ philox::mix64(num_calls_)), out.sampled_token_ids);
+  Tensor ids = dev.is_cpu() ? out.sampled_token_ids : Tensor::empty({n}, DType::kI32, dev);
+  // On a device, an all-greedy batch (processors already applied) is one argmax kernel: no parameter uploads.
+  const bool all_greedy =
+      std::all_of(requests.begin(), requests.end(), [](const SamplerRequest& r) { return is_greedy(*r.sampling); });
+  if (all_greedy && !dev.is_cpu()) {
+    ops::argmax(ids, logits);
+  } else {
+    filter_and_draw(logits, requests, philox::mix64(seed_ ^ philox::mix64(num_calls_)), ids);
+  }
   ++num_calls_;
-  if (max_num_logprobs >= 0) gather_logprobs(out, raw_logprobs, max_num_logprobs);
+  // The one wait of a step: the sampled ids back to the host.
+  if (!dev.is_cpu()) out.sampled_token_ids = ids.to(Device::cpu());
+  if (max_num_logprobs >= 0) gather_logprobs(out, ids, raw_logprobs, max_num_logprobs);
   return out;
 }
 

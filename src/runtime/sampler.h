@@ -52,6 +52,7 @@ struct SamplerRequest {
 };
 
 // What sample() returns, shaped like vLLM's SamplerOutput + LogprobsTensors.
+// Every tensor is on the host.
 struct SamplerOutput {
   Tensor sampled_token_ids;  // [num_reqs] i32
   // Defined only when some request asked for logprobs; k = the largest `logprobs` in the batch (vocab for -1).
@@ -67,8 +68,9 @@ class Sampler {
   // `seed` keys the streams of requests without a seed (vLLM's engine-wide seed).
   explicit Sampler(uint64_t seed = 0) : seed_(seed) {}
 
-  // Samples one token per row of logits [requests.size(), vocab] f32 (CPU). `logits` is used as scratch and
-  // holds the processed logits afterwards. InvalidArgument (naming the row and the field) when a request's
+  // Samples one token per row of logits [requests.size(), vocab] f32, on the CPU or a CUDA device (the ops run
+  // where the logits are; the results come back to the host). `logits` is used as scratch and holds the
+  // processed logits afterwards. InvalidArgument (naming the row and the field) when a request's
   // settings are out of range or name a token id outside the vocabulary; nothing is sampled then.
   StatusOr<SamplerOutput> sample(Tensor& logits, std::span<const SamplerRequest> requests);
 

@@ -51,5 +51,40 @@ TEST(TensorDeathTest, BadSliceAborts) {
   EXPECT_DEATH((void)t.slice(0, 2, 5), "slice");
 }
 
+// [T, heads, head_dim] over a column slice of a fused [T, width] projection: element (t, h, d) is column
+// start + h * head_dim + d of row t (the oracle is plain index arithmetic on the parent).
+TEST(Tensor, AsStridedViewsAColumnSliceAsHeads) {
+  const int64_t T = 3, width = 20, start = 8, heads = 2, dim = 4;
+  Tensor parent = Tensor::empty({T, width}, DType::kF32);
+  for (int64_t i = 0; i < T * width; ++i) parent.data<float>()[i] = static_cast<float>(i);
+  const Tensor slice = parent.slice(1, start, start + heads * dim);
+  const Tensor v = slice.as_strided({T, heads, dim}, {slice.stride(0), dim, 1});
+  EXPECT_EQ(v.shape(), (Shape{T, heads, dim}));
+  EXPECT_FALSE(v.is_contiguous());
+  const Tensor c = v.contiguous();  // the strided walk of copy_from reads through the view's strides
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t d = 0; d < dim; ++d) {
+        EXPECT_EQ(c.data<float>()[(t * heads + h) * dim + d], static_cast<float>(t * width + start + h * dim + d));
+      }
+    }
+  }
+}
+
+TEST(TensorDeathTest, AsStridedPastTheTensorAborts) {
+  Tensor t = Tensor::empty({4, 4}, DType::kF32);
+  EXPECT_DEATH((void)t.as_strided({4, 5}, {4, 1}), "as_strided");
+  EXPECT_DEATH((void)t.as_strided({2}, {1, 1}), "as_strided");
+}
+
+TEST(Tensor, ZerosOnCpuAndPinnedBuffersAreUsable) {
+  Tensor z = Tensor::zeros({5, 3}, DType::kBF16, Device::cpu());
+  for (int64_t i = 0; i < z.numel(); ++i) EXPECT_EQ(z.data<uint16_t>()[i], 0);
+  Tensor p = Tensor::empty_pinned({7}, DType::kI32);  // page-locked in CUDA builds, plain memory otherwise
+  for (int i = 0; i < 7; ++i) p.data<int32_t>()[i] = i;
+  EXPECT_EQ(p.data<int32_t>()[6], 6);
+  EXPECT_TRUE(p.device().is_cpu());
+}
+
 }  // namespace
 }  // namespace llmserve

@@ -323,7 +323,7 @@ TEST(AsyncLLMCoreDeathTest, EveryLiveRequestGetsAFinalAbort) {
   CausalLM &model = fixture("llama_gqa_f32");
   EngineArgs args = small_args();
   args.log_stats = true;
-  const EngineCoreConfig config = std::move(make_engine_core_config(model.config(), nullptr, args)).value();
+  const EngineCoreConfig config = std::move(make_engine_core_config(model, nullptr, args)).value();
   std::unique_ptr<InprocClient> client = std::move(InprocClient::create([&]() -> StatusOr<EngineCoreInstance> {
                                            return testing::build_core_failing_at(model, config, /*fail_at=*/6);
                                          })).value();

@@ -55,8 +55,8 @@ std::vector<int32_t> reference_greedy(CausalLM& model, const std::vector<int32_t
       batch.positions.data<int64_t>()[i] = i;
       batch.attention.slot_mapping.data<int64_t>()[i] = i;
     }
-    batch.logits_indices = Tensor::empty({1}, DType::kI64);
-    batch.logits_indices.data<int64_t>()[0] = n - 1;
+    batch.logits_indices = Tensor::empty({1}, DType::kI32);
+    batch.logits_indices.data<int32_t>()[0] = static_cast<int32_t>(n - 1);
     batch.attention.query_start_loc = Tensor::from_i32({0, static_cast<int32_t>(n)}, {2});
     batch.attention.seq_lens = Tensor::from_i32({static_cast<int32_t>(n)}, {1});
     batch.attention.block_table = Tensor::from_i32({0}, {1, 1});

@@ -1,0 +1,79 @@
+// KV-cache sizing from a profiling forward (see gpu_memory.h).
+#include "runtime/gpu_memory.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "runtime/model_runner.h"
+
+#ifdef LLMSERVE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_allocator.h"
+#endif
+
+namespace llmserve {
+
+StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int64_t max_num_batched_tokens,
+                                        int64_t max_num_seqs, int64_t max_model_len, double gpu_memory_utilization) {
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) +
+                            " must be in (0, 1]");
+  }
+#ifdef LLMSERVE_WITH_CUDA
+  const int dev = model.device().index;
+  KVCachePlan plan;
+  plan.block_bytes = ModelRunner::kv_block_bytes(model, block_size);
+  const int64_t tokens = std::max<int64_t>(1, max_num_batched_tokens);
+  const int64_t reqs = std::clamp<int64_t>(max_num_seqs, 1, tokens);
+  cuda::empty_cache(dev);  // synchronises; what stays reserved is what is in use
+  {
+    const size_t in_use_before = cuda::allocator_stats(dev).in_use;
+    cuda::reset_peak(dev);
+    ModelRunnerConfig rc;
+    rc.block_size = block_size;
+    rc.num_blocks = static_cast<int32_t>(tokens / block_size + reqs + 1);
+    rc.max_num_tokens = tokens;
+    rc.max_num_reqs = reqs;
+    rc.max_model_len = max_model_len;
+    ModelRunner runner(model, rc);
+    runner.profile_run(tokens, reqs);
+    // The profiling runner's own (small) KV cache is counted in the peak: a margin, not an error.
+    plan.activation_peak_bytes = cuda::allocator_stats(dev).peak_in_use - in_use_before;
+  }
+  cuda::empty_cache(dev);
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  plan.total_bytes = total_bytes;
+  plan.used_before_bytes = total_bytes - free_bytes;
+  plan.budget_bytes = static_cast<size_t>(gpu_memory_utilization * static_cast<double>(total_bytes));
+  const double left = static_cast<double>(plan.budget_bytes) - static_cast<double>(plan.used_before_bytes) -
+                      static_cast<double>(plan.activation_peak_bytes);
+  plan.num_blocks = left > 0 ? static_cast<int64_t>(left / static_cast<double>(plan.block_bytes)) : 0;
+  plan.num_blocks = std::min<int64_t>(plan.num_blocks, INT32_MAX);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "GPU memory: total %.2f GiB, budget %.2f GiB (utilization %.2f), in use after loading %.2f GiB, "
+                "activation peak %.2f GiB (profiled at %lld tokens / %lld seqs); KV cache: %lld blocks of %d tokens "
+                "(%.2f GiB, %lld tokens); maximal concurrency at max_model_len %lld: %.2fx",
+                total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
+                plan.activation_peak_bytes / gib, static_cast<long long>(tokens), static_cast<long long>(reqs),
+                static_cast<long long>(plan.num_blocks), block_size, plan.num_blocks * plan.block_bytes / gib,
+                static_cast<long long>(plan.num_blocks * block_size), static_cast<long long>(max_model_len),
+                max_model_len > 0 ? static_cast<double>(plan.num_blocks * block_size) / max_model_len : 0.0);
+  plan.summary = line;
+  if (plan.num_blocks < 1 || plan.num_blocks * block_size < max_model_len) {
+    return invalid_argument("--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) + " leaves room for " +
+                            std::to_string(plan.num_blocks * block_size) +
+                            " KV-cache tokens, fewer than max_model_len " + std::to_string(max_model_len) + " (" +
+                            plan.summary + ")");
+  }
+  return plan;
+#else
+  (void)model, (void)block_size, (void)max_num_batched_tokens, (void)max_num_seqs, (void)max_model_len;
+  return invalid_argument("--gpu-memory-utilization: this build has no CUDA support");
+#endif
+}
+
+}  // namespace llmserve

@@ -1,0 +1,31 @@
+// GPU memory planning (--gpu-memory-utilization): after the weights are loaded, one profiling forward at the
+// largest step the scheduler can make measures the activation peak; what is left of
+// utilization x total device memory goes to KV-cache blocks. Invariant: weights + activation peak + KV cache
+// stay within utilization x total (other processes' memory counts against the budget too).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "model/causal_lm.h"
+
+namespace llmserve {
+
+struct KVCachePlan {
+  int64_t num_blocks = 0;
+  size_t block_bytes = 0;            // one block, all layers, keys and values
+  size_t total_bytes = 0;            // device memory
+  size_t used_before_bytes = 0;      // in use by anything (weights, context, other processes) before the KV cache
+  size_t activation_peak_bytes = 0;  // the profiling forward's peak above that
+  size_t budget_bytes = 0;           // utilization x total
+  std::string summary;               // one line for the log
+};
+
+// Runs the profiling forward of `max_num_batched_tokens` tokens over min(max_num_seqs, tokens) requests on the
+// model's device and returns the KV-cache plan. InvalidArgument (naming --gpu-memory-utilization) when the
+// budget leaves no room for a single block, or for max_model_len tokens.
+StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int64_t max_num_batched_tokens,
+                                        int64_t max_num_seqs, int64_t max_model_len, double gpu_memory_utilization);
+
+}  // namespace llmserve

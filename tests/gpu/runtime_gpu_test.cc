@@ -1,0 +1,189 @@
+// The CUDA runtime pieces that need no model kernels: the caching allocator (reuse without cudaMalloc, stream
+// separation, accounting), Tensor host<->device copies (contiguous, row-strided, pinned), the pinned-staging
+// weight upload (sizes across several staging buffers) and the device weight source over a real checkpoint.
+// Oracle: the host bytes we started from (copies are exact). Skips when no CUDA device is present.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "../runtime/test_models.h"
+#include "core/cuda_allocator.h"
+#include "core/cuda_stream.h"
+#include "model/device_weights.h"
+#include "model/safetensors.h"
+#include "model/weight_source.h"
+
+namespace llmserve {
+namespace {
+
+bool have_cuda_device() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+class CudaRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+Tensor random_bytes(int64_t n, uint32_t seed) {
+  Tensor t = Tensor::empty({n}, DType::kU8);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  return t;
+}
+
+Tensor testing_random_f32(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+TEST_F(CudaRuntimeTest, AllocatorReusesFreedBlocksWithoutCudaMalloc) {
+  const Device dev = Device::cuda();
+  { Tensor warm = Tensor::empty({1000, 1000}, DType::kF32, dev); }  // one block of this size in the cache
+  const cuda::AllocatorStats before = cuda::allocator_stats();
+  for (int i = 0; i < 50; ++i) {
+    Tensor a = Tensor::empty({1000, 1000}, DType::kF32, dev);
+    EXPECT_NE(a.raw_data(), nullptr);
+  }
+  const cuda::AllocatorStats after = cuda::allocator_stats();
+  EXPECT_EQ(after.num_mallocs, before.num_mallocs) << "a cached block of the same size must be reused";
+  EXPECT_GE(after.num_cache_hits, before.num_cache_hits + 50);
+  EXPECT_EQ(after.in_use, before.in_use);
+}
+
+TEST_F(CudaRuntimeTest, AllocatorCountsInUseAndPeak) {
+  const Device dev = Device::cuda();
+  cuda::reset_peak();
+  const size_t base = cuda::allocator_stats().in_use;
+  {
+    Tensor a = Tensor::empty({3 << 20}, DType::kU8, dev);  // 3 MiB: a large block, rounded to 4 MiB
+    Tensor b = Tensor::empty({100}, DType::kU8, dev);      // small: rounded to 512 B
+    EXPECT_EQ(cuda::allocator_stats().in_use, base + (4u << 20) + 512);
+  }
+  EXPECT_EQ(cuda::allocator_stats().in_use, base);
+  EXPECT_GE(cuda::allocator_stats().peak_in_use, base + (4u << 20) + 512);
+  cuda::reset_peak();
+  EXPECT_EQ(cuda::allocator_stats().peak_in_use, base);
+}
+
+TEST_F(CudaRuntimeTest, BlocksAreNotSharedAcrossStreams) {
+  const Device dev = Device::cuda();
+  void* first = nullptr;
+  {
+    Tensor a = Tensor::empty({777 * 1024}, DType::kU8, dev);
+    first = a.raw_data();
+  }
+  cudaStream_t other;
+  ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
+  {
+    cuda::StreamGuard guard(other);
+    Tensor b = Tensor::empty({777 * 1024}, DType::kU8, dev);
+    EXPECT_NE(b.raw_data(), first) << "a block freed on one stream was handed to another without a sync";
+  }
+  Tensor c = Tensor::empty({777 * 1024}, DType::kU8, dev);
+  EXPECT_EQ(c.raw_data(), first) << "the same stream gets its cached block back";
+  cudaStreamSynchronize(other);
+  cudaStreamDestroy(other);
+}
+
+TEST_F(CudaRuntimeTest, EmptyCacheReturnsFreeBlocks) {
+  { Tensor a = Tensor::empty({5 << 20}, DType::kU8, Device::cuda()); }
+  const size_t reserved = cuda::allocator_stats().reserved;
+  cuda::empty_cache();
+  EXPECT_LT(cuda::allocator_stats().reserved, reserved);
+  EXPECT_EQ(cuda::allocator_stats().reserved, cuda::allocator_stats().in_use);
+}
+
+TEST_F(CudaRuntimeTest, HostDeviceRoundTripIsExact) {
+  for (int64_t n : {1, 1000, 1 << 20, (1 << 22) + 3}) {
+    const Tensor host = random_bytes(n, static_cast<uint32_t>(n));
+    const Tensor dev = host.to(Device::cuda());
+    EXPECT_EQ(dev.device(), Device::cuda());
+    const Tensor copy = dev.clone();  // device -> device
+    EXPECT_TRUE(same_bytes(copy.to(Device::cpu()), host)) << n;
+  }
+}
+
+TEST_F(CudaRuntimeTest, RowStridedCopiesMoveOnlyTheirColumns) {
+  Tensor host = testing_random_f32({37, 100}, 5);
+  const Tensor dev = host.to(Device::cuda());
+  // Columns [10, 60) of each row, device -> host (strided source) and host -> device (strided destination).
+  Tensor cols = Tensor::empty({37, 50}, DType::kF32);
+  cols.copy_from(dev.slice(1, 10, 60));
+  Tensor target = Tensor::zeros({37, 100}, DType::kF32, Device::cuda());
+  Tensor window = target.slice(1, 20, 70);
+  window.copy_from(cols);
+  const Tensor back = target.to(Device::cpu());
+  for (int64_t r = 0; r < 37; ++r) {
+    for (int64_t c = 0; c < 100; ++c) {
+      const float want = (c >= 20 && c < 70) ? host.data<float>()[r * 100 + c - 10] : 0.f;
+      ASSERT_EQ(back.data<float>()[r * 100 + c], want) << r << ", " << c;
+    }
+  }
+}
+
+TEST_F(CudaRuntimeTest, PinnedTensorsCopyAsynchronously) {
+  Tensor pinned = Tensor::empty_pinned({1 << 16}, DType::kI32);
+  for (int i = 0; i < (1 << 16); ++i) pinned.data<int32_t>()[i] = i * 3;
+  cudaPointerAttributes attr{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, pinned.raw_data()), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "empty_pinned must give page-locked memory";
+  const Tensor dev = pinned.to(Device::cuda());
+  Tensor out = Tensor::empty_pinned({1 << 16}, DType::kI32);
+  out.copy_from(dev);  // to the host: waits
+  EXPECT_TRUE(same_bytes(out, pinned));
+}
+
+TEST_F(CudaRuntimeTest, DeviceCopyRejectsDtypeChange) {
+  const Tensor dev = Tensor::zeros({4}, DType::kF32, Device::cuda());
+  Tensor host = Tensor::empty({4}, DType::kBF16);
+  EXPECT_DEATH(host.copy_from(dev), "dtypes differ");
+}
+
+TEST_F(CudaRuntimeTest, UploadThroughStagingSpansSeveralBuffers) {
+  // 150 MB: three 64 MiB staging rounds, the last one partial.
+  const Tensor host = random_bytes(150'000'003, 11);
+  const Tensor dev = upload_to_device(host, Device::cuda());
+  EXPECT_TRUE(same_bytes(dev.to(Device::cpu()), host));
+}
+
+TEST_F(CudaRuntimeTest, DeviceWeightSourceMatchesTheCheckpoint) {
+  const std::string dir = testing::fixtures_dir() + "/llama_gqa_f32";
+  StatusOr<SafetensorsFile> file = SafetensorsFile::open(dir + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  StatusOr<std::unique_ptr<WeightSource>> cpu = open_safetensors_checkpoint(dir);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  std::unique_ptr<WeightSource> gpu = make_device_weight_source(**cpu, Device::cuda());
+  int checked = 0;
+  for (const auto& [name, info] : file->infos()) {
+    for (DType dtype : {info.dtype, DType::kBF16}) {  // as stored, and converted on the fly
+      StatusOr<Tensor> want = (*cpu)->get(name, info.shape, dtype);
+      StatusOr<Tensor> got = gpu->get(name, info.shape, dtype);
+      ASSERT_TRUE(want.ok() && got.ok()) << name;
+      EXPECT_EQ(got->device(), Device::cuda());
+      EXPECT_EQ(got->shape(), info.shape);
+      EXPECT_TRUE(same_bytes(got->to(Device::cpu()), want->contiguous())) << name << " as " << dtype_name(dtype);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 10);
+  // Errors of the inner source pass through unchanged (they name the tensor).
+  StatusOr<Tensor> missing = gpu->get("no.such.weight", {1}, DType::kF32);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no.such.weight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace llmserve
