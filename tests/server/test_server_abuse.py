@@ -31,7 +31,7 @@ JSON_CASES = [
     ({"prompt": [1, "x"]}, 400, "prompt"),
     ({"prompt": [99999]}, 400, "prompt"),
     ({"prompt": [-3]}, 400, "prompt"),
-    ({"prompt": ""}, 400, "prompt"),
+    ({"prompt": "x", "min_tokens": 5, "max_tokens": 2}, 400, "min_tokens"),
     ({"prompt": "x", "n": 100000}, 400, "n"),
     ({"prompt": "x", "n": 0}, 400, "n"),
     ({"prompt": "x", "n": "3"}, 400, "n"),
