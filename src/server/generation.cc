@@ -1,6 +1,7 @@
 // The generation routes of OpenAIServer: /v1/completions and /v1/chat/completions. A Job is one HTTP request:
 // its prompts are submitted to the AsyncLLM, whose callbacks queue RequestOutputs and wake the handler, which
 // either streams SSE chunks as outputs arrive or answers once every prompt finished.
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <deque>
@@ -40,6 +41,8 @@ struct OpenAIServer::Job {
   // Per choice (prompt * n + index), for streaming.
   std::vector<bool> choice_started, choice_finished;
   std::vector<size_t> choice_offset;
+  std::vector<size_t> choice_text_sent;  // bytes of the choice's text already streamed
+  size_t stop_holdback = 0;              // bytes held back while a stop string could still start in them
 
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::optional<double> ttft;
@@ -64,6 +67,22 @@ int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 std::vector<TokenLogprobs> tail_logprobs(const CompletionOutput &o, size_t count) {
   if (o.logprobs.size() < count) return {};
   return std::vector<TokenLogprobs>(o.logprobs.end() - static_cast<std::ptrdiff_t>(count), o.logprobs.end());
+}
+
+// The next piece of a choice's text to stream. The text is cut at a stop string only once the whole string
+// arrived, so the last (longest stop - 1) bytes are held back until the choice finishes (as vLLM does);
+// otherwise a stream could show the start of a stop string that the final text omits. Never splits a UTF-8
+// sequence.
+std::string stream_text(const CompletionOutput &o, size_t holdback, size_t *sent) {
+  size_t upto = o.text.size();
+  if (!o.finish_reason && holdback > 0) {
+    upto = o.text.size() > holdback ? o.text.size() - holdback : 0;
+    while (upto > *sent && upto < o.text.size() && (static_cast<unsigned char>(o.text[upto]) & 0xC0) == 0x80) --upto;
+  }
+  if (upto <= *sent) return "";
+  std::string out = o.text.substr(*sent, upto - *sent);
+  *sent = upto;
+  return out;
 }
 
 int64_t count_completion_tokens(const std::vector<std::optional<RequestOutput>> &latest) {
@@ -91,6 +110,8 @@ Status OpenAIServer::submit(Job &job) {
   job.choice_started.assign(job.num_choices(), false);
   job.choice_finished.assign(job.num_choices(), false);
   job.choice_offset.assign(job.num_choices(), 0);
+  job.choice_text_sent.assign(job.num_choices(), 0);
+  for (const std::string &stop : job.req->params.stop) job.stop_holdback = std::max(job.stop_holdback, stop.size() - 1);
   for (size_t i = 0; i < job.prompts.size(); ++i) {
     std::string engine_id = job.prompts.size() == 1 ? job.id : job.id + "-" + std::to_string(i);
     {
@@ -303,7 +324,7 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
         if (choice >= job.num_choices() || job.choice_finished[choice]) continue;
         const bool finishing = o.finish_reason.has_value();
         if (!o.delta_token_ids.empty() && !job.ttft) job.ttft = job.elapsed();
-        std::string text = o.delta_text;
+        std::string text = stream_text(o, job.stop_holdback, &job.choice_text_sent[choice]);
         if (job.chat && !job.choice_started[choice]) {
           // The role comes first, alone (as OpenAI and vLLM send it).
           OJson delta = {{"role", "assistant"}, {"content", job.chat_echo}};

@@ -129,6 +129,14 @@ def test_stop_strings(client):
     r = greedy(client, PROMPTS[1], max_tokens=40, stop=stop,
                extra_body={"ignore_eos": True, "include_stop_str_in_output": True})
     assert r.choices[0].text == cut + stop
+    # Streaming never shows the start of a stop string that the final text omits.
+    for k in range(2, 30, 3):
+        for include in (False, True):
+            extra = {"ignore_eos": True, "include_stop_str_in_output": include}
+            stop = base[k:k + 3]
+            full = greedy(client, PROMPTS[1], max_tokens=40, stop=[stop], extra_body=extra).choices[0].text
+            streamed = greedy(client, PROMPTS[1], max_tokens=40, stop=[stop], stream=True, extra_body=extra)
+            assert "".join(c.choices[0].text for c in streamed) == full, (stop, include)
 
 
 def test_stop_token_ids(client):
