@@ -16,7 +16,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "models"
 
 
 class ServerProcess:
-    def __init__(self, binary, *args):
+    def __init__(self, binary, *args, on_listening=None):
         self.log = tempfile.NamedTemporaryFile("w+", prefix="llmserve-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen([str(binary), "serve", "--port", "0", *args], stdout=self.log,
                                      stderr=subprocess.STDOUT)
@@ -30,6 +30,8 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError("server exited:\n" + self.log_text())
             time.sleep(0.02)
+        if on_listening is not None:
+            on_listening(self)
         while time.time() < deadline:
             try:
                 if self.request("GET", "/health")[0] == 200:

@@ -218,3 +218,26 @@ def test_sigterm_drains_in_flight_requests(llmserve_bin):
     t.join(timeout=30)
     assert result["r"].usage.completion_tokens == 200  # finished, not cut off
     assert "shutting down" in s.log_text()
+
+
+def test_health_is_503_while_loading(llmserve_bin, tmp_path):
+    # A dummy-weight model big enough that loading takes a moment (random init of ~100M parameters).
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000, "hidden_size": 768,
+              "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
+              "num_key_value_heads": 12, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+              "hidden_act": "silu", "torch_dtype": "float32"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    seen = {}
+
+    def probe(server):
+        status, body = server.request("GET", "/health")
+        seen["health"] = status
+        seen["completion"] = server.post_json("/v1/completions", {"prompt": [1], "max_tokens": 1})[0]
+
+    s = ServerProcess(llmserve_bin, "--config", str(tmp_path / "config.json"), "--load-format", "dummy",
+                      "--kv-cache-tokens", "512", on_listening=probe)
+    try:
+        assert seen == {"health": 503, "completion": 503}
+        assert s.post_json("/v1/completions", {"prompt": [1], "max_tokens": 1})[0] == 200
+    finally:
+        assert s.stop() == 0
