@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -196,8 +195,7 @@ int run_serve(const std::vector<std::string> &args) {
   api.register_routes(http_server);
   if (Status s = http_server.start(); !s.ok()) return fail(s);
   // The port line is how scripts and tests find a --port 0 server.
-  std::fprintf(stderr, "llmserve: listening on http://%s:%d (loading the model)\n", f.host.c_str(),
-               http_server.port());
+  std::fprintf(stderr, "llmserve: listening on http://%s:%d (loading the model)\n", f.host.c_str(), http_server.port());
 
   StatusOr<LoadedModel> loaded = load_model_from_flags(f.model, /*need_tokenizer=*/false);
   if (!loaded.ok()) return fail(loaded.status());

@@ -2,8 +2,6 @@
 // without including <utility>, so <utility> must come first; every server file includes this header instead.
 #pragma once
 
-#include <utility>
-
 #include <boost/asio.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -12,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <utility>
 
 namespace llmserve::server {
 

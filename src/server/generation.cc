@@ -23,7 +23,7 @@ struct OpenAIServer::Job {
   std::string model;
   const GenerationRequest *req = nullptr;
   std::vector<PromptInput> prompts;
-  std::string chat_echo;      // chat echo: the final message's content, sent before the reply
+  std::string chat_echo;  // chat echo: the final message's content, sent before the reply
   int32_t chat_top_logprobs = 0;
 
   // Filled by the engine's output thread, drained by the handler on its strand.
@@ -33,7 +33,7 @@ struct OpenAIServer::Job {
     std::shared_ptr<Waker> waker;
   };
   std::shared_ptr<Queue> queue = std::make_shared<Queue>();
-  std::vector<std::string> engine_ids;  // one per prompt
+  std::vector<std::string> engine_ids;               // one per prompt
   std::vector<std::optional<RequestOutput>> latest;  // per prompt
   size_t num_finished = 0;
   bool aborted = false;
@@ -49,16 +49,15 @@ struct OpenAIServer::Job {
 
   int32_t n() const { return req->params.n; }
   size_t num_choices() const { return prompts.size() * static_cast<size_t>(n()); }
-  double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
 };
 
 namespace {
 
 std::string engine_stopped_event() {
-  return sse_event(OJson{{"error", {{"message", "the engine stopped"}, {"type", "ServiceUnavailableError"},
-                                    {"param", nullptr}, {"code", 503}}}});
+  return sse_event(OJson{
+      {"error",
+       {{"message", "the engine stopped"}, {"type", "ServiceUnavailableError"}, {"param", nullptr}, {"code", 503}}}});
 }
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
@@ -119,14 +118,14 @@ Status OpenAIServer::submit(Job &job) {
       live_ids_.insert(engine_id);
     }
     auto queue = job.queue;
-    Status s = llm->add_request(engine_id, job.prompts[i], job.req->params, job.req->priority,
-                                [queue](RequestOutput out) {
-                                  {
-                                    std::lock_guard<std::mutex> lock(queue->mu);
-                                    queue->items.push_back(std::move(out));
-                                  }
-                                  queue->waker->notify();
-                                });
+    Status s =
+        llm->add_request(engine_id, job.prompts[i], job.req->params, job.req->priority, [queue](RequestOutput out) {
+          {
+            std::lock_guard<std::mutex> lock(queue->mu);
+            queue->items.push_back(std::move(out));
+          }
+          queue->waker->notify();
+        });
     if (!s.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -211,7 +210,8 @@ awaitable<void> OpenAIServer::run_job(HttpExchange &ex, Job &job) {
   if (options_.log_requests) {
     const char *finish = "-";
     for (const auto &r : job.latest) {
-      if (r && !r->outputs.empty() && r->outputs[0].finish_reason) finish = finish_reason_json(*r->outputs[0].finish_reason);
+      if (r && !r->outputs.empty() && r->outputs[0].finish_reason)
+        finish = finish_reason_json(*r->outputs[0].finish_reason);
     }
     const std::string ttft = job.ttft ? std::to_string(*job.ttft) + "s" : std::string("-");
     LOG(INFO) << "request " << job.id << " " << (job.chat ? "chat" : "completion") << (job.req->stream ? " stream" : "")
@@ -255,10 +255,15 @@ awaitable<void> OpenAIServer::collect_job(HttpExchange &ex, Job &job) {
       if (job.chat) {
         OJson logprobs = nullptr;
         if (job.req->params.logprobs) logprobs = chat_logprobs(o.token_ids, o.logprobs, namer, job.chat_top_logprobs);
-        OJson message = {{"role", "assistant"}, {"content", job.chat_echo + o.text}, {"refusal", nullptr},
+        OJson message = {{"role", "assistant"},
+                         {"content", job.chat_echo + o.text},
+                         {"refusal", nullptr},
                          {"tool_calls", OJson::array()}};
-        choice = {{"index", index}, {"message", std::move(message)}, {"logprobs", std::move(logprobs)},
-                  {"finish_reason", finish}, {"stop_reason", stop_reason_json(o.stop_reason)}};
+        choice = {{"index", index},
+                  {"message", std::move(message)},
+                  {"logprobs", std::move(logprobs)},
+                  {"finish_reason", finish},
+                  {"stop_reason", stop_reason_json(o.stop_reason)}};
       } else {
         std::string text = o.text;
         if (job.req->echo) {
@@ -268,8 +273,11 @@ awaitable<void> OpenAIServer::collect_job(HttpExchange &ex, Job &job) {
         OJson logprobs = nullptr;
         size_t offset = 0;
         if (job.req->params.logprobs) logprobs = completion_logprobs(o.token_ids, o.logprobs, namer, &offset);
-        choice = {{"index", index}, {"text", std::move(text)}, {"logprobs", std::move(logprobs)},
-                  {"finish_reason", finish}, {"stop_reason", stop_reason_json(o.stop_reason)}};
+        choice = {{"index", index},
+                  {"text", std::move(text)},
+                  {"logprobs", std::move(logprobs)},
+                  {"finish_reason", finish},
+                  {"stop_reason", stop_reason_json(o.stop_reason)}};
       }
       choices.push_back(std::move(choice));
     }
@@ -346,7 +354,9 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
         if (job.chat) {
           OJson delta = OJson::object();
           if (!text.empty() || !finishing) delta["content"] = text;
-          c = {{"index", choice}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+          c = {{"index", choice},
+               {"delta", std::move(delta)},
+               {"logprobs", std::move(logprobs)},
                {"finish_reason", finish}};
         } else {
           c = {{"index", choice}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
@@ -389,8 +399,7 @@ awaitable<void> OpenAIServer::handle_completions(HttpExchange &ex) {
     co_return;
   }
   if (!req->model.empty() && req->model != options_.served_model_name) {
-    co_await ex.respond(
-        HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model"));
+    co_await ex.respond(HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model"));
     co_return;
   }
   Job job;
@@ -430,8 +439,7 @@ awaitable<void> OpenAIServer::handle_chat(HttpExchange &ex) {
     co_return;
   }
   if (!req->model.empty() && req->model != options_.served_model_name) {
-    co_await ex.respond(
-        HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model"));
+    co_await ex.respond(HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model"));
     co_return;
   }
   StatusOr<std::vector<int32_t>> ids = render_chat(*req);

@@ -18,16 +18,26 @@ using boost::system::error_code;
 
 const char *error_type(int status) {
   switch (status) {
-    case 400: return "BadRequestError";
-    case 401: return "AuthenticationError";
-    case 404: return "NotFoundError";
-    case 405: return "MethodNotAllowed";
-    case 408: return "RequestTimeout";
-    case 413: return "RequestEntityTooLarge";
-    case 429: return "RateLimitError";
-    case 431: return "RequestHeaderFieldsTooLarge";
-    case 503: return "ServiceUnavailableError";
-    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
+    case 400:
+      return "BadRequestError";
+    case 401:
+      return "AuthenticationError";
+    case 404:
+      return "NotFoundError";
+    case 405:
+      return "MethodNotAllowed";
+    case 408:
+      return "RequestTimeout";
+    case 413:
+      return "RequestEntityTooLarge";
+    case 429:
+      return "RateLimitError";
+    case 431:
+      return "RequestHeaderFieldsTooLarge";
+    case 503:
+      return "ServiceUnavailableError";
+    default:
+      return status >= 500 ? "InternalServerError" : "BadRequestError";
   }
 }
 
@@ -50,7 +60,9 @@ HttpResponse HttpServer::error_response(int status, const std::string &message, 
 
 // ---- Waker ----
 
-Waker::Waker(asio::any_io_executor strand) : timer_(strand) { timer_.expires_at(asio::steady_timer::time_point::max()); }
+Waker::Waker(asio::any_io_executor strand) : timer_(strand) {
+  timer_.expires_at(asio::steady_timer::time_point::max());
+}
 
 void Waker::notify() {
   asio::post(timer_.get_executor(), [self = shared_from_this()] { self->wake_on_strand(); });
@@ -106,10 +118,10 @@ class HttpServer::Connection : public HttpExchange, public std::enable_shared_fr
   bool responded_ = false;
   bool gone_ = false;
   bool watching_ = false;
-  asio::steady_timer deadline_;     // read deadline; on expiry it cancels the read
+  asio::steady_timer deadline_;  // read deadline; on expiry it cancels the read
   bool read_timed_out_ = false;
   uint64_t deadline_generation_ = 0;  // expirations of earlier arms are ignored
-  asio::steady_timer watch_timer_;  // cancelled when the watcher ends
+  asio::steady_timer watch_timer_;    // cancelled when the watcher ends
   std::shared_ptr<Waker> waker_;
   std::optional<http::response<http::empty_body>> stream_header_;
 };
@@ -153,14 +165,15 @@ awaitable<void> HttpServer::Connection::run() {
     ++deadline_generation_;  // an expiry already queued must not cancel what comes next
     deadline_.cancel();
     if (read_timed_out_) {
-      if (parser.got_some() || buffer_.size() > 0) co_await send_error_and_close(408, "the request was not received in time");
+      if (parser.got_some() || buffer_.size() > 0)
+        co_await send_error_and_close(408, "the request was not received in time");
       break;  // an idle keep-alive connection closes quietly
     }
     if (ec) {
       if (ec == http::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::eof) break;
       if (ec == http::error::body_limit) {
-        co_await send_error_and_close(413, "the request body is larger than " + std::to_string(cfg.max_body_bytes) +
-                                               " bytes");
+        co_await send_error_and_close(
+            413, "the request body is larger than " + std::to_string(cfg.max_body_bytes) + " bytes");
       } else if (ec == http::error::header_limit) {
         co_await send_error_and_close(431, "the request headers are too large");
       } else if (ec != asio::error::operation_aborted) {
@@ -176,7 +189,8 @@ awaitable<void> HttpServer::Connection::run() {
     request_.path = target.substr(0, q);
     if (q != std::string::npos) request_.query = target.substr(q + 1);
     request_.body = std::move(req.body());
-    if (auto it = req.find(http::field::authorization); it != req.end()) request_.authorization = std::string(it->value());
+    if (auto it = req.find(http::field::authorization); it != req.end())
+      request_.authorization = std::string(it->value());
     keep_alive_ = req.keep_alive();
     responded_ = false;
     bool failed = false;
@@ -334,14 +348,16 @@ awaitable<void> HttpServer::accept_loop() {
     socket.set_option(tcp::no_delay(true), ec);
     auto strand = asio::make_strand(ioc_);
     auto conn = std::make_shared<Connection>(*this, std::move(socket), strand);
-    asio::co_spawn(strand, [conn]() -> awaitable<void> { co_await conn->run(); }, [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception &ex) {
-        LOG(ERROR) << "connection: " << ex.what();
-      }
-    });
+    asio::co_spawn(
+        strand, [conn]() -> awaitable<void> { co_await conn->run(); },
+        [](std::exception_ptr e) {
+          if (!e) return;
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception &ex) {
+            LOG(ERROR) << "connection: " << ex.what();
+          }
+        });
   }
 }
 

@@ -20,13 +20,13 @@ namespace llmserve::server {
 
 struct HttpServerConfig {
   std::string host = "127.0.0.1";
-  int port = 8000;                          // 0: any free port (see HttpServer::port())
-  int num_threads = 2;                      // I/O threads running the io_context
-  size_t max_header_bytes = 64 << 10;       // larger: 431
-  size_t max_body_bytes = 32 << 20;         // larger: 413
-  double request_read_timeout_s = 30.0;     // first byte of a request to its last; a slower client gets 408
-  double keep_alive_timeout_s = 5.0;        // an idle keep-alive connection is closed after this
-  double write_timeout_s = 60.0;            // one write to a client that stopped reading
+  int port = 8000;                       // 0: any free port (see HttpServer::port())
+  int num_threads = 2;                   // I/O threads running the io_context
+  size_t max_header_bytes = 64 << 10;    // larger: 431
+  size_t max_body_bytes = 32 << 20;      // larger: 413
+  double request_read_timeout_s = 30.0;  // first byte of a request to its last; a slower client gets 408
+  double keep_alive_timeout_s = 5.0;     // an idle keep-alive connection is closed after this
+  double write_timeout_s = 60.0;         // one write to a client that stopped reading
 };
 
 struct HttpRequest {

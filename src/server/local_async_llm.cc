@@ -66,8 +66,8 @@ void LocalAsyncLLM::loop() {
         if (o.finished) {
           callbacks_.erase(it);
           FinishedRequestStats f;
-          f.finish_reason = o.outputs.empty() || !o.outputs[0].finish_reason ? FinishReason::kStop
-                                                                             : *o.outputs[0].finish_reason;
+          f.finish_reason =
+              o.outputs.empty() || !o.outputs[0].finish_reason ? FinishReason::kStop : *o.outputs[0].finish_reason;
           f.num_prompt_tokens = static_cast<int64_t>(o.prompt_token_ids.size());
           stats.finished_requests.push_back(f);
         }

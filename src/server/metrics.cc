@@ -70,7 +70,7 @@ std::vector<double> inter_token_buckets() {
 }
 
 std::vector<double> request_latency_buckets() {
-  return {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
@@ -169,16 +169,14 @@ std::string ServerMetrics::render() const {
                    iteration_tokens_);
   render_histogram(os, p + "time_to_first_token_seconds", "Histogram of time to first token in seconds.", label_,
                    ttft_);
-  render_histogram(os, p + "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", label_,
-                   itl_);
+  render_histogram(os, p + "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", label_, itl_);
   render_histogram(os, p + "request_time_per_output_token_seconds",
                    "Histogram of time_per_output_token_seconds per request.", label_, tpot_);
-  render_histogram(os, p + "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", label_,
-                   e2e_);
+  render_histogram(os, p + "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", label_, e2e_);
   render_histogram(os, p + "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
                    label_, queue_);
-  render_histogram(os, p + "request_inference_time_seconds",
-                   "Histogram of time spent in RUNNING phase for request.", label_, inference_);
+  render_histogram(os, p + "request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+                   label_, inference_);
   render_histogram(os, p + "request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
                    label_, prefill_);
   render_histogram(os, p + "request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",

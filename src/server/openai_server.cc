@@ -13,17 +13,24 @@ using asio::awaitable;
 
 int http_status_of(const Status &status) {
   switch (status.code()) {
-    case StatusCode::kOk: return 200;
+    case StatusCode::kOk:
+      return 200;
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
-    case StatusCode::kUnimplemented: return 400;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kResourceExhausted: return 429;
-    case StatusCode::kUnavailable: return 503;
-    default: return 500;
+    case StatusCode::kUnimplemented:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
   }
 }
 
@@ -123,8 +130,8 @@ StatusOr<std::vector<int32_t>> OpenAIServer::render_chat(const ChatRequest &req)
   if (req.continue_final_message) {
     // Cut the rendering right after the final message's content, so generation continues it (vLLM's rule).
     const OJson &last = req.messages.back();
-    std::string content = last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>()
-                                                                                   : std::string();
+    std::string content =
+        last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : std::string();
     size_t pos = content.empty() ? std::string::npos : prompt.rfind(content);
     if (pos == std::string::npos) {
       while (!content.empty() && std::isspace(static_cast<unsigned char>(content.back()))) content.pop_back();

@@ -10,13 +10,20 @@ namespace {
 
 const char *type_name(const OJson &v) {
   switch (v.type()) {
-    case OJson::value_t::null: return "null";
-    case OJson::value_t::boolean: return "a boolean";
-    case OJson::value_t::string: return "a string";
-    case OJson::value_t::array: return "an array";
-    case OJson::value_t::object: return "an object";
-    case OJson::value_t::number_float: return "a float";
-    default: return "an integer";
+    case OJson::value_t::null:
+      return "null";
+    case OJson::value_t::boolean:
+      return "a boolean";
+    case OJson::value_t::string:
+      return "a string";
+    case OJson::value_t::array:
+      return "an array";
+    case OJson::value_t::object:
+      return "an object";
+    case OJson::value_t::number_float:
+      return "a float";
+    default:
+      return "an integer";
   }
 }
 
@@ -42,8 +49,10 @@ Status to_int(const std::string &field, const OJson &v, int64_t lo, int64_t hi, 
   } else {
     return type_error(field, "an integer", v);
   }
-  if (*out < lo) return invalid_argument(field + " must be at least " + std::to_string(lo) + ", got " + std::to_string(*out));
-  if (*out > hi) return invalid_argument(field + " must be at most " + std::to_string(hi) + ", got " + std::to_string(*out));
+  if (*out < lo)
+    return invalid_argument(field + " must be at least " + std::to_string(lo) + ", got " + std::to_string(*out));
+  if (*out > hi)
+    return invalid_argument(field + " must be at most " + std::to_string(hi) + ", got " + std::to_string(*out));
   return ok_status();
 }
 
@@ -217,8 +226,7 @@ Status parse_common(const OJson &body, const SamplingParams &defaults, const Pro
     if (!r->stream) return invalid_argument("stream_options can only be set when stream is true");
     Fields sf(*so);
     RETURN_IF_ERROR(sf.read_bool("include_usage", &r->include_usage).with_context("stream_options"));
-    RETURN_IF_ERROR(
-        sf.read_bool("continuous_usage_stats", &r->continuous_usage_stats).with_context("stream_options"));
+    RETURN_IF_ERROR(sf.read_bool("continuous_usage_stats", &r->continuous_usage_stats).with_context("stream_options"));
   }
   return ok_status();
 }

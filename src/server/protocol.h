@@ -43,7 +43,7 @@ struct CompletionRequest : GenerationRequest {
 };
 
 struct ChatRequest : GenerationRequest {
-  OJson messages;  // as given, with list-of-parts content flattened to a string
+  OJson messages;         // as given, with list-of-parts content flattened to a string
   bool logprobs = false;  // chat: logprobs is a bool, top_logprobs the count
   bool add_generation_prompt = true;
   bool continue_final_message = false;

@@ -31,8 +31,7 @@ OJson stop_reason_json(const StopReason &reason) {
 
 OJson completion_logprobs(const std::vector<int32_t> &ids, const std::vector<TokenLogprobs> &logprobs,
                           const TokenNamer &namer, size_t *offset) {
-  OJson text_offset = OJson::array(), token_logprobs = OJson::array(), tokens = OJson::array(),
-        top = OJson::array();
+  OJson text_offset = OJson::array(), token_logprobs = OJson::array(), tokens = OJson::array(), top = OJson::array();
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string tok = namer(ids[i]);
     tokens.push_back(tok);
@@ -86,8 +85,7 @@ OJson usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
 
 OJson completion_envelope(const std::string &id, const char *object, int64_t created, const std::string &model,
                           OJson choices) {
-  return OJson{
-      {"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", std::move(choices)}};
+  return OJson{{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", std::move(choices)}};
 }
 
 std::string random_id(const std::string &prefix) {

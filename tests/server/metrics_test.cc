@@ -83,7 +83,8 @@ TEST(MetricsTest, RecordAndRender) {
   EXPECT_EQ(samples.at("llmserve:generation_tokens_total" + l), 9);
   EXPECT_EQ(samples.at("llmserve:prefix_cache_queries_total" + l), 96);
   EXPECT_EQ(samples.at("llmserve:prefix_cache_hits_total" + l), 48);
-  EXPECT_EQ(samples.at("llmserve:request_success_total{model_name=\"my \\\"model\\\"\",finished_reason=\"length\"}"), 3);
+  EXPECT_EQ(samples.at("llmserve:request_success_total{model_name=\"my \\\"model\\\"\",finished_reason=\"length\"}"),
+            3);
   EXPECT_EQ(samples.at("llmserve:request_success_total{model_name=\"my \\\"model\\\"\",finished_reason=\"stop\"}"), 0);
   const std::string lb = "{model_name=\"my \\\"model\\\"\",le=";
   EXPECT_EQ(samples.at("llmserve:time_to_first_token_seconds_bucket" + lb + "\"0.005\"}"), 3);

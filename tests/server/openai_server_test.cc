@@ -2,6 +2,8 @@
 // output, from another thread, like the engine's output thread). Checks the non-streamed JSON, the SSE stream
 // (parsed back event by event and concatenated), n > 1 choice numbering, and that a client that disconnects
 // mid-stream gets its request aborted.
+#include "server/openai_server.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -14,7 +16,6 @@
 #include <set>
 #include <thread>
 
-#include "server/openai_server.h"
 #include "server/sse.h"
 
 namespace llmserve::server {
@@ -42,8 +43,10 @@ class ScriptedLLM : public AsyncLLM {
           o.delta_token_ids = aborted ? std::vector<int32_t>{} : std::vector<int32_t>{static_cast<int32_t>(s)};
           o.text += o.delta_text;
           o.token_ids.insert(o.token_ids.end(), o.delta_token_ids.begin(), o.delta_token_ids.end());
-          if (aborted) o.finish_reason = FinishReason::kAbort;
-          else if (s + 1 == steps) o.finish_reason = FinishReason::kLength;
+          if (aborted)
+            o.finish_reason = FinishReason::kAbort;
+          else if (s + 1 == steps)
+            o.finish_reason = FinishReason::kLength;
         }
         out.finished = out.outputs[0].finish_reason.has_value();
         cb(out);
@@ -87,8 +90,9 @@ std::pair<int, std::string> post(int port, const std::string &path, const std::s
   addr.sin_port = htons(static_cast<uint16_t>(port));
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0) return {0, ""};
-  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req =
+      "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
   (void)send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string raw;
   char buf[4096];
@@ -141,7 +145,8 @@ class OpenAIServerTest : public ::testing::Test {
 };
 
 TEST_F(OpenAIServerTest, NonStreamedCompletion) {
-  auto [status, body] = post(http_->port(), "/v1/completions", R"({"prompt": [[1, 2, 3], [4]], "n": 2, "max_tokens": 3})");
+  auto [status, body] =
+      post(http_->port(), "/v1/completions", R"({"prompt": [[1, 2, 3], [4]], "n": 2, "max_tokens": 3})");
   ASSERT_EQ(status, 200) << body;
   auto j = nlohmann::json::parse(body);
   EXPECT_EQ(j["object"], "text_completion");

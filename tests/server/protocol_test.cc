@@ -237,8 +237,7 @@ TEST(ProtocolTest, EveryBadChatValueNamesItsParam) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": "no"})", "add_generation_prompt"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})",
-       "continue_final_message"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})", "continue_final_message"},
       {R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true,
           "add_generation_prompt": false})",
        "continue_final_message"},
@@ -273,11 +272,26 @@ TEST(ProtocolTest, MalformedBodies) {
 // Random JSON values in random fields never crash the parser, and every rejection names a param.
 TEST(ProtocolTest, RandomFieldValuesAreHandled) {
   std::mt19937 rng(7);
-  const char *fields[] = {"n", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "min_tokens", "stop",
-                          "stop_token_ids", "logit_bias", "logprobs", "priority", "stream", "echo", "ignore_eos",
-                          "presence_penalty", "prompt", "stream_options", "prompt_logprobs"};
-  const OJson values[] = {nullptr, true, 0, -1, 1, 7, 1e300, -1e300, 0.5, "s", "", OJson::array(),
-                          OJson::array({1, 2}), OJson::object(), OJson{{"1", 1}}, 1LL << 40};
+  const char *fields[] = {"n",          "temperature",      "top_p",      "top_k",          "min_p",
+                          "seed",       "max_tokens",       "min_tokens", "stop",           "stop_token_ids",
+                          "logit_bias", "logprobs",         "priority",   "stream",         "echo",
+                          "ignore_eos", "presence_penalty", "prompt",     "stream_options", "prompt_logprobs"};
+  const OJson values[] = {nullptr,
+                          true,
+                          0,
+                          -1,
+                          1,
+                          7,
+                          1e300,
+                          -1e300,
+                          0.5,
+                          "s",
+                          "",
+                          OJson::array(),
+                          OJson::array({1, 2}),
+                          OJson::object(),
+                          OJson{{"1", 1}},
+                          1LL << 40};
   for (int i = 0; i < 3000; ++i) {
     OJson body = {{"prompt", "hello"}};
     for (int k = 0; k < 3; ++k) {
