@@ -2,6 +2,10 @@
 // without including <utility>, so <utility> must come first; every server file includes this header instead.
 #pragma once
 
+// clang-format off
+#include <utility>  // must precede Boost 1.74's asio headers
+// clang-format on
+
 #include <boost/asio.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -10,7 +14,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <utility>
 
 namespace llmserve::server {
 
