@@ -132,14 +132,42 @@ StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_token
   } else {
     ASSIGN_OR_RETURN(out.model, load_model(f.model, options));
   }
+  ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer_from_flags(f, need_tokenizer));
+  return out;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_from_flags(const ModelFlags &f, bool need_tokenizer) {
+  if (f.model.empty() && f.config_file.empty()) return Tokenizer::from_json(builtin_default_tokenizer_json());
   const std::string tok_dir = f.tokenizer.empty() ? f.model : f.tokenizer;
   if (!tok_dir.empty() &&
       (need_tokenizer || std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))) {
-    ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_dir(tok_dir));
-  } else if (need_tokenizer) {
-    return invalid_argument("--tokenizer: a tokenizer directory is needed for text prompts");
+    return Tokenizer::from_dir(tok_dir);
   }
-  return out;
+  if (need_tokenizer) return invalid_argument("--tokenizer: a tokenizer directory is needed for text prompts");
+  return std::unique_ptr<Tokenizer>();
+}
+
+std::vector<std::string> to_args(const ModelFlags &f) {
+  std::vector<std::string> a;
+  // --name=value: a value such as "-1" must not read as a flag.
+  auto add = [&a](const char *name, const std::string &value) {
+    if (!value.empty()) a.push_back(std::string(name) + "=" + value);
+  };
+  add("--model", f.model);
+  add("--tokenizer", f.tokenizer);
+  add("--config", f.config_file);
+  add("--load-format", f.load_format);
+  add("--dtype", f.dtype);
+  add("--seed", std::to_string(f.seed));
+  add("--num-threads", std::to_string(f.num_threads));
+  return a;
+}
+
+std::vector<std::string> to_args(const EngineFlags &f) {
+  return {"--max-model-len=" + std::to_string(f.max_model_len), "--max-num-seqs=" + std::to_string(f.max_num_seqs),
+          "--max-num-batched-tokens=" + std::to_string(f.max_num_batched_tokens),
+          "--block-size=" + std::to_string(f.block_size), "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
+          f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching"};
 }
 
 EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {

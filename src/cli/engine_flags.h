@@ -54,6 +54,15 @@ struct LoadedModel {
 // Sets the thread count. Errors name the flag or file.
 StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_tokenizer);
 
+// The tokenizer alone (what a process whose engine core runs elsewhere needs): the built-in default's without
+// --model / --config, else --tokenizer or the model directory's (null if there is none and none was needed).
+StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_from_flags(const ModelFlags &f, bool need_tokenizer);
+
+// The flags back as arguments (for the engine-core child process, which parses them with these same
+// add_*_flags): `parse(to_args(f))` gives `f` again.
+std::vector<std::string> to_args(const ModelFlags &f);
+std::vector<std::string> to_args(const EngineFlags &f);
+
 // EngineArgs from the flags (0 = the engine's defaults).
 EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m);
 

@@ -10,6 +10,7 @@ namespace {
 void print_commands(FILE* out) {
   std::fprintf(out, "usage: llmserve <command> [options]   (llmserve <command> --help for its options)\n\ncommands:\n");
   for (const auto& [name, command] : llmserve::cli::command_registry()) {
+    if (command.summary.empty()) continue;  // internal commands (engine-core)
     std::fprintf(out, "  %-12s %s\n", name.c_str(), command.summary.c_str());
   }
 }

@@ -16,10 +16,10 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/serving_engine.h"
 #include "core/logging.h"
 #include "model/model_config.h"
 #include "server/http_server.h"
-#include "server/local_async_llm.h"
 #include "server/metrics.h"
 #include "server/openai_server.h"
 
@@ -167,7 +167,6 @@ int run_serve(const std::vector<std::string> &args) {
   if (f.scheduling_policy == "priority") {
     return fail(unimplemented("--scheduling-policy priority: not wired to the engine yet"));
   }
-  if (f.engine_process) return fail(unimplemented("--engine-process: not available yet"));
   if (f.port < 0 || f.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
   StatusOr<SamplingParams> defaults = default_params(f);
   if (!defaults.ok()) return fail(defaults.status().with_context("--generation-config"));
@@ -197,18 +196,14 @@ int run_serve(const std::vector<std::string> &args) {
   // The port line is how scripts and tests find a --port 0 server.
   std::fprintf(stderr, "llmserve: listening on http://%s:%d (loading the model)\n", f.host.c_str(), http_server.port());
 
-  StatusOr<LoadedModel> loaded = load_model_from_flags(f.model, /*need_tokenizer=*/false);
-  if (!loaded.ok()) return fail(loaded.status());
-  StatusOr<std::optional<std::string>> tmpl = chat_template_source(f, *loaded);
-  if (!tmpl.ok()) return fail(tmpl.status());
-  StatusOr<std::unique_ptr<LLMEngine>> engine =
-      LLMEngine::create(*loaded->model, loaded->tokenizer.get(), to_engine_args(f.engine, f.model));
+  StatusOr<std::unique_ptr<ServingEngine>> engine =
+      start_serving_engine(f.model, f.engine, f.engine_process, /*need_tokenizer=*/false);
   if (!engine.ok()) return fail(engine.status());
-  const int64_t max_model_len = (*engine)->max_model_len();
-  auto llm = std::make_unique<server::LocalAsyncLLM>(std::move(*engine), loaded->tokenizer.get(),
-                                                     loaded->model->config().vocab_size);
-  server::ServerMetrics metrics(options.served_model_name, max_model_len);
-  if (Status s = api.set_engine(llm.get(), &metrics, *tmpl); !s.ok()) return fail(s);
+  AsyncLLM &llm = *(*engine)->llm;
+  StatusOr<std::optional<std::string>> tmpl = chat_template_source(f, (*engine)->loaded);
+  if (!tmpl.ok()) return fail(tmpl.status());
+  server::ServerMetrics metrics(options.served_model_name, llm.max_model_len());
+  if (Status s = api.set_engine(&llm, &metrics, *tmpl); !s.ok()) return fail(s);
   signals.set_serving();
   std::fprintf(stderr, "llmserve: serving %s on http://%s:%d\n", options.served_model_name.c_str(), f.host.c_str(),
                http_server.port());
@@ -230,7 +225,7 @@ int run_serve(const std::vector<std::string> &args) {
     wait_idle(2.0);
   }
   http_server.stop();
-  llm->shutdown();
+  llm.shutdown();
   std::fprintf(stderr, "llmserve: stopped\n");
   return 0;
 }

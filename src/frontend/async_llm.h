@@ -14,13 +14,13 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
+#include "frontend/engine_core_builder.h"
+#include "frontend/input_processor.h"
 #include "frontend/output_processor.h"
 #include "ipc/engine_core_client.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve {
-
-struct PromptInput;  // frontend/llm_engine.h (text, or token ids when non-empty)
 
 // Called on the output thread with each new RequestOutput of one request (delta_text / delta_token_ids set;
 // the last has finished = true). Must not block: post the work to your own executor.
@@ -30,10 +30,10 @@ using RequestOutputCallback = std::function<void(RequestOutput)>;
 // Latencies in seconds, from the core's timestamped events; one entry per request that had the event.
 struct FinishedRequestStats {
   FinishReason finish_reason = FinishReason::kStop;
-  double e2e_latency = 0.0;    // arrival -> final token
-  double queued_time = 0.0;    // arrival (QUEUED) -> first SCHEDULED
-  double prefill_time = 0.0;   // first SCHEDULED -> first token
-  double decode_time = 0.0;    // first token -> final token
+  double e2e_latency = 0.0;   // arrival -> final token
+  double queued_time = 0.0;   // arrival (QUEUED) -> first SCHEDULED
+  double prefill_time = 0.0;  // first SCHEDULED -> first token
+  double decode_time = 0.0;   // first token -> final token
   int64_t num_prompt_tokens = 0;
   int64_t num_generation_tokens = 0;
 };
@@ -47,7 +47,8 @@ struct IterationStats {
   SchedulerStats scheduler_stats;  // running / waiting / KV usage now; prefix-cache counts since the last step
 };
 
-// Called on the output thread after each step's outputs were dispatched. Must not block.
+// Called on the output thread once per engine step that produced outputs, just before that step's request
+// callbacks (so a client that got its final output finds it counted in the metrics). Must not block.
 using StatsCallback = std::function<void(const IterationStats &)>;
 
 class AsyncLLM {
@@ -67,10 +68,17 @@ class AsyncLLM {
   virtual const Tokenizer *tokenizer() const = 0;  // null when the model has none
   virtual int64_t max_model_len() const = 0;
   virtual int64_t vocab_size() const = 0;
-  // False once the engine core died; later add_request calls fail with Unavailable.
+  // False once the engine core died (every live request then got a final output with finish reason abort) or
+  // after shutdown(); later add_request calls fail with Unavailable.
   virtual bool healthy() const = 0;
-  // Stops the output thread and the core; live requests get no further output. Idempotent.
+  // Stops the output thread and the core; live requests get no further output. Idempotent. Not from a callback.
   virtual void shutdown() = 0;
 };
+
+// The AsyncLLM over `client`, whose core was built from `config` (make_engine_core_config; with
+// args.log_stats the IterationStats carry latencies, else only token counts and scheduler stats). Starts the
+// output thread. `tokenizer` may be null; it must outlive the result, as must whatever `client` runs.
+std::unique_ptr<AsyncLLM> make_async_llm(std::unique_ptr<EngineCoreClient> client, const Tokenizer *tokenizer,
+                                         const EngineCoreConfig &config);
 
 }  // namespace llmserve

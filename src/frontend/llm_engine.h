@@ -14,31 +14,14 @@
 
 #include "core/status.h"
 #include "engine/engine_core.h"
+#include "frontend/engine_core_builder.h"
+#include "frontend/input_processor.h"
 #include "frontend/output_processor.h"
 #include "model/causal_lm.h"
 #include "runtime/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve {
-
-struct EngineArgs {
-  int64_t max_model_len = 0;              // prompt + output tokens at most; 0: the model's
-                                          // max_position_embeddings
-  int32_t block_size = 16;                // tokens per KV block
-  int64_t num_kv_cache_tokens = 0;        // KV cache capacity; 0: max(max_model_len, 4096)
-  int32_t max_num_seqs = 256;             // running sequences at most
-  int64_t max_num_batched_tokens = 2048;  // token budget of one step (chunked prefill splits longer prompts)
-  bool enable_prefix_caching = true;
-  bool enable_chunked_prefill = true;
-  uint64_t seed = 0;  // engine seed of unseeded sampling
-  bool log_stats = false;
-};
-
-// A prompt as text (needs a tokenizer) or as token ids (used when non-empty).
-struct PromptInput {
-  std::string text;
-  std::vector<int32_t> token_ids;
-};
 
 // Totals since the engine was created.
 struct EngineTotals {
@@ -72,21 +55,19 @@ class LLMEngine {
 
   const EngineTotals &totals() const { return totals_; }
   const SchedulerStats &last_stats() const { return last_stats_; }
-  const EngineCore &core() const { return *core_; }
-  int64_t max_model_len() const { return scheduler_config_.max_model_len; }
+  const EngineCore &core() const { return *instance_.core; }
+  int64_t max_model_len() const { return config_.scheduler.max_model_len; }
 
  private:
-  LLMEngine(CausalLM &model, const Tokenizer *tokenizer)
-      : model_(model), tokenizer_(tokenizer), processor_(tokenizer) {}
+  LLMEngine(const Tokenizer *tokenizer, EngineCoreConfig config, EngineCoreInstance instance)
+      : config_(std::move(config)),
+        instance_(std::move(instance)),
+        input_processor_(tokenizer, config_),
+        processor_(tokenizer) {}
 
-  CausalLM &model_;
-  const Tokenizer *tokenizer_;
-  SchedulerConfig scheduler_config_;
-  std::optional<int32_t> eos_token_id_;  // the model's EOS (tokenizer's, else config's first)
-  std::vector<int32_t> extra_eos_ids_;   // further EOS ids of the config: stop
-                                         // ids unless ignore_eos (vLLM)
-  std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<EngineCore> core_;
+  EngineCoreConfig config_;
+  EngineCoreInstance instance_;
+  InputProcessor input_processor_;
   OutputProcessor processor_;
   EngineTotals totals_;
   SchedulerStats last_stats_;

@@ -1,13 +1,16 @@
 // ops.h entry points: check shapes, dtypes and devices (CHECK: a mismatch is a caller bug), then dispatch on
-// the device to the CPU kernels (kernels/cpu) or, in CUDA builds, to the CUDA ones (kernels/cuda).
+// the device to the CPU kernels (kernels/cpu) or, in CUDA builds, to the CUDA ones (kernels/cuda). CUDA takes
+// f32, f16 or bf16 activations where the CPU takes f32 (the model runs in its dtype on the GPU).
 // Every op accepts row-strided tensors (dimension 0 any stride, the rest contiguous) where it reads rows.
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 
 #include "kernels/cpu/cpu_ops.h"
 #ifdef LLMSERVE_WITH_CUDA
+#include "kernels/cuda/attention_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #endif
 
@@ -41,12 +44,18 @@ void check_f32_or_bf16(const Tensor& t, const char* op, const char* name) {
       << op << ": " << name << " " << t.to_string() << " must be f32 or bf16";
 }
 
+// CUDA activations and weights: f32, f16 or bf16.
+void check_float(const Tensor& t, const char* op, const char* name) {
+  CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16)
+      << op << ": " << name << " " << t.to_string() << " must be f32, f16 or bf16";
+}
+
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   CHECK(a.device() == b.device()) << op << ": tensors on different devices: " << a.to_string() << " and "
                                   << b.to_string();
 }
 
-[[noreturn]] void not_on_cuda(const char* op) {
+[[maybe_unused]] [[noreturn]] void not_on_cuda(const char* op) {
   LOG(FATAL) << op << ": not implemented on cuda yet";
   __builtin_unreachable();
 }
@@ -62,23 +71,31 @@ void check_norm_operands(const Tensor& out, const Tensor& x, const Tensor& weigh
       << op << ": weight " << weight.to_string() << " for x " << x.to_string();
   check_same_device(x, out, op);
   check_same_device(x, weight, op);
-  check_f32_or_bf16(weight, op, "weight");
   CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
   if (x.device().is_cpu()) {
+    check_f32_or_bf16(weight, op, "weight");
     check_dtype(x, DType::kF32, op, "x");
   } else {
-    check_f32_or_bf16(x, op, "x");
+    check_float(weight, op, "weight");
+    check_float(x, op, "x");
   }
 }
 
+// KV caches: f32 on CPU; f32, f16 or bf16 on CUDA; both the same dtype.
 void check_cache(const Tensor& key_cache, const Tensor& value_cache, const char* op) {
   check_contiguous(key_cache, op, "key_cache");
   check_contiguous(value_cache, op, "value_cache");
   CHECK_EQ(key_cache.dim(), 4) << op << ": key_cache " << key_cache.to_string();
   CHECK(key_cache.shape() == value_cache.shape())
       << op << ": key_cache " << key_cache.to_string() << " vs value_cache " << value_cache.to_string();
-  check_dtype(key_cache, DType::kF32, op, "key_cache");
-  check_dtype(value_cache, DType::kF32, op, "value_cache");
+  check_dtype(value_cache, key_cache.dtype(), op, "value_cache");
+  if (key_cache.device().is_cpu()) {
+    check_dtype(key_cache, DType::kF32, op, "key_cache");
+  } else {
+    const DType d = key_cache.dtype();
+    CHECK(d == DType::kF32 || d == DType::kF16 || d == DType::kBF16)
+        << op << ": key_cache " << key_cache.to_string() << " must be f32, f16 or bf16";
+  }
   CHECK_GT(key_cache.size(1), 0) << op << ": block_size";
 }
 
@@ -96,8 +113,14 @@ void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   CHECK(dtype_is_float(table.dtype()) && dtype_is_float(out.dtype())) << op << ": float table and out expected";
   check_same_device(out, ids, op);
   check_same_device(out, table, op);
-  if (!out.device().is_cpu()) not_on_cuda(op);
-  cpu::embedding(out, ids, table);
+  if (out.device().is_cpu()) return cpu::embedding(out, ids, table);
+#ifdef LLMSERVE_WITH_CUDA
+  check_float(table, op, "table");
+  check_float(out, op, "out");
+  cuda::embedding(out, ids, table);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
@@ -133,7 +156,7 @@ void silu_and_mul(Tensor& out, const Tensor& x) {
     check_dtype(x, DType::kF32, op, "x");
     return cpu::silu_and_mul(out, x);
   }
-  check_f32_or_bf16(x, op, "x");
+  check_float(x, op, "x");
 #ifdef LLMSERVE_WITH_CUDA
   cuda::silu_and_mul(out, x);
 #else
@@ -147,10 +170,18 @@ void add(Tensor& a, const Tensor& b) {
   check_rows(b, op, "b");
   CHECK(a.shape() == b.shape()) << op << ": a " << a.to_string() << " vs b " << b.to_string();
   check_same_device(a, b, op);
-  check_dtype(a, DType::kF32, op, "a");
-  check_dtype(b, DType::kF32, op, "b");
-  if (!a.device().is_cpu()) not_on_cuda(op);
-  cpu::add(a, b);
+  if (a.device().is_cpu()) {
+    check_dtype(a, DType::kF32, op, "a");
+    check_dtype(b, DType::kF32, op, "b");
+    return cpu::add(a, b);
+  }
+  check_float(a, op, "a");
+  CHECK(b.dtype() == a.dtype()) << op << ": a " << a.to_string() << " vs b " << b.to_string();
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::add(a, b);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
@@ -161,8 +192,13 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
   check_rows(key, op, "key");
   check_contiguous(cos_sin_cache, op, "cos_sin_cache");
   check_dtype(positions, DType::kI64, op, "positions");
-  check_dtype(query, DType::kF32, op, "query");
-  check_dtype(key, DType::kF32, op, "key");
+  if (query.device().is_cpu()) {
+    check_dtype(query, DType::kF32, op, "query");
+    check_dtype(key, DType::kF32, op, "key");
+  } else {
+    check_float(query, op, "query");
+    CHECK(key.dtype() == query.dtype()) << op << ": key " << key.to_string() << " vs query " << query.to_string();
+  }
   check_dtype(cos_sin_cache, DType::kF32, op, "cos_sin_cache");
   CHECK(head_dim > 0 && head_dim % 2 == 0) << op << ": head_dim " << head_dim << " must be even and positive";
   CHECK_EQ(positions.dim(), 1) << op << ": positions " << positions.to_string();
@@ -176,8 +212,12 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
   check_same_device(positions, query, op);
   check_same_device(positions, key, op);
   check_same_device(positions, cos_sin_cache, op);
-  if (!query.device().is_cpu()) not_on_cuda(op);
-  cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+  if (query.device().is_cpu()) return cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
@@ -193,15 +233,30 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
   CHECK(out.raw_data() != x.raw_data() || out.numel() == 0) << op << ": out must not alias x";
   check_same_device(x, out, op);
   check_same_device(x, weight, op);
-  check_f32_or_bf16(weight, op, "weight");
   if (bias != nullptr) {
     check_contiguous(*bias, op, "bias");
     CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0))
         << op << ": bias " << bias->to_string() << " for weight " << weight.to_string();
-    check_f32_or_bf16(*bias, op, "bias");
     check_same_device(x, *bias, op);
   }
-  if (!x.device().is_cpu()) not_on_cuda(op);
+  if (!x.device().is_cpu()) {
+    // CUDA: x and weight share a dtype (the runtime converts weights at load); out in x's dtype or f32 (logits);
+    // bias in out's dtype or f32.
+    check_float(x, op, "x");
+    CHECK(weight.dtype() == x.dtype()) << op << ": weight " << weight.to_string() << " vs x " << x.to_string()
+                                       << " (cuda wants one dtype)";
+    CHECK(out.dtype() == x.dtype() || out.dtype() == DType::kF32)
+        << op << ": out " << out.to_string() << " must be f32 or x's dtype " << dtype_name(x.dtype());
+    CHECK(bias == nullptr || bias->dtype() == out.dtype() || bias->dtype() == DType::kF32)
+        << op << ": bias " << bias->to_string() << " must be f32 or out's dtype " << dtype_name(out.dtype());
+#ifdef LLMSERVE_WITH_CUDA
+    return cuda::linear(out, x, weight, bias);
+#else
+    not_on_cuda(op);
+#endif
+  }
+  check_f32_or_bf16(weight, op, "weight");
+  if (bias != nullptr) check_f32_or_bf16(*bias, op, "bias");
   check_dtype(x, DType::kF32, op, "x");
   check_dtype(out, DType::kF32, op, "out");
   cpu::linear(out, x, weight, bias);
@@ -221,12 +276,16 @@ void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache
   CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == key.size(0))
       << op << ": slot_mapping " << slot_mapping.to_string() << " for key " << key.to_string();
   check_dtype(slot_mapping, DType::kI64, op, "slot_mapping");
-  check_dtype(key, DType::kF32, op, "key");
-  check_dtype(value, DType::kF32, op, "value");
+  check_dtype(key, key_cache.dtype(), op, "key");
+  check_dtype(value, key_cache.dtype(), op, "value");
   for (const Tensor* t : std::initializer_list<const Tensor*>{&value, &key_cache, &value_cache, &slot_mapping})
     check_same_device(key, *t, op);
-  if (!key.device().is_cpu()) not_on_cuda(op);
-  cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+  if (key.device().is_cpu()) return cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
@@ -241,8 +300,8 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
       << op << ": head_dim of query " << query.to_string() << " vs cache " << key_cache.to_string();
   CHECK(key_cache.size(2) > 0 && query.size(1) % key_cache.size(2) == 0)
       << op << ": num_heads " << query.size(1) << " not a multiple of num_kv_heads " << key_cache.size(2);
-  check_dtype(query, DType::kF32, op, "query");
-  check_dtype(out, DType::kF32, op, "out");
+  check_dtype(query, key_cache.dtype(), op, "query");
+  check_dtype(out, key_cache.dtype(), op, "out");
   CHECK(std::isfinite(scale)) << op << ": scale " << scale;
   const AttentionMetadata& md = metadata;
   CHECK_GE(md.num_reqs, 0) << op << ": num_reqs";
@@ -262,8 +321,36 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
                                                               &md.seq_lens, &md.block_table}) {
     check_same_device(query, *t, op);
   }
-  if (!query.device().is_cpu()) not_on_cuda(op);
-  cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
+  if (query.device().is_cpu()) {
+    return cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
+  }
+  CHECK(md.num_decode_tokens >= 0 && md.num_decode_tokens <= md.num_reqs && md.num_decode_tokens <= query.size(0))
+      << op << ": num_decode_tokens " << md.num_decode_tokens << " for " << md.num_reqs << " requests";
+  CHECK(md.max_query_len >= 0 && md.max_seq_len >= 0) << op << ": max_query_len / max_seq_len negative";
+  if (md.workspace.defined()) {
+    check_contiguous(md.workspace, op, "workspace");
+    check_dtype(md.workspace, DType::kF32, op, "workspace");
+    check_same_device(query, md.workspace, op);
+  }
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
+#else
+  not_on_cuda(op);
+#endif
+}
+
+int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_heads, int64_t head_dim,
+                                        int64_t max_model_len) {
+  // Split-K pays only while the batch has too few CTAs to fill the GPU (tens of decode tokens) and the
+  // contexts are long; the decode kernel uses at most 32 splits of >= 32 keys (attention_decode.cu). Each split
+  // keeps head_dim + 2 floats (unnormalised output, max, sum) per token and head; larger batches get fewer
+  // splits or none. Mistral-7B shape, long contexts: 64 x 32 x 32 x 130 floats = 34 MB.
+  constexpr int64_t kMaxSplitTokens = 64, kMaxSplits = 32, kMinKeysPerSplit = 32;
+  CHECK(max_num_tokens >= 0 && num_heads > 0 && head_dim > 0 && max_model_len >= 0)
+      << "paged_attention_workspace_elems: bad sizes";
+  const int64_t splits = std::min(kMaxSplits, (max_model_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  if (splits <= 1) return 0;
+  return std::min(max_num_tokens, kMaxSplitTokens) * num_heads * splits * (head_dim + 2);
 }
 
 void log_softmax(Tensor& out, const Tensor& logits) {
@@ -275,8 +362,12 @@ void log_softmax(Tensor& out, const Tensor& logits) {
   check_dtype(logits, DType::kF32, op, "logits");
   check_dtype(out, DType::kF32, op, "out");
   check_same_device(out, logits, op);
-  if (!out.device().is_cpu()) not_on_cuda(op);
-  cpu::log_softmax(out, logits);
+  if (out.device().is_cpu()) return cpu::log_softmax(out, logits);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::log_softmax(out, logits);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
@@ -294,8 +385,12 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
   check_dtype(ids, DType::kI32, op, "ids");
   check_same_device(x, values, op);
   check_same_device(x, ids, op);
-  if (!x.device().is_cpu()) not_on_cuda(op);
-  cpu::top_k(values, ids, x, k);
+  if (x.device().is_cpu()) return cpu::top_k(values, ids, x, k);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::top_k(values, ids, x, k);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void argmax(Tensor& out_ids, const Tensor& logits) {
@@ -308,8 +403,12 @@ void argmax(Tensor& out_ids, const Tensor& logits) {
   check_dtype(logits, DType::kF32, op, "logits");
   check_dtype(out_ids, DType::kI32, op, "out_ids");
   check_same_device(out_ids, logits, op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::argmax(out_ids, logits);
+  if (logits.device().is_cpu()) return cpu::argmax(out_ids, logits);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::argmax(out_ids, logits);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 }  // namespace llmserve::ops

@@ -2,8 +2,11 @@
 // implementation (src/kernels/cpu) or the CUDA one (src/kernels/cuda). Shape, dtype and device mismatches are
 // programming errors and abort through CHECK; ops never allocate their outputs (graph-safe on CUDA).
 // Tensors an op reads or writes row by row may be row-strided: dimension 0 any stride, the others contiguous
-// (e.g. q/k/v as column slices of a fused QKV projection). On CUDA only rms_norm, fused_add_rms_norm and
-// silu_and_mul exist so far (f32 or bf16); every other op aborts with "not implemented on cuda yet".
+// (e.g. q/k/v as column slices of a fused QKV projection).
+// CUDA (kernels/cuda): every op; activations in the model's dtype (f32, f16 or bf16) where the CPU takes f32;
+// logits f32 on both; KV caches f32, f16 or bf16. CUDA ops launch on cuda::current_stream(), never allocate and
+// never synchronise with the host (graph-safe); a device-side range error (an id outside the vocabulary, a
+// position past the cache) traps the kernel instead of aborting the process at once.
 #pragma once
 
 #include <cstdint>
@@ -13,30 +16,32 @@
 
 namespace llmserve::ops {
 
-// ---- elementwise and normalisation (activations: f32 on CPU) ----
+// ---- elementwise and normalisation (activations: f32 on CPU; f32, f16 or bf16 on CUDA) ----
 
 // out[t, :] = table[ids[t], :] converted to out's dtype. ids [num_tokens] i32; table [vocab, hidden];
-// out [num_tokens, hidden]. Ids outside [0, vocab) abort (the frontend validates prompt ids).
+// out [num_tokens, hidden]. Ids outside [0, vocab) abort (the frontend validates prompt ids). CUDA: table and out
+// f32, f16 or bf16.
 void embedding(Tensor& out, const Tensor& ids, const Tensor& table);
 
 // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, d] (may alias); weight [d] f32 or bf16.
-// CUDA: x and out f32 or bf16 (same dtype), f32 math.
+// CUDA: x and out f32, f16 or bf16 (same dtype), weight f32, f16 or bf16, f32 math.
 void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps);
 
 // In place, vLLM's fused form: residual += x; x = rms_norm(residual) * weight. x, residual [n, d].
-// CUDA bf16: the residual is rounded to bf16 before it is normalised (as vLLM does).
+// CUDA f16/bf16: the residual is rounded to the dtype before it is normalised (as vLLM does).
 void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps);
 
 // out[i, :] = silu(x[i, :d]) * x[i, d:]. x [n, 2d]; out [n, d].
 void silu_and_mul(Tensor& out, const Tensor& x);
 
-// In place: a += b (same shape).
+// In place: a += b (same shape; same dtype: f32 on CPU, f32/f16/bf16 on CUDA).
 void add(Tensor& a, const Tensor& b);
 
 // Rotary position embedding, rotate-half (GPT-NeoX / HF Llama) layout, in place on every head.
 // positions [n] i64; query [n, num_heads * head_dim]; key [n, num_kv_heads * head_dim];
 // cos_sin_cache [max_position, head_dim] f32: columns [0, head_dim/2) hold cos, [head_dim/2, head_dim) sin
 // (any rope_scaling and attention factor already folded in). Positions past the cache abort.
+// CUDA: query and key share a dtype (f32, f16 or bf16); the cache stays f32.
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache);
 
@@ -47,12 +52,18 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
 // CPU speed (bench/RESULTS.md): keep HF bf16 weights as bf16 -- oneDNN then runs bf16 x bf16 -> f32 (x rounded
 // to bf16, f32 accumulation; AMX where present), 2-5x faster than f32 weights for m >= 16. f32 weights give
 // exact f32 results. Without oneDNN support (or LLMSERVE_GEMM=openblas) OpenBLAS sgemm runs, bf16 widened.
+// CUDA (cuBLASLt, f32 accumulation): x and weight share a dtype -- bf16, f16, or f32 (exact f32: TF32 is never
+// used); out in x's dtype or f32 (the lm_head's f32 logits); bias in out's dtype or f32. The first call on a
+// device creates its cuBLASLt handle and 32 MiB workspace (make it before graph capture); plans are cached per
+// shape, strides and alignment (bench/RESULTS.md: the rate at the Mistral-7B shapes).
 void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
 // ---- paged KV cache and attention ----
 
-// Cache layout: [num_blocks, block_size, num_kv_heads, head_dim] (f32 on CPU); slot s lives at block
-// s / block_size, offset s % block_size. Slots past the cache abort.
+// Cache layout: [num_blocks, block_size, num_kv_heads, head_dim]; dtype f32 on CPU, on CUDA the activation
+// dtype (bf16 / f16 fast paths, f32 a plain correct path); key, value, query and out share the cache's dtype.
+// Slot s lives at block s / block_size, offset s % block_size. Slots past the cache abort on CPU; on CUDA they
+// are skipped (the device cannot abort without a host sync; the KV-cache manager never produces them).
 // key, value [n, num_kv_heads, head_dim] are written at slot_mapping [n] (i64); a negative slot is skipped
 // (padding tokens).
 void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
@@ -68,16 +79,30 @@ struct AttentionMetadata {
   Tensor slot_mapping;     // [num_tokens] i64
   int64_t num_reqs = 0;
   int64_t num_decode_tokens = 0;  // requests with one query token come first (a runner convention)
-  int64_t max_query_len = 0;
-  int64_t max_seq_len = 0;
+  int64_t max_query_len = 0;      // CUDA: >= every query length (sizes the prefill grid); 0 = unknown
+  int64_t max_seq_len = 0;        // CUDA: split-K hint (e.g. max_model_len under graphs); 0 = unknown
+  // CUDA split-K scratch for decode over long contexts: f32, contiguous, on the device, allocated once by the
+  // runner with paged_attention_workspace_elems() elements. Undefined: no split-K (still correct, slower for
+  // few long sequences). Ignored on CPU.
+  Tensor workspace;
 };
+
+// Elements of the f32 split-K workspace for batches of up to max_num_tokens tokens of num_heads x head_dim
+// and contexts up to max_model_len (0 when split-K never pays: short contexts). Allocate once; the kernels use
+// fewer splits, or none, when a batch needs more than this.
+int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_heads, int64_t head_dim,
+                                        int64_t max_model_len);
 
 // Causal attention of each query token over its request's cached keys/values (the new tokens' K/V must be in
 // the cache already). Query token j of request r sits at position seq_lens[r] - query_len(r) + j and attends to
 // positions [max(0, pos - sliding_window + 1), pos] (sliding_window <= 0: unlimited). GQA: query head h uses
 // kv head h / (num_heads / num_kv_heads). query, out [n, num_heads, head_dim]; caches as above.
 // Tokens past query_start_loc[num_reqs] (padding) get zeros. The CPU kernel reads only query_start_loc, seq_lens
-// and block_table; the counts and maxima are hints for GPU kernels. Block ids outside the cache abort.
+// and block_table; the counts and maxima are hints for GPU kernels. Block ids outside the cache abort on CPU (on
+// CUDA they are the caller's bug: not checked, the device cannot abort). CUDA: the first num_decode_tokens
+// requests must have one query token each (decode kernel), the rest run the tiled prefill kernel; f32 and
+// head_dims other than 16/32/64/128 (up to 256) run a generic kernel. Launches on cuda::current_stream(), no
+// host sync, no allocation (graph-safe).
 void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                      const AttentionMetadata& metadata, float scale, int64_t sliding_window);
 
@@ -87,7 +112,7 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
 void log_softmax(Tensor& out, const Tensor& logits);
 
 // The k largest values of each row, descending; ties keep the lower id first; NaN ranks below every number.
-// 0 <= k <= vocab.
+// 0 <= k <= vocab (CUDA: k <= 1024).
 // x [n, vocab] f32; values [n, k] f32; ids [n, k] i32.
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
 
@@ -101,6 +126,7 @@ void argmax(Tensor& out_ids, const Tensor& logits);
 // check() that returns InvalidArgument naming the field whose shape / dtype / device does not fit the logits;
 // the op aborts (CHECK) on such an error, and on ids outside [0, vocab) or malformed offsets (caller bugs: the
 // runtime's Sampler validates user input first). vLLM V1 order: see runtime/sampler.h.
+// CUDA: the same rules, one block per row (kernels/cuda/sampling.cu); apply_penalties takes vocab <= 393216.
 
 // Temperatures below this mean greedy sampling (vLLM's _SAMPLING_EPS).
 inline constexpr float kSamplingEps = 1e-5f;
@@ -116,7 +142,7 @@ struct TokenLists {
 // logit = logit > 0 ? logit * (1 / repetition_penalty) : logit * repetition_penalty. Then for every id occurring
 // c > 0 times in the output: logit -= frequency_penalty * c; logit -= presence_penalty.
 struct PenaltyParams {
-  TokenLists prompt_tokens;     // only read for rows with repetition_penalty != 1
+  TokenLists prompt_tokens;  // only read for rows with repetition_penalty != 1
   TokenLists output_tokens;
   Tensor repetition_penalties;  // [num_reqs] f32, > 0; 1 = off
   Tensor frequency_penalties;   // [num_reqs] f32; 0 = off
@@ -162,7 +188,9 @@ void apply_top_k_top_p_min_p(Tensor& logits, const SamplingFilterParams& params)
 // rows sample from softmax(logits row) by inverse CDF: u = philox::uniform(seeds[r], offsets[r]) in [0, 1),
 // and the token is the first id (ascending id order) whose cumulative weight exp(logit - max) exceeds u * total
 // (sums in double). -inf and NaN logits have weight 0 and are never drawn; a row with no finite logit takes its
-// argmax; +inf logits share the whole mass equally.
+// argmax; +inf logits share the whole mass equally. CUDA draws the same u from the same Philox stream, so a
+// seeded row picks the same token as the CPU given the same logits (up to exp() rounding: a draw can differ only
+// when u * total lies within ~1e-6 relative of a cumulative-weight boundary).
 struct SampleParams {
   Tensor temperatures;  // [num_reqs] f32: only compared with kSamplingEps (apply_temperature has scaled the row)
   Tensor seeds;         // [num_reqs] i64: Philox key (bit pattern)

@@ -1,11 +1,14 @@
 // ops.h sampling entry points: the Params structs' check() (shapes, dtypes, devices against the logits) and the
-// dispatch to the CPU kernels (kernels/cpu/sampling.cc); CUDA builds abort until the CUDA sampling kernels land.
+// dispatch to the CPU kernels (kernels/cpu/sampling.cc) or the CUDA ones (kernels/cuda/sampling.cu).
 // Kept apart from ops.cc so the sampling ops have one home; the same row-stride rule holds (dim 0 any stride).
 #include <string>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/ops.h"
+#ifdef LLMSERVE_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace llmserve::ops {
 namespace {
@@ -33,7 +36,7 @@ Status check_vector(const Tensor& t, DType dtype, int64_t size, const Tensor& lo
 
 void check_ok(const Status& status, const char* op) { CHECK(status.ok()) << op << ": " << status.message(); }
 
-[[noreturn]] void not_on_cuda(const char* op) {
+[[maybe_unused]] [[noreturn]] void not_on_cuda(const char* op) {
   LOG(FATAL) << op << ": not implemented on cuda yet";
   __builtin_unreachable();
 }
@@ -83,40 +86,60 @@ void apply_penalties(Tensor& logits, const PenaltyParams& params) {
   constexpr const char* op = "apply_penalties";
   check_logits(logits, op);
   check_ok(params.check(logits), op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::apply_penalties(logits, params);
+  if (logits.device().is_cpu()) return cpu::apply_penalties(logits, params);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::apply_penalties(logits, params);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void apply_logit_bias(Tensor& logits, const LogitBiasParams& params) {
   constexpr const char* op = "apply_logit_bias";
   check_logits(logits, op);
   check_ok(params.check(logits), op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::apply_logit_bias(logits, params);
+  if (logits.device().is_cpu()) return cpu::apply_logit_bias(logits, params);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::apply_logit_bias(logits, params);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void mask_tokens(Tensor& logits, const TokenLists& tokens) {
   constexpr const char* op = "mask_tokens";
   check_logits(logits, op);
   check_ok(tokens.check(logits, "tokens"), op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::mask_tokens(logits, tokens);
+  if (logits.device().is_cpu()) return cpu::mask_tokens(logits, tokens);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::mask_tokens(logits, tokens);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void apply_temperature(Tensor& logits, const Tensor& temperatures) {
   constexpr const char* op = "apply_temperature";
   check_logits(logits, op);
   check_ok(check_vector(temperatures, DType::kF32, logits.size(0), logits, "temperatures"), op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::apply_temperature(logits, temperatures);
+  if (logits.device().is_cpu()) return cpu::apply_temperature(logits, temperatures);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::apply_temperature(logits, temperatures);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void apply_top_k_top_p_min_p(Tensor& logits, const SamplingFilterParams& params) {
   constexpr const char* op = "apply_top_k_top_p_min_p";
   check_logits(logits, op);
   check_ok(params.check(logits), op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::apply_top_k_top_p_min_p(logits, params);
+  if (logits.device().is_cpu()) return cpu::apply_top_k_top_p_min_p(logits, params);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::apply_top_k_top_p_min_p(logits, params);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void sample(Tensor& out_ids, const Tensor& logits, const SampleParams& params) {
@@ -125,8 +148,12 @@ void sample(Tensor& out_ids, const Tensor& logits, const SampleParams& params) {
   CHECK_GT(logits.size(1), 0) << op << ": logits " << logits.to_string() << " has an empty vocabulary";
   check_ok(params.check(logits), op);
   check_ok(check_vector(out_ids, DType::kI32, logits.size(0), logits, "out_ids"), op);
-  if (!logits.device().is_cpu()) not_on_cuda(op);
-  cpu::sample(out_ids, logits, params);
+  if (logits.device().is_cpu()) return cpu::sample(out_ids, logits, params);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::sample(out_ids, logits, params);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids) {
@@ -136,8 +163,12 @@ void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor
   check_ok(check_vector(token_ids, DType::kI32, n, logprobs, "token_ids"), op);
   check_ok(check_vector(out_logprobs, DType::kF32, n, logprobs, "out_logprobs"), op);
   check_ok(check_vector(out_ranks, DType::kI32, n, logprobs, "out_ranks"), op);
-  if (!logprobs.device().is_cpu()) not_on_cuda(op);
-  cpu::gather_token_logprobs(out_logprobs, out_ranks, logprobs, token_ids);
+  if (logprobs.device().is_cpu()) return cpu::gather_token_logprobs(out_logprobs, out_ranks, logprobs, token_ids);
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::gather_token_logprobs(out_logprobs, out_ranks, logprobs, token_ids);
+#else
+  not_on_cuda(op);
+#endif
 }
 
 }  // namespace llmserve::ops

@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
-#include "frontend/llm_engine.h"
+#include "frontend/input_processor.h"
 
 namespace llmserve::server {
 

@@ -283,13 +283,7 @@ StatusOr<std::unique_ptr<Decoder>> make_decoder(const Json& j, const std::string
     return std::unique_ptr<Decoder>(new BpeSuffixDecoder(std::move(suffix)));
   }
   if (type == "Sequence") {
-    const Json* list = json_util::find(j, "decoders");
-    if (list == nullptr || !list->is_array()) return json_util::field_error(path + ".decoders", "expected a list");
-    std::vector<std::unique_ptr<Decoder>> parts;
-    for (size_t i = 0; i < list->size(); ++i) {
-      ASSIGN_OR_RETURN(auto p, make_decoder((*list)[i], path + ".decoders[" + std::to_string(i) + "]"));
-      parts.push_back(std::move(p));
-    }
+    ASSIGN_OR_RETURN(auto parts, json_util::make_each<Decoder>(j, "decoders", path, make_decoder));
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts)));
   }
   return unimplemented(path + ".type: decoder '" + type + "' is not supported");

@@ -2,9 +2,11 @@
 // Every error names the JSON path of the offending field, e.g. "model.merges[12]: expected a string".
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -53,6 +55,22 @@ inline StatusOr<double> get_double_or(const Json& j, std::string_view key, std::
   if (v == nullptr) return fallback;
   if (!v->is_number()) return field_error(join(path, key), "expected a number");
   return v->get<double>();
+}
+
+// The elements of the list j[key], each built by make(element, "<path>.<key>[i]") -> StatusOr<unique_ptr<T>>:
+// the "Sequence" form every tokenizer stage (normalizer, pre-tokenizer, post-processor, decoder) shares.
+template <typename T, typename Make>
+StatusOr<std::vector<std::unique_ptr<T>>> make_each(const Json& j, std::string_view key, std::string_view path,
+                                                    Make make) {
+  const Json* list = find(j, key);
+  const std::string list_path = join(path, key);
+  if (list == nullptr || !list->is_array()) return field_error(list_path, "expected a list");
+  std::vector<std::unique_ptr<T>> parts;
+  for (size_t i = 0; i < list->size(); ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<T> part, make((*list)[i], list_path + "[" + std::to_string(i) + "]"));
+    parts.push_back(std::move(part));
+  }
+  return parts;
 }
 
 }  // namespace llmserve::json_util

@@ -213,13 +213,7 @@ StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::
     return std::unique_ptr<Normalizer>(new BertNormalizer(clean, chinese, strip, lower));
   }
   if (type == "Sequence") {
-    const Json* list = json_util::find(j, "normalizers");
-    if (list == nullptr || !list->is_array()) return json_util::field_error(path + ".normalizers", "expected a list");
-    std::vector<std::unique_ptr<Normalizer>> parts;
-    for (size_t i = 0; i < list->size(); ++i) {
-      ASSIGN_OR_RETURN(auto part, make_normalizer((*list)[i], path + ".normalizers[" + std::to_string(i) + "]"));
-      parts.push_back(std::move(part));
-    }
+    ASSIGN_OR_RETURN(auto parts, json_util::make_each<Normalizer>(j, "normalizers", path, make_normalizer));
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(parts)));
   }
   return unimplemented(path + ".type: normalizer '" + type + "' is not supported");

@@ -84,13 +84,7 @@ StatusOr<std::unique_ptr<PostProcessor>> make_post_processor(const Json& j, cons
     return make_wrap_processor({cls}, {sep});
   }
   if (type == "Sequence") {
-    const Json* list = json_util::find(j, "processors");
-    if (list == nullptr || !list->is_array()) return json_util::field_error(path + ".processors", "expected a list");
-    std::vector<std::unique_ptr<PostProcessor>> parts;
-    for (size_t i = 0; i < list->size(); ++i) {
-      ASSIGN_OR_RETURN(auto p, make_post_processor((*list)[i], path + ".processors[" + std::to_string(i) + "]"));
-      parts.push_back(std::move(p));
-    }
+    ASSIGN_OR_RETURN(auto parts, json_util::make_each<PostProcessor>(j, "processors", path, make_post_processor));
     return std::unique_ptr<PostProcessor>(new SequenceProcessor(std::move(parts)));
   }
   return unimplemented(path + ".type: post-processor '" + type + "' is not supported");

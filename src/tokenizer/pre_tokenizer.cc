@@ -335,13 +335,7 @@ StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const 
   }
   if (type == "BertPreTokenizer") return std::unique_ptr<PreTokenizer>(new BertPreTokenizer());
   if (type == "Sequence") {
-    const Json* list = json_util::find(j, "pretokenizers");
-    if (list == nullptr || !list->is_array()) return json_util::field_error(path + ".pretokenizers", "expected a list");
-    std::vector<std::unique_ptr<PreTokenizer>> parts;
-    for (size_t i = 0; i < list->size(); ++i) {
-      ASSIGN_OR_RETURN(auto part, make_pre_tokenizer((*list)[i], path + ".pretokenizers[" + std::to_string(i) + "]"));
-      parts.push_back(std::move(part));
-    }
+    ASSIGN_OR_RETURN(auto parts, json_util::make_each<PreTokenizer>(j, "pretokenizers", path, make_pre_tokenizer));
     return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(parts)));
   }
   return unimplemented(path + ".type: pre-tokenizer '" + type + "' is not supported");

@@ -81,11 +81,17 @@ class ServerProcess:
                 total += value
         return total
 
-    def rss_kb(self):
-        for line in pathlib.Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+    def rss_kb(self, pid=None):
+        """Resident memory of the server and its children (the engine-core process), in KiB."""
+        pid = pid or self.proc.pid
+        total = 0
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
+                total += int(line.split()[1])
+        children = pathlib.Path(f"/proc/{pid}/task/{pid}/children")
+        for child in (children.read_text().split() if children.exists() else []):
+            total += self.rss_kb(int(child))
+        return total
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:
@@ -96,10 +102,12 @@ class ServerProcess:
             self.log.close()
 
 
-@pytest.fixture(scope="session")
-def default_server(llmserve_bin):
-    """The built-in default model (byte tokenizer, tiny random Llama)."""
-    s = ServerProcess(llmserve_bin, "--max-num-seqs", "256", "--kv-cache-tokens", "65536",
+@pytest.fixture(scope="session", params=["thread", "process"])
+def default_server(request, llmserve_bin):
+    """The built-in default model (byte tokenizer, tiny random Llama), with the engine core on its own thread
+    and, in a second pass of every test, in a child process (--engine-process)."""
+    mode = ["--engine-process"] if request.param == "process" else []
+    s = ServerProcess(llmserve_bin, *mode, "--max-num-seqs", "256", "--kv-cache-tokens", "65536",
                       "--request-timeout", "2", "--keep-alive-timeout", "2", "--max-request-body-bytes", "1000000",
                       "--served-model-name", "default")
     yield s

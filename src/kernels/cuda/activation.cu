@@ -1,5 +1,7 @@
-// silu_and_mul on CUDA: a 2-D grid (rows x chunks of the output row), one element per thread, f32 math.
-// Matches the CPU op up to the rounding of bf16 stores.
+// silu_and_mul, add and the linear bias add on CUDA: 2-D grids (rows x chunks of the row), one element per thread,
+// f32 math, launched on the current stream. Match the CPU ops up to the rounding of 16-bit stores.
+#include <algorithm>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -23,15 +25,55 @@ void launch(Tensor& out, const Tensor& x) {
   if (n == 0 || d == 0) return;
   dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((d + kThreads - 1) / kThreads));
   silu_and_mul_kernel<T>
-      <<<grid, kThreads>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), static_cast<int>(d));
+      <<<grid, kThreads, 0, stream()>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), static_cast<int>(d));
   check_launch("silu_and_mul_kernel");
+}
+
+template <typename T>
+__global__ void add_kernel(T* a, int64_t a_stride, const T* b, int64_t b_stride, int64_t d) {
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  T* ar = a + blockIdx.x * a_stride;
+  store_f(ar + j, load_f(ar + j) + load_f(b + blockIdx.x * b_stride + j));
+}
+
+template <typename T, typename B>
+__global__ void add_bias_kernel(T* out, int64_t out_stride, const B* bias, int64_t n) {
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  T* o = out + blockIdx.x * out_stride;
+  store_f(o + j, load_f(o + j) + load_f(bias + j));
 }
 
 }  // namespace
 
 void silu_and_mul(Tensor& out, const Tensor& x) {
-  if (x.dtype() == DType::kBF16) return launch<__nv_bfloat16>(out, x);
-  launch<float>(out, x);
+  dispatch_float(x.dtype(), "silu_and_mul", [&](auto t) { launch<decltype(t)>(out, x); });
+}
+
+void add(Tensor& a, const Tensor& b) {
+  const int64_t n = a.size(0), d = a.numel() / std::max<int64_t>(1, n);
+  if (n == 0 || d == 0) return;
+  dispatch_float(a.dtype(), "add", [&](auto t) {
+    using T = decltype(t);
+    dim3 grid(static_cast<unsigned>(n), ceil_div(d, kThreads));
+    add_kernel<T><<<grid, kThreads, 0, stream()>>>(a.data<T>(), a.stride(0), b.data<T>(), b.stride(0), d);
+    check_launch("add_kernel");
+  });
+}
+
+void add_bias(Tensor& out, const Tensor& bias) {
+  const int64_t m = out.size(0), n = out.size(1);
+  if (m == 0 || n == 0) return;
+  dispatch_float(out.dtype(), "add_bias", [&](auto t) {
+    dispatch_float(bias.dtype(), "add_bias", [&](auto b) {
+      using T = decltype(t);
+      using B = decltype(b);
+      dim3 grid(static_cast<unsigned>(m), ceil_div(n, kThreads));
+      add_bias_kernel<T, B><<<grid, kThreads, 0, stream()>>>(out.data<T>(), out.stride(0), bias.data<B>(), n);
+      check_launch("add_bias_kernel");
+    });
+  });
 }
 
 }  // namespace llmserve::cuda

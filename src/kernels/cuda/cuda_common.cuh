@@ -1,37 +1,173 @@
-// Helpers shared by the CUDA kernels: f32/bf16 loads and stores through float, block-wide sum, launch check.
-// Arithmetic is always f32; bf16 values are rounded once, on store.
+// Helpers shared by the CUDA kernels: f32/f16/bf16 loads and stores through float, block-wide reductions, the
+// stream every launch uses (core/cuda_stream.h), dtype dispatch and the launch check.
+// Arithmetic is always f32 (sampling sums in double); 16-bit values are rounded once, on store.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
+#include "core/cuda_stream.h"
 #include "core/logging.h"
+#include "core/tensor.h"
 
 namespace llmserve::cuda {
 
 __device__ __forceinline__ float load_f(const float* p) { return *p; }
 __device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float load_f(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ void store_f(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_f(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_f(__half* p, float v) { *p = __float2half_rn(v); }
 
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float warp_sums[32];
+template <typename T>
+__device__ __forceinline__ T block_sum_t(T v) {
+  __shared__ T warp_sums[32];
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) warp_sums[warp] = v;
   __syncthreads();
   const int num_warps = blockDim.x / 32;
-  float total = 0.f;
+  T total = 0;
   for (int w = 0; w < num_warps; ++w) total += warp_sums[w];
   __syncthreads();  // warp_sums may be reused by a later call
   return total;
 }
+__device__ __forceinline__ float block_sum(float v) { return block_sum_t<float>(v); }
+
+// Maximum of v over the block (same shape rules); every thread gets the result. NaN is ignored (fmaxf).
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float warp_max[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  float m = warp_max[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) m = fmaxf(m, warp_max[w]);
+  __syncthreads();
+  return m;
+}
+
+// Maximum of an unsigned 64-bit key over the block; every thread gets the result.
+__device__ __forceinline__ uint64_t block_max_u64(uint64_t v) {
+  __shared__ uint64_t warp_max[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint64_t other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = other > v ? other : v;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  uint64_t m = warp_max[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) m = warp_max[w] > m ? warp_max[w] : m;
+  __syncthreads();
+  return m;
+}
+
+// Order-preserving map of a float onto uint32 (larger float -> larger key); -0 and +0 share a key. NaN must be
+// handled by the caller.
+__device__ __forceinline__ uint32_t float_key(float f) {
+  uint32_t u = __float_as_uint(f);
+  if (f == 0.f) u = 0;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_float(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// Ranking key of (value, id) for the logit ops: larger key ranks first -- larger value, then lower id; NaN below
+// every number (value key 1); key 0 means "empty".
+__device__ __forceinline__ uint64_t rank_key(float v, int64_t id) {
+  const uint32_t vk = isnan(v) ? 1u : float_key(v);  // finite and infinite keys are >= 0x007fffff
+  return (static_cast<uint64_t>(vk) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
+}
+__device__ __forceinline__ int32_t key_id(uint64_t key) {
+  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
+}
+
+// ops::argmax of one row, computed by the whole block (every thread gets it): ties to the lowest id, NaN never
+// chosen over a number, and an all-NaN row gives the last id (as the CPU op).
+__device__ __forceinline__ int32_t block_argmax(const float* x, int64_t vocab) {
+  uint64_t best = 0;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float v = x[j];
+    const uint64_t key = isnan(v) ? (uint64_t{1} << 32) | static_cast<uint32_t>(j) : rank_key(v, j);
+    best = key > best ? key : best;
+  }
+  best = block_max_u64(best);
+  return (best >> 32) == 1 ? static_cast<int32_t>(static_cast<uint32_t>(best)) : key_id(best);
+}
+
+// Exclusive prefix sum of v over the block in thread order (blockDim.x a multiple of 32); *total gets the sum.
+template <typename T>
+__device__ __forceinline__ T block_exclusive_scan(T v, T* total) {
+  __shared__ T warp_totals[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = blockDim.x / 32;
+  T inclusive = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  T exclusive = __shfl_up_sync(0xffffffffu, inclusive, 1);
+  if (lane == 0) exclusive = 0;
+  if (lane == 31) warp_totals[warp] = inclusive;
+  __syncthreads();
+  __shared__ T block_total;
+  if (warp == 0) {
+    const T t = lane < num_warps ? warp_totals[lane] : T(0);
+    T inc = t;
+    for (int o = 1; o < 32; o <<= 1) {
+      const T up = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += up;
+    }
+    T exc = __shfl_up_sync(0xffffffffu, inc, 1);
+    if (lane == 0) exc = 0;
+    const T tot = __shfl_sync(0xffffffffu, inc, 31);
+    __syncwarp();
+    warp_totals[lane] = exc;  // now: the sum of the warps before this one
+    if (lane == 0) block_total = tot;
+  }
+  __syncthreads();
+  const T before = exclusive + warp_totals[warp];
+  *total = block_total;
+  __syncthreads();
+  return before;
+}
+
+// A caller bug that only device data reveals (an id outside the vocabulary, a position past the cache): the
+// kernel traps, the context is lost and the next synchronising CUDA call fails -- the device's form of CHECK.
+__device__ __forceinline__ void device_check(bool ok) {
+  if (!ok) __trap();
+}
+
+// The stream every kernel launches on.
+inline cudaStream_t stream() { return current_stream(); }
 
 // Aborts with the kernel's name if the launch failed.
 inline void check_launch(const char* what) {
   cudaError_t err = cudaGetLastError();
   CHECK(err == cudaSuccess) << what << ": " << cudaGetErrorString(err);
 }
+
+// Calls f(T{}) with T the CUDA type of a float dtype (f32, f16, bf16); other dtypes abort.
+template <typename F>
+void dispatch_float(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      return f(float{});
+    case DType::kF16:
+      return f(__half{});
+    case DType::kBF16:
+      return f(__nv_bfloat16{});
+    default:
+      LOG(FATAL) << what << ": dtype " << dtype_name(dtype) << " is not f32, f16 or bf16 on cuda";
+  }
+}
+
+// Blocks of at most 65535 in grid dimension y/z; rows go in x (up to 2^31 - 1).
+inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace llmserve::cuda

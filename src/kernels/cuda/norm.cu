@@ -1,5 +1,6 @@
-// RMSNorm and fused residual-add + RMSNorm on CUDA: one block per row, f32 accumulation, any mix of f32/bf16
-// activations and f32/bf16 weight. Matches the CPU ops up to the rounding of bf16 stores.
+// RMSNorm and fused residual-add + RMSNorm on CUDA: one block per row, f32 accumulation, activations f32, f16 or
+// bf16 with a weight of any of those dtypes, launched on the current stream. Matches the CPU ops up to the rounding
+// of 16-bit stores.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -43,8 +44,8 @@ template <typename T, typename W>
 void launch_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
-                                                                weight.data<W>(), static_cast<int>(x.size(1)), eps);
+  rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
+      out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<W>(), static_cast<int>(x.size(1)), eps);
   check_launch("rms_norm_kernel");
 }
 
@@ -52,28 +53,26 @@ template <typename T, typename W>
 void launch_fused(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  fused_add_rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads>>>(x.data<T>(), x.stride(0), residual.data<T>(),
-                                                                          residual.stride(0), weight.data<W>(),
-                                                                          static_cast<int>(x.size(1)), eps);
+  fused_add_rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
+      x.data<T>(), x.stride(0), residual.data<T>(), residual.stride(0), weight.data<W>(), static_cast<int>(x.size(1)),
+      eps);
   check_launch("fused_add_rms_norm_kernel");
 }
 
 }  // namespace
 
 void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
-  const bool xb = x.dtype() == DType::kBF16, wb = weight.dtype() == DType::kBF16;
-  if (xb && wb) return launch_rms_norm<__nv_bfloat16, __nv_bfloat16>(out, x, weight, eps);
-  if (xb) return launch_rms_norm<__nv_bfloat16, float>(out, x, weight, eps);
-  if (wb) return launch_rms_norm<float, __nv_bfloat16>(out, x, weight, eps);
-  launch_rms_norm<float, float>(out, x, weight, eps);
+  dispatch_float(x.dtype(), "rms_norm", [&](auto t) {
+    dispatch_float(weight.dtype(), "rms_norm",
+                   [&](auto w) { launch_rms_norm<decltype(t), decltype(w)>(out, x, weight, eps); });
+  });
 }
 
 void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
-  const bool xb = x.dtype() == DType::kBF16, wb = weight.dtype() == DType::kBF16;
-  if (xb && wb) return launch_fused<__nv_bfloat16, __nv_bfloat16>(x, residual, weight, eps);
-  if (xb) return launch_fused<__nv_bfloat16, float>(x, residual, weight, eps);
-  if (wb) return launch_fused<float, __nv_bfloat16>(x, residual, weight, eps);
-  launch_fused<float, float>(x, residual, weight, eps);
+  dispatch_float(x.dtype(), "fused_add_rms_norm", [&](auto t) {
+    dispatch_float(weight.dtype(), "fused_add_rms_norm",
+                   [&](auto w) { launch_fused<decltype(t), decltype(w)>(x, residual, weight, eps); });
+  });
 }
 
 }  // namespace llmserve::cuda

@@ -431,85 +431,64 @@ bool values_less(const Value& a, const Value& b) {
   throw TemplateError("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
 }
 
+// Python json.dumps' escape of one code point below 0x80 that needs one ("\\n", "\\u001f", ...); false if
+// it is copied as is.
+static bool append_ascii_escape(std::string& out, char32_t c) {
+  switch (c) {
+    case '"':
+      out += "\\\"";
+      return true;
+    case '\\':
+      out += "\\\\";
+      return true;
+    case '\n':
+      out += "\\n";
+      return true;
+    case '\r':
+      out += "\\r";
+      return true;
+    case '\t':
+      out += "\\t";
+      return true;
+    case '\b':
+      out += "\\b";
+      return true;
+    case '\f':
+      out += "\\f";
+      return true;
+    default:
+      break;
+  }
+  if (c >= 0x20) return false;
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+  out += buf;
+  return true;
+}
+
 static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   if (!ensure_ascii) {  // fast path: only ASCII specials change; multi-byte UTF-8 sequences are copied verbatim
     for (char ch : s) {
-      unsigned char c = static_cast<unsigned char>(ch);
-      switch (c) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        case '\b':
-          out += "\\b";
-          break;
-        case '\f':
-          out += "\\f";
-          break;
-        default:
-          if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out += buf;
-          } else {
-            out += ch;
-          }
-      }
+      if (!append_ascii_escape(out, static_cast<unsigned char>(ch))) out += ch;
     }
     out += '"';
     return;
   }
   for (char32_t c : utf8_decode(s)) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default: {
-        char buf[16];
-        if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
-          if (c >= 0x10000) {
-            char32_t v = c - 0x10000;
-            std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", static_cast<unsigned>(0xD800 | (v >> 10)),
-                          static_cast<unsigned>(0xDC00 | (v & 0x3FF)));
-          } else {
-            std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-          }
-          out += buf;
-        } else {
-          utf8_append(out, c);
-        }
-      }
+    if (c < 0x7F) {
+      if (!append_ascii_escape(out, c)) out += static_cast<char>(c);
+      continue;
     }
+    char buf[16];
+    if (c >= 0x10000) {  // a UTF-16 surrogate pair, as Python writes it
+      char32_t v = c - 0x10000;
+      std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", static_cast<unsigned>(0xD800 | (v >> 10)),
+                    static_cast<unsigned>(0xDC00 | (v & 0x3FF)));
+    } else {
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+    }
+    out += buf;
   }
   out += '"';
 }

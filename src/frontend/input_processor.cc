@@ -1,0 +1,79 @@
+// InputProcessor: validation, tokenization and n fan-out (the checks LLMEngine::add_request used to hold).
+#include "frontend/input_processor.h"
+
+#include <utility>
+
+#include "runtime/model_runner.h"
+#include "runtime/sampler.h"
+
+namespace llmserve {
+
+InputProcessor::InputProcessor(const Tokenizer *tokenizer, const EngineCoreConfig &config)
+    : tokenizer_(tokenizer),
+      vocab_size_(config.vocab_size),
+      max_model_len_(config.scheduler.max_model_len),
+      eos_token_id_(config.eos_token_id),
+      extra_eos_ids_(config.extra_eos_ids) {}
+
+StatusOr<ProcessedRequest> InputProcessor::process(const std::string &request_id, const PromptInput &prompt,
+                                                   const SamplingParams &params, int32_t priority,
+                                                   double arrival_time) const {
+  const int64_t vocab = vocab_size_;
+  RETURN_IF_ERROR(params.validate(vocab));
+  if (params.prompt_logprobs) return unimplemented("prompt_logprobs: not supported yet by the CPU runner");
+  if (!params.stop.empty() && tokenizer_ == nullptr) {
+    return invalid_argument("stop: stop strings need a tokenizer");
+  }
+  ProcessedRequest out;
+  std::vector<int32_t> ids = prompt.token_ids;
+  if (ids.empty()) {
+    if (tokenizer_ == nullptr) return invalid_argument("prompt: text prompts need a tokenizer");
+    ids = tokenizer_->encode(prompt.text, true);
+    out.prompt_text = prompt.text;
+  }
+  if (ids.empty()) return invalid_argument("prompt: the prompt cannot be empty");
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      return invalid_argument("prompt: token id " + std::to_string(id) + " is outside the vocabulary (" +
+                              std::to_string(vocab) + ")");
+    }
+  }
+  const int64_t len = static_cast<int64_t>(ids.size());
+  if (len >= max_model_len_) {
+    return invalid_argument("prompt: the prompt (length " + std::to_string(len) +
+                            ") is longer than the maximum model length of " + std::to_string(max_model_len_));
+  }
+  if (params.max_tokens && len + *params.max_tokens > max_model_len_) {
+    return invalid_argument("max_tokens: the prompt (" + std::to_string(len) + " tokens) + max_tokens (" +
+                            std::to_string(*params.max_tokens) + ") exceeds max_model_len (" +
+                            std::to_string(max_model_len_) + ")");
+  }
+  SamplingParams child = params;
+  child.n = 1;
+  if (!params.ignore_eos) {
+    child.stop_token_ids.insert(child.stop_token_ids.end(), extra_eos_ids_.begin(), extra_eos_ids_.end());
+  }
+  // The sampler's own range checks, so a bad value fails here and not inside a batch with other requests.
+  RETURN_IF_ERROR(Sampler::validate(to_sampling_settings(child, {}), vocab));
+
+  EngineCoreRequest parent;
+  parent.request_id = request_id;
+  parent.prompt_token_ids = ids;
+  parent.sampling_params = std::move(child);
+  parent.sampling_params.n = params.n;
+  parent.eos_token_id = eos_token_id_;
+  parent.arrival_time = arrival_time;
+  parent.priority = priority;
+  // n > 1: the engine's fan-out (children "<i>_<id>", seeds seed + i, as vLLM); n = 1 keeps the id.
+  if (params.n == 1) {
+    out.children.push_back(std::move(parent));
+    out.children.back().sampling_params.n = 1;
+  } else {
+    out.children = fan_out_parallel_sampling(parent);
+  }
+  for (const EngineCoreRequest &c : out.children) out.child_ids.push_back(c.request_id);
+  out.prompt_token_ids = std::move(ids);
+  return out;
+}
+
+}  // namespace llmserve

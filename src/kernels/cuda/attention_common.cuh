@@ -1,0 +1,91 @@
+// Device helpers shared by the attention kernels: 16-byte chunk <-> f32 conversion for f32 / f16 / bf16, paged
+// cache addressing, warp reductions, and the launcher templates each attention*.cu instantiates.
+// Invariant: every cache element offset is computed in int64 (caches can exceed 2^31 elements).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_params.h"
+
+namespace llmserve::cuda {
+
+// Element offset of (token position `pos` of a request whose block-table row is `bt`, kv head) in the cache.
+__device__ __forceinline__ int64_t cache_offset(const int32_t* bt, int pos, int block_size, int num_kv_heads,
+                                                int kv_head, int head_dim) {
+  const int blk_idx = pos / block_size;
+  const int off = pos - blk_idx * block_size;
+  const int64_t block = bt[blk_idx];
+  return ((block * block_size + off) * num_kv_heads + kv_head) * static_cast<int64_t>(head_dim);
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Two floats packed as one 32-bit register of two 16-bit values (low half = lo), as mma and stores want them.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// 16 bytes holding 16 / sizeof(T) elements -> f32.
+__device__ __forceinline__ void chunk_to_floats(const uint4& raw, float (&f)[8], __nv_bfloat16) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+__device__ __forceinline__ void chunk_to_floats(const uint4& raw, float (&f)[8], __half) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+__device__ __forceinline__ uint4 load_chunk(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+// Launchers, one per kernel family; each attention*.cu explicitly instantiates the (T, HD) pairs the dispatch
+// table in attention.cu names. All run on `stream` and check the launch.
+template <typename T, int HD>
+void launch_decode(const PagedAttentionParams& p, cudaStream_t stream);
+template <typename T, int HD>
+void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream);
+// Any dtype, any head_dim <= kGenericMaxHeadDim, every token (padding rows included) in one launch.
+void launch_generic(const PagedAttentionParams& p, cudaStream_t stream);
+// Zeroes out rows [query_start_loc[num_reqs], num_tokens) (padding) when the fast kernels ran.
+void launch_zero_padding(const PagedAttentionParams& p, cudaStream_t stream);
+
+}  // namespace llmserve::cuda

@@ -1,0 +1,220 @@
+// ops::linear on CUDA through cuBLASLt: out [m, n] = x [m, k] @ weight [n, k]^T (+ bias), the row-major problem
+// posed to column-major cuBLASLt as out^T = weight^T(op T) x^T ("TN"). One handle and one workspace per device,
+// made by the first call; for each shape (m, n, k, leading dimensions, dtypes, pointer alignments, bias) the
+// descriptors and the heuristic's best algorithm are built once and cached, so a repeated call is a map lookup and
+// one cublasLtMatmul on the current stream (graph-capturable: no allocation, no synchronisation). Decode-sized
+// 16-bit products go to the GEMV of gemv.cu instead.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/cuda_stream.h"
+#include "core/logging.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace llmserve::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommendation for Hopper
+constexpr int kMaxDevices = 16;
+
+#define LT_CHECK(expr)                                                                         \
+  do {                                                                                         \
+    const cublasStatus_t lt_status_ = (expr);                                                  \
+    CHECK(lt_status_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cublasLt status " << lt_status_; \
+  } while (0)
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      LOG(FATAL) << "linear: dtype " << dtype_name(dtype) << " has no cuBLASLt path";
+  }
+  __builtin_unreachable();
+}
+
+// Largest power of two (<= 256) dividing the address: the alignment cuBLASLt may assume of a pointer.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+struct PlanKey {
+  int64_t m, n, k, ldx, ldo;
+  DType x_type, out_type, bias_type;
+  bool bias_epilogue;
+  uint32_t align_x, align_w, align_out;
+  bool operator==(const PlanKey& o) const { return std::memcmp(this, &o, sizeof(PlanKey)) == 0; }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& key) const {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&key);
+    size_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(PlanKey); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    return h;
+  }
+};
+
+// Descriptors and the chosen algorithm for one PlanKey; the bias pointer is set per call.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+class GemmContext {
+ public:
+  explicit GemmContext(int device) {
+    LT_CHECK(cublasLtCreate(&handle_));
+    const cudaError_t err = cudaMalloc(&workspace_, kWorkspaceBytes);
+    CHECK(err == cudaSuccess) << "linear: cudaMalloc of the cuBLASLt workspace on cuda:" << device << ": "
+                              << cudaGetErrorString(err);
+  }
+
+  // The cached plan for `key` (built on first use); nullptr when cuBLASLt has no algorithm for it.
+  Plan* plan(const PlanKey& key) {
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, build(key)).first;
+    return it->second->found ? it->second.get() : nullptr;
+  }
+
+  void run(Plan& plan, const Tensor& x, const Tensor& weight, Tensor& out, const void* bias) {
+    if (bias != nullptr) {
+      LT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    const float alpha = 1.f, beta = 0.f;
+    LT_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, weight.raw_data(), plan.a, x.raw_data(), plan.b, &beta,
+                            out.raw_data(), plan.c, out.raw_data(), plan.c, &plan.algo, workspace_, kWorkspaceBytes,
+                            current_stream()));
+  }
+
+  std::mutex& mutex() { return mu_; }
+
+ private:
+  std::unique_ptr<Plan> build(const PlanKey& key) {
+    auto plan = std::make_unique<Plan>();
+    // f32 operands use CUBLAS_COMPUTE_32F, which never downgrades to TF32 (the fixtures compare exact f32).
+    LT_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    if (key.bias_epilogue) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const int32_t bias_type = cuda_type(key.bias_type);
+      LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                              sizeof(bias_type)));
+    }
+    // Column-major views: weight [n, k] row-major = k x n (ld k); x = k x m (ld ldx); out = n x m (ld ldo).
+    const cudaDataType_t in = cuda_type(key.x_type), out = cuda_type(key.out_type);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, key.k, key.n, key.k));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, key.k, key.m, key.ldx));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out, key.n, key.m, key.ldo));
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t workspace = kWorkspaceBytes;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                  sizeof(workspace)));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_w,
+                                                  sizeof(uint32_t)));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_x,
+                                                  sizeof(uint32_t)));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_out,
+                                                  sizeof(uint32_t)));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out,
+                                                  sizeof(uint32_t)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
+                                                                 plan->c, pref, 1, &result, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+      plan->algo = result.algo;
+      plan->found = true;
+    }
+    return plan;
+  }
+
+  std::mutex mu_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+};
+
+// The context of the current device (made on first use; lives for the process).
+GemmContext& context() {
+  static std::mutex mu;
+  static GemmContext* contexts[kMaxDevices] = {};
+  int device = 0;
+  CHECK(cudaGetDevice(&device) == cudaSuccess) << "linear: cudaGetDevice";
+  CHECK(device >= 0 && device < kMaxDevices) << "linear: device " << device;
+  std::lock_guard<std::mutex> lock(mu);
+  if (contexts[device] == nullptr) contexts[device] = new GemmContext(device);  // never freed: used until exit
+  return *contexts[device];
+}
+
+}  // namespace
+
+void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  if (gemv_applies(out, x, weight)) return gemv(out, x, weight, bias);
+  cublaslt_linear(out, x, weight, bias);
+}
+
+void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: out = 0 (+ bias); cuBLASLt rejects k = 0
+    const size_t elem = dtype_size(out.dtype());
+    CHECK(cudaMemset2DAsync(out.raw_data(), out.stride(0) * elem, 0, n * elem, m, current_stream()) == cudaSuccess);
+    if (bias != nullptr) add_bias(out, *bias);
+    return;
+  }
+  PlanKey key;
+  std::memset(&key, 0, sizeof(key));  // padding bytes take part in the hash and the comparison
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.ldx = x.stride(0);
+  key.ldo = out.stride(0);
+  key.x_type = x.dtype();
+  key.out_type = out.dtype();
+  key.align_x = alignment_of(x.raw_data());
+  key.align_w = alignment_of(weight.raw_data());
+  key.align_out = alignment_of(out.raw_data());
+  // The bias goes into cuBLASLt's epilogue when it is 16-byte aligned and cuBLASLt has an algorithm for it;
+  // otherwise a separate broadcast add follows the product.
+  key.bias_epilogue = bias != nullptr && alignment_of(bias->raw_data()) >= 16;
+  key.bias_type = bias != nullptr ? bias->dtype() : out.dtype();
+  GemmContext& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  Plan* plan = ctx.plan(key);
+  if (plan == nullptr && key.bias_epilogue) {
+    key.bias_epilogue = false;
+    plan = ctx.plan(key);
+  }
+  CHECK(plan != nullptr) << "linear: cuBLASLt has no algorithm for x " << x.to_string() << " @ weight "
+                         << weight.to_string() << "^T -> out " << out.to_string();
+  ctx.run(*plan, x, weight, out, key.bias_epilogue ? bias->raw_data() : nullptr);
+  if (bias != nullptr && !key.bias_epilogue) add_bias(out, *bias);
+}
+
+}  // namespace llmserve::cuda

@@ -1,0 +1,382 @@
+// The sampler's ops on CUDA, one block per row of logits [num_reqs, vocab] f32 (row-strided), the same rules as
+// kernels/cpu/sampling.cc: penalties, logit bias, token masks, temperature, the min-p / top-k / top-p masks
+// (radix selection over order-preserving float keys, kernels/cuda/radix.cuh; top-p's mass in double) and the inverse-CDF draw from the
+// same Philox stream as the CPU (kernels/philox.h). No scratch beyond shared memory, no host synchronisation.
+#include <cmath>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/radix.cuh"
+#include "kernels/philox.h"
+
+namespace llmserve::cuda {
+namespace {
+
+constexpr int kRowThreads = 1024;
+constexpr int kListThreads = 256;
+
+// Row r's span [begin, end) of a TokenLists; malformed offsets trap.
+__device__ __forceinline__ void row_span(const int32_t* offsets, int64_t size, int r, int32_t* begin, int32_t* end) {
+  *begin = offsets[r];
+  *end = offsets[r + 1];
+  device_check(*begin >= 0 && *begin <= *end && *end <= size && (r != 0 || *begin == 0));
+}
+
+__device__ __forceinline__ int32_t checked_id(int32_t id, int64_t vocab) {
+  device_check(id >= 0 && id < vocab);
+  return id;
+}
+
+// Penalties: a vocab-bit "seen" set in shared memory picks exactly one thread per distinct id, so the repetition
+// factor is applied once per id; for frequency/presence that thread counts the id's occurrences in the output
+// (O(output^2 / threads) per row: fine for outputs of a few thousand tokens).
+__global__ void penalties_kernel(float* logits, int64_t stride, int64_t vocab, const int32_t* p_offsets,
+                                 const int32_t* p_ids, int64_t p_size, const int32_t* o_offsets, const int32_t* o_ids,
+                                 int64_t o_size, const float* repetition, const float* frequency,
+                                 const float* presence) {
+  extern __shared__ uint32_t seen[];
+  const int r = blockIdx.x;
+  float* x = logits + r * stride;
+  const float penalty = repetition[r], freq = frequency[r], pres = presence[r];
+  const bool use_rep = penalty != 1.f, use_counts = freq != 0.f || pres != 0.f;
+  if (!use_rep && !use_counts) return;
+  int32_t pb, pe, ob, oe;
+  row_span(p_offsets, p_size, r, &pb, &pe);
+  row_span(o_offsets, o_size, r, &ob, &oe);
+  const int num_words = static_cast<int>((vocab + 31) / 32);
+  if (use_rep) {
+    for (int i = threadIdx.x; i < num_words; i += blockDim.x) seen[i] = 0;
+    __syncthreads();
+    const float inverse = 1.f / penalty;
+    const int np = pe - pb, total = np + (oe - ob);
+    for (int i = threadIdx.x; i < total; i += blockDim.x) {
+      const int32_t t = checked_id(i < np ? p_ids[pb + i] : o_ids[ob + i - np], vocab);
+      const uint32_t bit = 1u << (t & 31);
+      if (atomicOr(&seen[t >> 5], bit) & bit) continue;
+      x[t] = __fmul_rn(x[t], x[t] > 0.f ? inverse : penalty);
+    }
+    __syncthreads();
+  }
+  if (use_counts) {
+    for (int i = threadIdx.x; i < num_words; i += blockDim.x) seen[i] = 0;
+    __syncthreads();
+    for (int i = ob + threadIdx.x; i < oe; i += blockDim.x) {
+      const int32_t t = checked_id(o_ids[i], vocab);
+      const uint32_t bit = 1u << (t & 31);
+      if (atomicOr(&seen[t >> 5], bit) & bit) continue;
+      int count = 0;
+      for (int j = ob; j < oe; ++j) count += o_ids[j] == t;
+      // Unfused, in the CPU's order: x - freq * count, then - presence.
+      x[t] = __fsub_rn(__fsub_rn(x[t], __fmul_rn(freq, static_cast<float>(count))), pres);
+    }
+  }
+}
+
+__global__ void logit_bias_kernel(float* logits, int64_t stride, int64_t vocab, const int32_t* offsets,
+                                  const int32_t* ids, int64_t size, const float* values) {
+  int32_t b, e;
+  row_span(offsets, size, blockIdx.x, &b, &e);
+  float* x = logits + blockIdx.x * stride;
+  // A repeated id adds twice (atomically; the order of the two additions may differ from the CPU's).
+  for (int i = b + threadIdx.x; i < e; i += blockDim.x) atomicAdd(&x[checked_id(ids[i], vocab)], values[i]);
+}
+
+__global__ void mask_kernel(float* logits, int64_t stride, int64_t vocab, const int32_t* offsets, const int32_t* ids,
+                            int64_t size) {
+  int32_t b, e;
+  row_span(offsets, size, blockIdx.x, &b, &e);
+  float* x = logits + blockIdx.x * stride;
+  for (int i = b + threadIdx.x; i < e; i += blockDim.x) x[checked_id(ids[i], vocab)] = -INFINITY;
+}
+
+__global__ void temperature_kernel(float* logits, int64_t stride, int64_t vocab, const float* temperatures) {
+  const float t = temperatures[blockIdx.x];
+  if (!(t >= ops::kSamplingEps) || t == 1.f) return;  // greedy (NaN too) or a no-op, as on the CPU
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j < vocab) {
+    float* x = logits + blockIdx.x * stride;
+    x[j] = __fdiv_rn(x[j], t);  // a true division, as vLLM's div_ and the CPU op
+  }
+}
+
+// Shared state of the filter kernel's radix passes (written by thread 0, read by all after a barrier).
+struct RadixState {
+  uint32_t count[256];
+  double mass[256];
+  uint32_t prefix;
+  uint32_t remaining;
+  uint32_t ties;
+  double mass_above;
+  bool found;
+  int32_t cut_id;
+};
+
+// The k-th largest finite logit (repeats counted), or -inf if fewer than k are finite.
+__device__ float radix_kth(const float* x, int64_t vocab, uint32_t k, RadixSelectState& s) {
+  const uint32_t neg_inf_key = float_key(-INFINITY);
+  auto key_of = [&](int64_t j, uint32_t* key) {
+    *key = float_key(x[j]);
+    return *key > neg_inf_key;
+  };
+  uint32_t kth = 0, needed = 0;
+  return radix_select(vocab, k, key_of, s, &kth, &needed) ? key_float(kth) : -INFINITY;
+}
+
+// Candidates of the filters: finite, at or above the top-k threshold, passing min-p (exp(v - max) >= min_p, the
+// max always passes). A prefix of the ranking; weights exp(v - max).
+struct Candidates {
+  float max_logit, kth, min_p;
+  bool use_min_p;
+  __device__ bool contains(float v) const {
+    return v > -INFINITY && v >= kth && (v == max_logit || !use_min_p || expf(v - max_logit) >= min_p);
+  }
+};
+
+// Top-p's cut value: the largest candidate value v whose candidates at or above it hold >= target mass (else the
+// smallest candidate value); leaves s.mass_above = mass strictly above it and s.ties = candidates equal to it.
+__device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c, double target, RadixState& s) {
+  uint32_t prefix = 0, mask = 0;
+  double mass_above = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+      s.count[i] = 0;
+      s.mass[i] = 0;
+    }
+    __syncthreads();
+    for (int64_t base = 0; base < vocab; base += blockDim.x) {  // uniform trip count: warps stay converged
+      const int64_t j = base + threadIdx.x;
+      const float v = j < vocab ? x[j] : -INFINITY;
+      const uint32_t key = float_key(v);
+      const bool valid = c.contains(v) && (key & mask) == prefix;
+      warp_hist_add(s.count, s.mass, valid, (key >> shift) & 255u, valid ? expf(v - c.max_logit) : 0.0);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int chosen = -1, lowest = -1;
+      double above = mass_above, above_lowest = mass_above;
+      for (int b = 255; b >= 0; --b) {
+        if (s.count[b] == 0) continue;
+        lowest = b;
+        above_lowest = above;
+        if (above + s.mass[b] >= target) {
+          chosen = b;
+          break;
+        }
+        above += s.mass[b];
+      }
+      if (chosen < 0) {  // rounding kept the mass just under target: everything down to the lowest stays
+        chosen = lowest;
+        above = above_lowest;
+      }
+      s.prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
+      s.mass_above = above;
+      s.ties = s.count[chosen];
+    }
+    __syncthreads();
+    prefix = s.prefix;
+    mass_above = s.mass_above;
+    mask |= 255u << shift;
+  }
+  return key_float(prefix);
+}
+
+// The id of the rank-th (1-based) element equal to `value` in id order. Threads own contiguous id ranges.
+__device__ int32_t nth_equal_id(const float* x, int64_t vocab, float value, uint32_t rank, RadixState& s) {
+  const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+  uint32_t mine = 0;
+  for (int64_t j = begin; j < end; ++j) mine += x[j] == value;
+  uint32_t total;
+  const uint32_t before = block_exclusive_scan<uint32_t>(mine, &total);
+  if (threadIdx.x == 0) s.cut_id = static_cast<int32_t>(vocab - 1);
+  __syncthreads();
+  if (rank > before && rank <= before + mine) {
+    uint32_t seen = before;
+    for (int64_t j = begin; j < end; ++j) {
+      if (x[j] == value && ++seen == rank) {
+        s.cut_id = static_cast<int32_t>(j);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return s.cut_id;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    filter_kernel(float* logits, int64_t stride, int64_t vocab, const int32_t* top_k, const float* top_p,
+                  const float* min_p) {
+  __shared__ RadixState s;
+  __shared__ RadixSelectState select;
+  float* x = logits + blockIdx.x * stride;
+  const int32_t k = top_k[blockIdx.x];
+  const float p = top_p[blockIdx.x], mp = min_p[blockIdx.x];
+  const bool use_k = k > 0 && k < vocab, use_p = p<1.f, use_min_p = mp> 0.f;
+  if (!use_k && !use_p && !use_min_p) return;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    float v = x[j];
+    if (isnan(v)) x[j] = v = -INFINITY;
+    mx = fmaxf(mx, v);
+  }
+  mx = block_max(mx);  // its barriers also publish the NaN rewrites to the block
+  if (mx == -INFINITY) return;
+  if (mx == INFINITY) {  // all the mass sits on the +inf logits
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) x[j] = x[j] == INFINITY ? INFINITY : -INFINITY;
+    return;
+  }
+  Candidates c{mx, use_k ? radix_kth(x, vocab, static_cast<uint32_t>(k), select) : -INFINITY, mp, use_min_p};
+  float cut_value;
+  int32_t cut_id = INT32_MAX;
+  if (use_p) {
+    double mass = 0;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+      const float v = x[j];
+      if (c.contains(v)) mass += expf(v - mx);
+    }
+    const double target = static_cast<double>(p) * block_sum_t<double>(mass);
+    cut_value = radix_top_p(x, vocab, c, target, s);
+    // Walk the ties at the cut in id order as the CPU does: the first is kept; each next one while the mass
+    // ranked before it is < target.
+    if (threadIdx.x == 0) {
+      const double w = expf(cut_value - mx);
+      double before = s.mass_above + w;
+      uint32_t kept = 1;
+      while (kept < s.ties && before < target) {
+        before += w;
+        ++kept;
+      }
+      s.remaining = kept;
+    }
+    __syncthreads();
+    const uint32_t kept = s.remaining;
+    if (kept < s.ties) cut_id = nth_equal_id(x, vocab, cut_value, kept, s);
+  } else {
+    float lowest = INFINITY;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+      const float v = x[j];
+      if (c.contains(v)) lowest = fminf(lowest, v);
+    }
+    cut_value = -block_max(-lowest);
+  }
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float v = x[j];
+    const bool keep = v > cut_value || (v == cut_value && j <= cut_id);
+    if (!keep) x[j] = -INFINITY;
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    sample_kernel(int32_t* out, const float* logits, int64_t stride, int64_t vocab, const float* temperatures,
+                  const int64_t* seeds, const int64_t* offsets) {
+  const float* x = logits + blockIdx.x * stride;
+  if (!(temperatures[blockIdx.x] >= ops::kSamplingEps)) {  // greedy (NaN too)
+    const int32_t id = block_argmax(x, vocab);
+    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    return;
+  }
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx);
+  if (mx == -INFINITY) {
+    const int32_t id = block_argmax(x, vocab);
+    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    return;
+  }
+  const bool inf_max = mx == INFINITY;
+  auto weight = [&](float v) -> float {
+    if (inf_max) return v == INFINITY ? 1.f : 0.f;
+    return v > -INFINITY ? expf(v - mx) : 0.f;  // NaN compares false: weight 0
+  };
+  // Threads own contiguous id ranges, so the running sum goes in ascending id order as on the CPU.
+  const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+  double mine = 0;
+  for (int64_t j = begin; j < end; ++j) mine += weight(x[j]);
+  double total;
+  double cumulative = block_exclusive_scan<double>(mine, &total);
+  const double u =
+      philox::uniform(static_cast<uint64_t>(seeds[blockIdx.x]), static_cast<uint64_t>(offsets[blockIdx.x]));
+  const double target = u * total;
+  uint64_t found = 0, last_positive = 0;  // keys: 0xffffffff - id (smallest id wins), id + 1
+  for (int64_t j = begin; j < end; ++j) {
+    const float w = weight(x[j]);
+    if (w == 0.f) continue;
+    cumulative += w;
+    last_positive = static_cast<uint64_t>(j) + 1;
+    if (cumulative > target) {
+      found = 0xffffffffull - static_cast<uint64_t>(j);
+      break;
+    }
+  }
+  found = block_max_u64(found);
+  last_positive = block_max_u64(last_positive);
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = found != 0 ? static_cast<int32_t>(0xffffffffull - found)
+                                 : static_cast<int32_t>(last_positive - 1);  // rounding left u * total at the top
+  }
+}
+
+}  // namespace
+
+void apply_penalties(Tensor& logits, const ops::PenaltyParams& params) {
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  if (n == 0) return;
+  // The seen-set fits the default 48 KiB of dynamic shared memory (no attribute to raise, nothing to synchronise).
+  CHECK_LE(vocab, kMaxPenaltyVocab) << "apply_penalties: vocab " << vocab << " above the CUDA limit";
+  const size_t smem = static_cast<size_t>((vocab + 31) / 32) * 4;
+  penalties_kernel<<<static_cast<unsigned>(n), kListThreads, smem, stream()>>>(
+      logits.data<float>(), logits.stride(0), vocab, params.prompt_tokens.offsets.data<int32_t>(),
+      params.prompt_tokens.token_ids.data<int32_t>(), params.prompt_tokens.token_ids.size(0),
+      params.output_tokens.offsets.data<int32_t>(), params.output_tokens.token_ids.data<int32_t>(),
+      params.output_tokens.token_ids.size(0), params.repetition_penalties.data<float>(),
+      params.frequency_penalties.data<float>(), params.presence_penalties.data<float>());
+  check_launch("penalties_kernel");
+}
+
+void apply_logit_bias(Tensor& logits, const ops::LogitBiasParams& params) {
+  const int64_t n = logits.size(0);
+  if (n == 0) return;
+  logit_bias_kernel<<<static_cast<unsigned>(n), kListThreads, 0, stream()>>>(
+      logits.data<float>(), logits.stride(0), logits.size(1), params.tokens.offsets.data<int32_t>(),
+      params.tokens.token_ids.data<int32_t>(), params.tokens.token_ids.size(0), params.values.data<float>());
+  check_launch("logit_bias_kernel");
+}
+
+void mask_tokens(Tensor& logits, const ops::TokenLists& tokens) {
+  const int64_t n = logits.size(0);
+  if (n == 0) return;
+  mask_kernel<<<static_cast<unsigned>(n), kListThreads, 0, stream()>>>(
+      logits.data<float>(), logits.stride(0), logits.size(1), tokens.offsets.data<int32_t>(),
+      tokens.token_ids.data<int32_t>(), tokens.token_ids.size(0));
+  check_launch("mask_kernel");
+}
+
+void apply_temperature(Tensor& logits, const Tensor& temperatures) {
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  if (n == 0 || vocab == 0) return;
+  dim3 grid(static_cast<unsigned>(n), ceil_div(vocab, kListThreads));
+  temperature_kernel<<<grid, kListThreads, 0, stream()>>>(logits.data<float>(), logits.stride(0), vocab,
+                                                          temperatures.data<float>());
+  check_launch("temperature_kernel");
+}
+
+void apply_top_k_top_p_min_p(Tensor& logits, const ops::SamplingFilterParams& params) {
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  if (n == 0 || vocab == 0) return;
+  filter_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream()>>>(
+      logits.data<float>(), logits.stride(0), vocab, params.top_k.data<int32_t>(), params.top_p.data<float>(),
+      params.min_p.data<float>());
+  check_launch("filter_kernel");
+}
+
+void sample(Tensor& out_ids, const Tensor& logits, const ops::SampleParams& params) {
+  const int64_t n = logits.size(0);
+  if (n == 0) return;
+  sample_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream()>>>(
+      out_ids.data<int32_t>(), logits.data<float>(), logits.stride(0), logits.size(1),
+      params.temperatures.data<float>(), params.seeds.data<int64_t>(), params.offsets.data<int64_t>());
+  check_launch("sample_kernel");
+}
+
+}  // namespace llmserve::cuda

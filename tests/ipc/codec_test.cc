@@ -1,0 +1,336 @@
+// The msgpack codec: random messages of every kind, with every field set to random values (optionals both
+// set and empty, every stop-reason kind), survive encode -> decode field for field; malformed bytes (every
+// truncation, random flips, garbage, forged huge lengths, wrong tags / field counts / enum values, trailing
+// bytes) give an error or a well-formed message, never a crash or a huge allocation (ASan checks that).
+#include "ipc/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace llmserve {
+namespace {
+
+class Gen {
+ public:
+  explicit Gen(uint32_t seed) : rng_(seed) {}
+  int64_t i(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+  double d() { return std::uniform_real_distribution<double>(-1e6, 1e6)(rng_); }
+  bool b() { return i(0, 1) == 1; }
+  std::string s() {
+    std::string out(static_cast<size_t>(i(0, 12)), '\0');
+    for (char &c : out) c = static_cast<char>(i(0, 255));  // any bytes: ids and stop strings are opaque
+    return out;
+  }
+  std::vector<int32_t> ids() {
+    std::vector<int32_t> v(static_cast<size_t>(i(0, 9)));
+    for (int32_t &x : v) x = static_cast<int32_t>(i(INT32_MIN, INT32_MAX));
+    return v;
+  }
+  template <typename T>
+  std::optional<T> opt(T v) {
+    return b() ? std::optional<T>(v) : std::nullopt;
+  }
+  std::vector<TokenLogprobs> logprobs() {
+    std::vector<TokenLogprobs> v(static_cast<size_t>(i(0, 3)));
+    for (TokenLogprobs &t : v) {
+      t.token_ids = ids();
+      for (size_t k = 0; k < t.token_ids.size(); ++k) t.logprobs.push_back(static_cast<float>(d()));
+      t.sampled_token_rank = static_cast<int32_t>(i(0, 100000));
+    }
+    return v;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+SamplingParams random_params(Gen &g) {
+  SamplingParams p;
+  p.n = static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX));
+  p.temperature = g.d();
+  p.top_p = g.d();
+  p.top_k = static_cast<int32_t>(g.i(-5, 1000));
+  p.min_p = g.d();
+  p.seed = g.opt<int64_t>(g.i(INT64_MIN, INT64_MAX));
+  p.max_tokens = g.opt<int64_t>(g.i(-10, INT64_MAX));
+  p.min_tokens = g.i(INT64_MIN, INT64_MAX);
+  for (int k = static_cast<int>(g.i(0, 3)); k > 0; --k) p.stop.push_back(g.s());
+  p.stop_token_ids = g.ids();
+  p.ignore_eos = g.b();
+  p.include_stop_str_in_output = g.b();
+  p.presence_penalty = g.d();
+  p.frequency_penalty = g.d();
+  p.repetition_penalty = g.d();
+  for (int k = static_cast<int>(g.i(0, 3)); k > 0; --k) {
+    p.logit_bias.emplace_back(static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX)), g.d());
+  }
+  p.logprobs = g.opt<int32_t>(static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX)));
+  p.prompt_logprobs = g.opt<int32_t>(static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX)));
+  p.skip_special_tokens = g.b();
+  p.spaces_between_special_tokens = g.b();
+  return p;
+}
+
+EngineCoreRequest random_request(Gen &g) {
+  EngineCoreRequest r;
+  r.request_id = g.s();
+  r.prompt_token_ids = g.ids();
+  r.sampling_params = random_params(g);
+  r.arrival_time = g.d();
+  r.priority = static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX));
+  r.eos_token_id = g.opt<int32_t>(static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX)));
+  r.cache_salt = static_cast<uint64_t>(g.i(INT64_MIN, INT64_MAX));
+  return r;
+}
+
+EngineCoreOutputs random_outputs(Gen &g) {
+  EngineCoreOutputs outs;
+  for (int k = static_cast<int>(g.i(0, 4)); k > 0; --k) {
+    EngineCoreOutput &o = outs.outputs.emplace_back();
+    o.request_id = g.s();
+    o.new_token_ids = g.ids();
+    o.new_logprobs = g.logprobs();
+    o.new_prompt_logprobs = g.logprobs();
+    if (g.b()) o.finish_reason = static_cast<FinishReason>(g.i(0, 2));
+    switch (g.i(0, 2)) {
+      case 0:
+        o.stop_reason = std::monostate{};
+        break;
+      case 1:
+        o.stop_reason = static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX));
+        break;
+      default:
+        o.stop_reason = g.s();
+    }
+    o.num_cached_tokens = g.i(0, INT64_MAX);
+    for (int e = static_cast<int>(g.i(0, 3)); e > 0; --e) {
+      o.events.push_back({static_cast<EngineCoreEventType>(g.i(0, 2)), g.d()});
+    }
+  }
+  SchedulerStats &s = outs.scheduler_stats;
+  s.num_running_reqs = g.i(0, 1000);
+  s.num_waiting_reqs = g.i(0, 1000);
+  s.kv_cache_usage = g.d();
+  s.prefix_cache_requests = g.i(0, INT64_MAX);
+  s.prefix_cache_queries = g.i(0, INT64_MAX);
+  s.prefix_cache_hits = g.i(0, INT64_MAX);
+  s.num_preemptions = g.i(0, INT64_MAX);
+  outs.timestamp = g.d();
+  return outs;
+}
+
+void expect_params_eq(const SamplingParams &a, const SamplingParams &b) {
+  EXPECT_EQ(a.n, b.n);
+  EXPECT_EQ(a.temperature, b.temperature);
+  EXPECT_EQ(a.top_p, b.top_p);
+  EXPECT_EQ(a.top_k, b.top_k);
+  EXPECT_EQ(a.min_p, b.min_p);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.max_tokens, b.max_tokens);
+  EXPECT_EQ(a.min_tokens, b.min_tokens);
+  EXPECT_EQ(a.stop, b.stop);
+  EXPECT_EQ(a.stop_token_ids, b.stop_token_ids);
+  EXPECT_EQ(a.ignore_eos, b.ignore_eos);
+  EXPECT_EQ(a.include_stop_str_in_output, b.include_stop_str_in_output);
+  EXPECT_EQ(a.presence_penalty, b.presence_penalty);
+  EXPECT_EQ(a.frequency_penalty, b.frequency_penalty);
+  EXPECT_EQ(a.repetition_penalty, b.repetition_penalty);
+  EXPECT_EQ(a.logit_bias, b.logit_bias);
+  EXPECT_EQ(a.logprobs, b.logprobs);
+  EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
+  EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
+  EXPECT_EQ(a.spaces_between_special_tokens, b.spaces_between_special_tokens);
+}
+
+void expect_logprobs_eq(const std::vector<TokenLogprobs> &a, const std::vector<TokenLogprobs> &b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].token_ids, b[i].token_ids);
+    EXPECT_EQ(a[i].logprobs, b[i].logprobs);
+    EXPECT_EQ(a[i].sampled_token_rank, b[i].sampled_token_rank);
+  }
+}
+
+void expect_outputs_eq(const EngineCoreOutputs &a, const EngineCoreOutputs &b) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size());
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    const EngineCoreOutput &x = a.outputs[i], &y = b.outputs[i];
+    EXPECT_EQ(x.request_id.str(), y.request_id.str());
+    EXPECT_EQ(x.new_token_ids, y.new_token_ids);
+    expect_logprobs_eq(x.new_logprobs, y.new_logprobs);
+    expect_logprobs_eq(x.new_prompt_logprobs, y.new_prompt_logprobs);
+    EXPECT_EQ(x.finish_reason, y.finish_reason);
+    EXPECT_EQ(x.stop_reason, y.stop_reason);
+    EXPECT_EQ(x.num_cached_tokens, y.num_cached_tokens);
+    ASSERT_EQ(x.events.size(), y.events.size());
+    for (size_t e = 0; e < x.events.size(); ++e) {
+      EXPECT_EQ(x.events[e].type, y.events[e].type);
+      EXPECT_EQ(x.events[e].timestamp, y.events[e].timestamp);
+    }
+  }
+  const SchedulerStats &s = a.scheduler_stats, &t = b.scheduler_stats;
+  EXPECT_EQ(s.num_running_reqs, t.num_running_reqs);
+  EXPECT_EQ(s.num_waiting_reqs, t.num_waiting_reqs);
+  EXPECT_EQ(s.kv_cache_usage, t.kv_cache_usage);
+  EXPECT_EQ(s.prefix_cache_requests, t.prefix_cache_requests);
+  EXPECT_EQ(s.prefix_cache_queries, t.prefix_cache_queries);
+  EXPECT_EQ(s.prefix_cache_hits, t.prefix_cache_hits);
+  EXPECT_EQ(s.num_preemptions, t.num_preemptions);
+  EXPECT_EQ(a.timestamp, b.timestamp);
+}
+
+TEST(CodecTest, RandomToCoreMessagesRoundTrip) {
+  Gen g(1);
+  for (int iter = 0; iter < 300; ++iter) {
+    const int kind = iter % 4;
+    ToCoreMessage m;
+    if (kind == 0) {
+      m = random_request(g);
+    } else if (kind == 1) {
+      AbortRequests a;
+      for (int k = static_cast<int>(g.i(0, 4)); k > 0; --k) a.request_ids.push_back(g.s());
+      m = a;
+    } else if (kind == 2) {
+      FinishRequestsStopped f;
+      for (int k = static_cast<int>(g.i(0, 4)); k > 0; --k) f.stops.emplace_back(g.s(), g.s());
+      m = f;
+    } else {
+      m = ShutdownCore{};
+    }
+    StatusOr<ToCoreMessage> back = decode_to_core(encode_message(m));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back->index(), m.index());
+    if (kind == 0) {
+      const auto &x = std::get<EngineCoreRequest>(m), &y = std::get<EngineCoreRequest>(*back);
+      EXPECT_EQ(x.request_id, y.request_id);
+      EXPECT_EQ(x.prompt_token_ids, y.prompt_token_ids);
+      expect_params_eq(x.sampling_params, y.sampling_params);
+      EXPECT_EQ(x.arrival_time, y.arrival_time);
+      EXPECT_EQ(x.priority, y.priority);
+      EXPECT_EQ(x.eos_token_id, y.eos_token_id);
+      EXPECT_EQ(x.cache_salt, y.cache_salt);
+    } else if (kind == 1) {
+      EXPECT_EQ(std::get<AbortRequests>(m).request_ids, std::get<AbortRequests>(*back).request_ids);
+    } else if (kind == 2) {
+      EXPECT_EQ(std::get<FinishRequestsStopped>(m).stops, std::get<FinishRequestsStopped>(*back).stops);
+    }
+  }
+}
+
+TEST(CodecTest, RandomFromCoreMessagesRoundTrip) {
+  Gen g(2);
+  for (int iter = 0; iter < 300; ++iter) {
+    const int kind = iter % 3;
+    FromCoreMessage m;
+    if (kind == 0) {
+      m = random_outputs(g);
+    } else if (kind == 1) {
+      m = EngineCoreReady{g.i(0, INT64_MAX), g.i(0, INT64_MAX),
+                          g.opt<int32_t>(static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX))), g.ids()};
+    } else {
+      m = EngineCoreFailure{static_cast<StatusCode>(g.i(1, static_cast<int64_t>(StatusCode::kAborted))), g.s()};
+    }
+    StatusOr<FromCoreMessage> back = decode_from_core(encode_message(m));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back->index(), m.index());
+    if (kind == 0) {
+      expect_outputs_eq(std::get<EngineCoreOutputs>(m), std::get<EngineCoreOutputs>(*back));
+    } else if (kind == 1) {
+      const auto &x = std::get<EngineCoreReady>(m), &y = std::get<EngineCoreReady>(*back);
+      EXPECT_EQ(x.vocab_size, y.vocab_size);
+      EXPECT_EQ(x.max_model_len, y.max_model_len);
+      EXPECT_EQ(x.eos_token_id, y.eos_token_id);
+      EXPECT_EQ(x.extra_eos_ids, y.extra_eos_ids);
+    } else {
+      EXPECT_EQ(std::get<EngineCoreFailure>(m).code, std::get<EngineCoreFailure>(*back).code);
+      EXPECT_EQ(std::get<EngineCoreFailure>(m).message, std::get<EngineCoreFailure>(*back).message);
+    }
+  }
+}
+
+TEST(CodecTest, EveryTruncationIsAnError) {
+  Gen g(3);
+  for (int iter = 0; iter < 20; ++iter) {
+    const std::string req = encode_message(ToCoreMessage(random_request(g)));
+    const std::string outs = encode_message(FromCoreMessage(random_outputs(g)));
+    for (size_t n = 0; n < req.size(); ++n) EXPECT_FALSE(decode_to_core(req.substr(0, n)).ok()) << n;
+    for (size_t n = 0; n < outs.size(); ++n) EXPECT_FALSE(decode_from_core(outs.substr(0, n)).ok()) << n;
+    EXPECT_FALSE(decode_to_core(req + "x").ok());  // trailing bytes
+    EXPECT_FALSE(decode_from_core(outs + '\0').ok());
+    // Each direction rejects the other's messages (the type tags differ).
+    EXPECT_FALSE(decode_from_core(req).ok());
+    EXPECT_FALSE(decode_to_core(outs).ok());
+  }
+}
+
+TEST(CodecTest, FlippedAndRandomBytesNeverCrash) {
+  Gen g(4);
+  int num_errors = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string bytes = iter % 2 == 0 ? encode_message(ToCoreMessage(random_request(g)))
+                                      : encode_message(FromCoreMessage(random_outputs(g)));
+    for (int k = static_cast<int>(g.i(1, 4)); k > 0; --k) {
+      bytes[static_cast<size_t>(g.i(0, static_cast<int64_t>(bytes.size()) - 1))] = static_cast<char>(g.i(0, 255));
+    }
+    const bool a = decode_to_core(bytes).ok();
+    const bool b = decode_from_core(bytes).ok();
+    num_errors += !a && !b;
+    std::string garbage(static_cast<size_t>(g.i(0, 64)), '\0');
+    for (char &c : garbage) c = static_cast<char>(g.i(0, 255));
+    (void)decode_to_core(garbage);
+    (void)decode_from_core(garbage);
+  }
+  EXPECT_GT(num_errors, 0);
+}
+
+TEST(CodecTest, HandCraftedBadMessages) {
+  auto bytes = [](std::initializer_list<int> b) {
+    std::string s;
+    for (int x : b) s.push_back(static_cast<char>(x));
+    return s;
+  };
+  struct Case {
+    std::string what, bytes, expected;
+  };
+  const std::vector<Case> cases = {
+      {"empty", "", "malformed"},
+      {"not an array", bytes({0x01}), "message: expected an array"},
+      {"three fields", bytes({0x93, 0x01, 0xc0, 0xc0}), "expected 2 fields"},
+      {"unknown type", bytes({0x92, 0x63, 0xc0}), "message.type: 99"},
+      {"type is a string", bytes({0x92, 0xa1, 'x', 0xc0}), "message.type"},
+      // An array header claiming 2^32 - 1 elements in a 9-byte message: refused by the size-tied limit.
+      {"forged array length", bytes({0x92, 0x02, 0xdd, 0xff, 0xff, 0xff, 0xff, 0xa0, 0xa0}), "malformed"},
+      {"forged string length", bytes({0x92, 0x02, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff}), "malformed"},
+      {"abort ids not strings", bytes({0x92, 0x02, 0x91, 0x05}), "abort.request_ids"},
+      {"request too short", bytes({0x92, 0x01, 0x90}), "request: expected 7 fields"},
+      {"deep nesting", std::string(40, static_cast<char>(0x91)) + bytes({0xc0}), "malformed"},
+  };
+  for (const Case &c : cases) {
+    StatusOr<ToCoreMessage> m = decode_to_core(c.bytes);
+    ASSERT_FALSE(m.ok()) << c.what;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << c.what;
+    EXPECT_NE(m.status().message().find(c.expected), std::string::npos) << c.what << ": " << m.status().message();
+  }
+  // Enum values out of range in an otherwise valid outputs message.
+  EngineCoreOutputs outs;
+  EngineCoreOutput &o = outs.outputs.emplace_back();
+  o.request_id = "r";
+  o.finish_reason = FinishReason::kAbort;
+  o.events.push_back({EngineCoreEventType::kPreempted, 1.0});
+  std::string good = encode_message(FromCoreMessage(outs));
+  ASSERT_TRUE(decode_from_core(good).ok());
+  const size_t fr = good.find(static_cast<char>(FinishReason::kAbort), good.find('r') + 1);
+  std::string bad_reason = good;
+  bad_reason[fr] = 0x07;
+  StatusOr<FromCoreMessage> d = decode_from_core(bad_reason);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("output.finish_reason: 7"), std::string::npos) << d.status().message();
+  const std::string failure = encode_message(FromCoreMessage(EngineCoreFailure{StatusCode::kNotFound, "x"}));
+  std::string bad_code = failure;
+  bad_code[3] = 0x00;  // [0x92, 0x0c, 0x92, code, ...]: code 0 (OK) is not an error
+  EXPECT_FALSE(decode_from_core(bad_code).ok());
+}
+
+}  // namespace
+}  // namespace llmserve
