@@ -44,6 +44,7 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   if (num_prompts < 1 || input_len < 1 || output_len < 1) {
     return fail(invalid_argument("--num-prompts, --input-len and --output-len must be at least 1"));
   }
+  if (Status s = check_engine_flags(e); !s.ok()) return fail(s);
   StatusOr<LoadedModel> loaded = load_model_from_flags(m, /*need_tokenizer=*/false);
   if (!loaded.ok()) return fail(loaded.status());
   CausalLM &model = *loaded->model;

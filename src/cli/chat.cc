@@ -87,6 +87,7 @@ int run_chat(const std::vector<std::string> &args) {
   StatusOr<ChatTemplate> tmpl = ChatTemplate::parse(source);
   if (!tmpl.ok()) return fail(tmpl.status());
 
+  if (Status s = check_engine_flags(f.engine); !s.ok()) return fail(s);
   StatusOr<std::unique_ptr<LLMEngine>> engine =
       LLMEngine::create(*loaded->model, &tokenizer, to_engine_args(f.engine, f.model));
   if (!engine.ok()) return fail(engine.status());

@@ -31,6 +31,7 @@ int run_engine_core(const std::vector<std::string> &args) {
   LoadedModel loaded;  // outlives the core built over it inside run_engine_core_process
   return run_engine_core_process(input_address, output_address, [&]() -> StatusOr<EngineCoreProcessCore> {
     RETURN_IF_ERROR(parsed);
+    RETURN_IF_ERROR(check_engine_flags(engine_flags));
     ASSIGN_OR_RETURN(loaded, load_model_from_flags(model_flags, /*need_tokenizer=*/false));
     EngineArgs engine_args = to_engine_args(engine_flags, model_flags);
     engine_args.log_stats = true;  // the frontend's metrics need the core's timestamps

@@ -48,6 +48,8 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_float("gpu-memory-utilization", &f->gpu_memory_utilization,
                    "cuda: fraction of device memory for weights, activations and the KV cache (default 0.9)");
   parser.add_bool("enable-prefix-caching", &f->enable_prefix_caching, "reuse cached prompt blocks (default on)");
+  parser.add_string("scheduling-policy", &f->scheduling_policy,
+                    "fcfs (default) | priority (a request's priority: lower is served earlier)");
 }
 
 void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temperature) {
@@ -217,7 +219,15 @@ std::vector<std::string> to_args(const EngineFlags &f) {
           "--max-num-batched-tokens=" + std::to_string(f.max_num_batched_tokens),
           "--block-size=" + std::to_string(f.block_size), "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
           "--gpu-memory-utilization=" + std::to_string(f.gpu_memory_utilization),
+          "--scheduling-policy=" + f.scheduling_policy,
           f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching"};
+}
+
+Status check_engine_flags(const EngineFlags &f) {
+  if (f.scheduling_policy != "fcfs" && f.scheduling_policy != "priority") {
+    return invalid_argument("--scheduling-policy '" + f.scheduling_policy + "': expected fcfs or priority");
+  }
+  return ok_status();
 }
 
 EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {
@@ -229,6 +239,7 @@ EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {
   a.num_kv_cache_tokens = f.kv_cache_tokens;
   a.gpu_memory_utilization = f.gpu_memory_utilization;
   a.enable_prefix_caching = f.enable_prefix_caching;
+  a.scheduling_policy = f.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   a.seed = static_cast<uint64_t>(std::max<int64_t>(0, m.seed));
   return a;
 }

@@ -30,7 +30,10 @@ struct EngineFlags {
   int64_t kv_cache_tokens = 0;
   double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
+  std::string scheduling_policy = "fcfs";  // fcfs | priority (checked by check_engine_flags)
 };
+// InvalidArgument naming the flag for values the parser cannot check (--scheduling-policy).
+Status check_engine_flags(const EngineFlags &f);
 void add_engine_flags(ArgParser &parser, EngineFlags *f);
 
 struct SamplingFlags {

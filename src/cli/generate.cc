@@ -23,7 +23,7 @@ struct GenerateFlags {
   ModelFlags model;
   EngineFlags engine;
   SamplingFlags sampling;
-  std::string output = "text", input, scheduling_policy = "fcfs";
+  std::string output = "text", input;
   std::vector<std::string> prompts, prompt_ids;
   bool progress = true;
 };
@@ -127,15 +127,11 @@ int run_generate(const std::vector<std::string> &args) {
                     "JSONL file, one {\"prompt\": ...} or "
                     "{\"prompt_token_ids\": [...]} per line");
   parser.add_string("output", &f.output, "text | json (one JSON object per sequence)");
-  parser.add_string("scheduling-policy", &f.scheduling_policy,
-                    "fcfs | priority (JSONL lines' \"priority\": lower is served earlier)");
   parser.add_bool("progress", &f.progress, "progress bar on stderr when several prompts run (default on)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (f.sampling.max_tokens < 0) return fail(invalid_argument("--max-tokens must be >= 0"));
   if (f.output != "text" && f.output != "json") return fail(invalid_argument("--output must be text or json"));
-  if (f.scheduling_policy != "fcfs" && f.scheduling_policy != "priority") {
-    return fail(invalid_argument("--scheduling-policy must be fcfs or priority"));
-  }
+  if (Status s = check_engine_flags(f.engine); !s.ok()) return fail(s);
   StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
   if (!params.ok()) return fail(params.status());
 
@@ -188,7 +184,6 @@ int run_generate(const std::vector<std::string> &args) {
   std::vector<RequestOutput> results(prompts.size());
   if (f.sampling.max_tokens > 0) {
     EngineArgs args = to_engine_args(f.engine, f.model);
-    if (f.scheduling_policy == "priority") args.scheduling_policy = SchedulingPolicy::kPriority;
     // Size the engine for this batch: max_model_len to the longest request, the
     // cache to all of them (capped; the scheduler preempts when a larger batch
     // does not fit).

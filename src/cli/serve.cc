@@ -1,0 +1,227 @@
+// `llmserve serve [MODEL_DIR]`: the OpenAI-compatible server (vLLM's `vllm serve` flags). It listens first
+// (/health answers 503 while the model loads), then loads the model and opens generation. SIGTERM / SIGINT:
+// stop accepting, let in-flight requests finish for --shutdown-timeout seconds, abort the rest, exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "cli/serving_engine.h"
+#include "core/logging.h"
+#include "model/model_config.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_server.h"
+
+namespace llmserve::cli {
+namespace {
+
+// The built-in default model has a byte tokenizer and no chat template; this plain one makes chat usable.
+constexpr const char *kBuiltinChatTemplate =
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}";
+
+struct ServeFlags {
+  ModelFlags model;
+  EngineFlags engine;
+  std::vector<std::string> positional;
+  std::string host = "127.0.0.1", api_key, served_model_name, chat_template;
+  std::string generation_config = "auto", log_level = "info";
+  int64_t port = 8000, http_threads = 2, max_in_flight_requests = 4096, max_request_body_bytes = 32 << 20;
+  double request_timeout = 30.0, keep_alive_timeout = 5.0, shutdown_timeout = 10.0;
+  bool disable_log_requests = false, engine_process = false;
+};
+
+// SIGINT / SIGTERM: the handler (any thread) only writes a byte to a pipe; one waiter thread reads it and
+// decides, so nothing but write() runs in signal context. Threads made before serve starts (the CPU pool) may
+// take the signal too, which is why the signal is not merely blocked and sigwait()ed.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int) {
+  const char byte = 1;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    if (pipe(g_signal_pipe) != 0) std::perror("pipe");
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    thread_ = std::thread([this] {
+      char byte = 0;
+      while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!serving_) std::_Exit(0);  // still loading: nothing to drain
+      signalled_ = true;
+      cv_.notify_all();
+    });
+    thread_.detach();
+  }
+  void set_serving() {
+    std::lock_guard<std::mutex> lock(mu_);
+    serving_ = true;
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return signalled_; });
+  }
+
+ private:
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool serving_ = false, signalled_ = false;
+};
+
+StatusOr<std::optional<std::string>> chat_template_source(const ServeFlags &f, const LoadedModel &loaded) {
+  if (!f.chat_template.empty()) {
+    std::ifstream in(f.chat_template);
+    if (in) {
+      std::stringstream ss;
+      ss << in.rdbuf();
+      return std::optional<std::string>(ss.str());
+    }
+    // vLLM accepts the template itself in place of a path.
+    if (f.chat_template.find("{") != std::string::npos) return std::optional<std::string>(f.chat_template);
+    return not_found("--chat-template " + f.chat_template + ": cannot open");
+  }
+  if (loaded.tokenizer) {
+    if (auto t = loaded.tokenizer->chat_template(); t) return std::optional<std::string>(*t);
+  }
+  if (loaded.builtin_default) return std::optional<std::string>(kBuiltinChatTemplate);
+  return std::optional<std::string>();
+}
+
+// generation_config.json's sampling defaults (vLLM's --generation-config auto), or none (vllm).
+StatusOr<SamplingParams> default_params(const ServeFlags &f) {
+  SamplingParams p;
+  if (f.generation_config == "vllm") return p;
+  std::string dir = f.generation_config == "auto" ? f.model.model : f.generation_config;
+  if (dir.empty()) return p;
+  ASSIGN_OR_RETURN(GenerationConfig g, load_generation_config(dir));
+  if (g.temperature) p.temperature = *g.temperature;
+  if (g.top_p) p.top_p = *g.top_p;
+  if (g.top_k) p.top_k = static_cast<int32_t>(*g.top_k);
+  if (g.min_p) p.min_p = *g.min_p;
+  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
+  if (g.max_new_tokens) p.max_tokens = *g.max_new_tokens;
+  return p;
+}
+
+int run_serve(const std::vector<std::string> &args) {
+  ServeFlags f;
+  ArgParser parser("serve",
+                   "OpenAI-compatible HTTP server (vLLM's flag names). MODEL_DIR is a Hugging Face model\n"
+                   "directory; without one the built-in default model is served.");
+  parser.set_positional("[MODEL_DIR]", &f.positional);
+  add_model_flags(parser, &f.model);
+  add_engine_flags(parser, &f.engine);
+  parser.add_string("host", &f.host, "address to listen on (default 127.0.0.1)");
+  parser.add_int("port", &f.port, "port to listen on (default 8000; 0 = any free port)");
+  parser.add_string("api-key", &f.api_key, "require 'Authorization: Bearer KEY' (/health, /metrics stay open)");
+  parser.add_string("served-model-name", &f.served_model_name, "model id in the API (default: the model path)");
+  parser.add_string("chat-template", &f.chat_template, "chat template file or template text");
+  parser.add_string("generation-config", &f.generation_config,
+                    "auto: sampling defaults from the model's generation_config.json; vllm: none; or a folder");
+  parser.add_bool("disable-log-requests", &f.disable_log_requests, "no log line per request");
+  parser.add_string("log-level", &f.log_level, "debug | info | warning | error");
+  parser.add_int("http-threads", &f.http_threads, "HTTP I/O threads (default 2)");
+  parser.add_int("max-in-flight-requests", &f.max_in_flight_requests, "generation requests at once; more get 429");
+  parser.add_int("max-request-body-bytes", &f.max_request_body_bytes, "larger bodies get 413 (default 32 MiB)");
+  parser.add_float("request-timeout", &f.request_timeout, "seconds to receive a whole request (default 30)");
+  parser.add_float("keep-alive-timeout", &f.keep_alive_timeout, "idle seconds before a connection is closed (5)");
+  parser.add_bool("engine-process", &f.engine_process, "run the engine core in a child process (ZMQ)");
+  parser.add_float("shutdown-timeout", &f.shutdown_timeout, "seconds in-flight requests get at shutdown (10)");
+  if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
+  if (f.positional.size() > 1) return fail(invalid_argument("serve takes one MODEL_DIR"));
+  if (!f.positional.empty()) {
+    if (!f.model.model.empty()) return fail(invalid_argument("give the model as MODEL_DIR or --model, not both"));
+    f.model.model = f.positional[0];
+  }
+  LogLevel level;
+  if (!parse_log_level(f.log_level, &level)) return fail(invalid_argument("--log-level: " + f.log_level));
+  set_min_log_level(level);
+  if (Status s = check_engine_flags(f.engine); !s.ok()) return fail(s);
+  if (f.port < 0 || f.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
+  StatusOr<SamplingParams> defaults = default_params(f);
+  if (!defaults.ok()) return fail(defaults.status().with_context("--generation-config"));
+
+  SignalWaiter signals;
+  server::HttpServerConfig http;
+  http.host = f.host;
+  http.port = static_cast<int>(f.port);
+  http.num_threads = static_cast<int>(std::clamp<int64_t>(f.http_threads, 1, 64));
+  http.max_body_bytes = static_cast<size_t>(std::max<int64_t>(1, f.max_request_body_bytes));
+  http.request_read_timeout_s = f.request_timeout;
+  http.keep_alive_timeout_s = f.keep_alive_timeout;
+  server::ServingOptions options;
+  options.served_model_name = !f.served_model_name.empty() ? f.served_model_name
+                              : !f.model.model.empty()     ? f.model.model
+                                                           : "llmserve-default";
+  options.model_root = f.model.model;
+  options.version = LLMSERVE_VERSION;
+  options.api_key = f.api_key;
+  options.log_requests = !f.disable_log_requests;
+  options.max_in_flight_requests = std::max<int64_t>(1, f.max_in_flight_requests);
+  options.default_params = *defaults;
+  server::OpenAIServer api(options);
+  server::HttpServer http_server(http);
+  api.register_routes(http_server);
+  if (Status s = http_server.start(); !s.ok()) return fail(s);
+  // The port line is how scripts and tests find a --port 0 server.
+  std::fprintf(stderr, "llmserve: listening on http://%s:%d (loading the model)\n", f.host.c_str(), http_server.port());
+
+  StatusOr<std::unique_ptr<ServingEngine>> engine =
+      start_serving_engine(f.model, f.engine, f.engine_process, /*need_tokenizer=*/false);
+  if (!engine.ok()) return fail(engine.status());
+  AsyncLLM &llm = *(*engine)->llm;
+  StatusOr<std::optional<std::string>> tmpl = chat_template_source(f, (*engine)->loaded);
+  if (!tmpl.ok()) return fail(tmpl.status());
+  server::ServerMetrics metrics(options.served_model_name, llm.max_model_len());
+  if (Status s = api.set_engine(&llm, &metrics, *tmpl); !s.ok()) return fail(s);
+  signals.set_serving();
+  std::fprintf(stderr, "llmserve: serving %s on http://%s:%d\n", options.served_model_name.c_str(), f.host.c_str(),
+               http_server.port());
+
+  signals.wait();
+  std::fprintf(stderr, "llmserve: shutting down (%lld requests in flight)\n",
+               static_cast<long long>(api.num_in_flight()));
+  http_server.stop_accepting();
+  api.set_draining();
+  auto wait_idle = [&](double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (api.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  wait_idle(f.shutdown_timeout);
+  if (api.num_in_flight() > 0) {
+    api.abort_all();
+    wait_idle(2.0);
+  }
+  http_server.stop();
+  llm.shutdown();
+  std::fprintf(stderr, "llmserve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+LLMSERVE_REGISTER_COMMAND("serve", "OpenAI-compatible HTTP server (completions, chat, SSE, metrics)", run_serve);
+
+}  // namespace llmserve::cli

@@ -1,0 +1,236 @@
+# End-to-end: `llmserve serve` on the built-in default model driven by the official `openai` client (sync and
+# async): completions and chat, streamed and not, n > 1, stop strings, seeds, logprobs, usage, token-id
+# prompts, echo. The oracles are the server's own non-streamed greedy output (streaming must concatenate to it),
+# /tokenize (usage must count the same tokens) and the fixture model's HF-transformers greedy ids.
+import asyncio
+import json
+import math
+
+import openai
+import pytest
+
+from conftest import FIXTURES, ServerProcess
+
+PROMPTS = ["Hello, llmserve", "The quick brown fox", "1 2 3 4", "Once upon a time", "¿Qué tal? 你好"]
+
+
+@pytest.fixture(scope="module")
+def client(default_server):
+    return openai.OpenAI(base_url=default_server.base_url, api_key="unused", max_retries=0)
+
+
+def greedy(client, prompt, max_tokens=24, **kw):
+    return client.completions.create(model="default", prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                     **kw)
+
+
+def test_models_health_version(default_server, client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["default"]
+    assert default_server.request("GET", "/health")[0] == 200
+    status, body = default_server.request("GET", "/version")
+    assert status == 200 and json.loads(body)["version"]
+
+
+def test_completion_shape_and_usage(default_server, client):
+    r = greedy(client, PROMPTS[0], max_tokens=10, extra_body={"ignore_eos": True})
+    assert r.object == "text_completion" and r.id.startswith("cmpl-") and r.model == "default"
+    assert len(r.choices) == 1 and r.choices[0].index == 0
+    assert r.choices[0].finish_reason == "length"
+    # Usage: the prompt as /tokenize counts it (BOS included), and exactly max_tokens generated.
+    status, tok = default_server.post_json("/tokenize", {"prompt": PROMPTS[0]})
+    assert status == 200
+    assert r.usage.prompt_tokens == tok["count"] == len(tok["tokens"])
+    assert r.usage.completion_tokens == 10
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 10
+    # /detokenize inverts /tokenize (minus the special BOS).
+    status, detok = default_server.post_json("/detokenize", {"tokens": tok["tokens"][1:]})
+    assert status == 200 and detok["prompt"] == PROMPTS[0]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_streamed_completion_concatenates_to_non_streamed(client, prompt):
+    full = greedy(client, prompt, max_tokens=32)
+    chunks = list(greedy(client, prompt, max_tokens=32, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == full.choices[0].text
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [full.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+
+
+def test_chat_streamed_equals_non_streamed(client):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+    full = client.chat.completions.create(model="default", messages=messages, max_tokens=20, temperature=0)
+    assert full.object == "chat.completion" and full.id.startswith("chatcmpl-")
+    assert full.choices[0].message.role == "assistant"
+    stream = client.chat.completions.create(model="default", messages=messages, max_tokens=20, temperature=0,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    assert chunks[-1].usage.total_tokens == full.usage.total_tokens
+
+
+def test_chat_template_is_applied(default_server, client):
+    # The built-in default model's template: "<bos>role: content\n...assistant:". /tokenize renders it too.
+    messages = [{"role": "user", "content": "abc"}]
+    status, tok = default_server.post_json("/tokenize", {"messages": messages})
+    assert status == 200
+    status, detok = default_server.post_json("/detokenize", {"tokens": tok["tokens"]})
+    assert detok["prompt"].endswith("user: abc\nassistant:")
+    r = client.chat.completions.create(model="default", messages=messages, max_tokens=3, temperature=0)
+    assert r.usage.prompt_tokens == tok["count"]
+    # continue_final_message: the prompt ends with the partial assistant message, no generation prompt after it.
+    status, tok2 = default_server.post_json("/tokenize", {
+        "messages": messages + [{"role": "assistant", "content": "xy"}], "add_generation_prompt": False,
+        "continue_final_message": True})
+    status, detok2 = default_server.post_json("/detokenize", {"tokens": tok2["tokens"]})
+    assert detok2["prompt"].endswith("user: abc\nassistant: xy")
+    # chat_template_kwargs reach the template; a per-request template replaces the server's.
+    r = client.chat.completions.create(model="default", messages=messages, max_tokens=2, temperature=0,
+                                       extra_body={"chat_template": "{{ greeting }}{{ messages[0].content }}",
+                                                   "chat_template_kwargs": {"greeting": "HEY "}})
+    assert r.usage.prompt_tokens == len("HEY abc")
+
+
+def test_n_and_seeds(client):
+    r = client.completions.create(model="default", prompt="seeded", max_tokens=12, temperature=1.0, n=3, seed=1234,
+                                  extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    again = client.completions.create(model="default", prompt="seeded", max_tokens=12, temperature=1.0, n=3,
+                                      seed=1234, extra_body={"ignore_eos": True})
+    assert [c.text for c in r.choices] == [c.text for c in again.choices]
+    assert r.usage.completion_tokens == 36
+    # Different seeds on a random model: the texts differ (12 tokens from 258 ids).
+    other = client.completions.create(model="default", prompt="seeded", max_tokens=12, temperature=1.0, seed=99,
+                                      extra_body={"ignore_eos": True})
+    assert other.choices[0].text != r.choices[0].text
+    # Several prompts x n: choice index = prompt * n + i.
+    multi = client.completions.create(model="default", prompt=["a", "b"], max_tokens=4, temperature=0, n=2)
+    assert sorted(c.index for c in multi.choices) == [0, 1, 2, 3]
+    a = greedy(client, "a", max_tokens=4).choices[0].text
+    b = greedy(client, "b", max_tokens=4).choices[0].text
+    by_index = {c.index: c.text for c in multi.choices}
+    assert by_index == {0: a, 1: a, 2: b, 3: b}
+
+
+def test_stop_strings(client):
+    base = greedy(client, PROMPTS[1], max_tokens=40, extra_body={"ignore_eos": True}).choices[0].text
+    # A stop string taken from the middle of the greedy text: the output is the text before its first match.
+    stop = base[10:12]
+    cut = base[:base.find(stop)]
+    r = greedy(client, PROMPTS[1], max_tokens=40, stop=[stop], extra_body={"ignore_eos": True})
+    assert r.choices[0].text == cut
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].model_extra["stop_reason"] == stop
+    r = greedy(client, PROMPTS[1], max_tokens=40, stop=stop,
+               extra_body={"ignore_eos": True, "include_stop_str_in_output": True})
+    assert r.choices[0].text == cut + stop
+    # Streaming never shows the start of a stop string that the final text omits.
+    for k in range(2, 30, 3):
+        for include in (False, True):
+            extra = {"ignore_eos": True, "include_stop_str_in_output": include}
+            stop = base[k:k + 3]
+            full = greedy(client, PROMPTS[1], max_tokens=40, stop=[stop], extra_body=extra).choices[0].text
+            streamed = greedy(client, PROMPTS[1], max_tokens=40, stop=[stop], stream=True, extra_body=extra)
+            assert "".join(c.choices[0].text for c in streamed) == full, (stop, include)
+
+
+def test_stop_token_ids(client):
+    tokens = greedy(client, PROMPTS[2], max_tokens=20, logprobs=0, extra_body={"ignore_eos": True,
+                                                                                "return_tokens_as_token_ids": True})
+    ids = [int(t.split(":")[1]) for t in tokens.choices[0].logprobs.tokens]
+    stop_id = ids[5]
+    r = greedy(client, PROMPTS[2], max_tokens=20, extra_body={"stop_token_ids": [stop_id], "ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].model_extra["stop_reason"] == stop_id
+    assert r.usage.completion_tokens == ids.index(stop_id) + 1
+
+
+def test_completion_logprobs(default_server, client):
+    r = greedy(client, PROMPTS[3], max_tokens=8, logprobs=3, extra_body={"ignore_eos": True})
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 8
+    # The tokens as ids detokenize to the text (single byte tokens may be partial UTF-8 on their own).
+    by_id = greedy(client, PROMPTS[3], max_tokens=8, logprobs=3,
+                   extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True}).choices[0].logprobs
+    ids = [int(t.split(":")[1]) for t in by_id.tokens]
+    assert by_id.token_logprobs == lp.token_logprobs
+    assert default_server.post_json("/detokenize", {"tokens": ids})[1]["prompt"] == r.choices[0].text
+    # Byte tokens that are partial UTF-8 all show as U+FFFD and collide as dict keys; ids do not.
+    for tok, value, top in zip(by_id.tokens, by_id.token_logprobs, by_id.top_logprobs):
+        assert value <= 0 and 3 <= len(top) <= 4
+        # Greedy: the sampled token is the most likely one.
+        assert math.isclose(value, max(top.values()), abs_tol=1e-6)
+        assert tok in top
+    assert lp.text_offset == sorted(lp.text_offset)
+
+
+def test_chat_logprobs(client):
+    r = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "x"}], max_tokens=6,
+                                       temperature=0, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for entry in content:
+        assert len(entry.top_logprobs) == 2
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+        assert math.isclose(entry.logprob, entry.top_logprobs[0].logprob, abs_tol=1e-6)
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token
+
+
+def test_token_id_prompts_and_echo(default_server, client):
+    status, tok = default_server.post_json("/tokenize", {"prompt": PROMPTS[4]})
+    by_text = greedy(client, PROMPTS[4], max_tokens=12)
+    by_ids = greedy(client, tok["tokens"], max_tokens=12)
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    both = greedy(client, [tok["tokens"], tok["tokens"]], max_tokens=12)
+    assert [c.text for c in both.choices] == [by_text.choices[0].text] * 2
+    echo = greedy(client, PROMPTS[4], max_tokens=12, echo=True)
+    assert echo.choices[0].text == PROMPTS[4] + by_text.choices[0].text
+    stream = greedy(client, PROMPTS[4], max_tokens=12, echo=True, stream=True)
+    assert "".join(c.choices[0].text for c in stream) == echo.choices[0].text
+
+
+def test_async_client(default_server):
+    async def main():
+        client = openai.AsyncOpenAI(base_url=default_server.base_url, api_key="unused", max_retries=0)
+        r = await client.completions.create(model="default", prompt="async", max_tokens=5, temperature=0)
+        s = await client.chat.completions.create(model="default", messages=[{"role": "user", "content": "a"}],
+                                                 max_tokens=5, temperature=0, stream=True)
+        parts = [c.choices[0].delta.content or "" async for c in s if c.choices]
+        await client.close()
+        return r, "".join(parts)
+
+    r, streamed = asyncio.run(main())
+    assert r.usage.completion_tokens >= 1
+    assert isinstance(streamed, str)
+
+
+def test_fixture_model_matches_hf_greedy(llmserve_bin):
+    """The server on an HF-transformers fixture (no tokenizer: token-id prompts, ids via logprobs) reproduces the
+    fixture's greedy ids by vLLM's rule (at the first difference each side's pick is in the other's top-k)."""
+    model = FIXTURES / "llama_gqa_f32"
+    expected = json.loads((model / "expected.json").read_text())
+    s = ServerProcess(llmserve_bin, str(model), "--served-model-name", "fx")
+    try:
+        client = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
+        for case in expected["cases"]:
+            steps = case["steps"]
+            r = client.completions.create(model="fx", prompt=case["prompt"], max_tokens=len(steps), temperature=0,
+                                          logprobs=5, extra_body={"return_tokens_as_token_ids": True,
+                                                                  "ignore_eos": True})
+            lp = r.choices[0].logprobs
+            got = [int(t.split(":")[1]) for t in lp.tokens]
+            want = [st["id"] for st in steps]
+            for i, (g, w) in enumerate(zip(got, want)):
+                if g != w:
+                    top_got = [int(k.split(":")[1]) for k in lp.top_logprobs[i]]
+                    assert w in top_got and g in steps[i]["top_ids"], (i, got, want)
+                    break
+                assert math.isclose(lp.token_logprobs[i], steps[i]["top_logprobs"][0], abs_tol=1e-3)
+            assert len(got) == len(want)
+    finally:
+        assert s.stop() == 0
