@@ -102,21 +102,28 @@ asio::awaitable<StatusOr<std::string>> first_model(HttpClient& client, const std
 
 asio::awaitable<void> run(RunState& s, const BenchRunConfig& c, const std::vector<SampleRequest>& requests,
                           BenchRun* result) {
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex);
+  // --ready-check-timeout-sec covers a server still loading its model: the model lookup and the test request
+  // are retried once a second until it runs out.
+  const Clock::time_point ready_deadline = Clock::now() + std::chrono::seconds(c.ready_check_timeout_s);
   result->model = c.model;
-  if (result->model.empty()) {
+  while (result->model.empty()) {
     StatusOr<std::string> model = co_await first_model(s.client, c.base_url);
-    if (!model.ok()) {
+    if (model.ok()) {
+      result->model = *model;
+    } else if (Clock::now() + std::chrono::seconds(1) > ready_deadline) {
       s.setup_error = model.status();
       co_return;
+    } else {
+      timer.expires_after(std::chrono::seconds(1));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
-    result->model = *model;
   }
   const bool chat = is_chat_endpoint(c.endpoint);
   std::printf("Starting initial single prompt test run...\n");
   std::fflush(stdout);
-  auto ex = co_await asio::this_coro::executor;
-  asio::steady_timer timer(ex);
-  const Clock::time_point ready_deadline = Clock::now() + std::chrono::seconds(c.ready_check_timeout_s);
   for (;;) {
     RequestOutput test;
     co_await s.client.stream(c.endpoint, make_payload(requests[0], result->model, chat, c.temperature, c.ignore_eos),
