@@ -382,26 +382,31 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
   if (co_await ex.write(std::move(tail))) co_await ex.end_stream();
 }
 
+template <typename Request>
+std::variant<Request, HttpResponse> OpenAIServer::parse_generation_request(
+    const HttpRequest &request,
+    StatusOr<Request> (*parse)(const OJson &, const SamplingParams &, const ProtocolLimits &)) const {
+  if (auto err = check_request(request, true)) return std::move(*err);
+  StatusOr<OJson> body = parse_json_object(request.body);
+  if (!body.ok()) return HttpServer::error_response(400, body.status().message());
+  StatusOr<Request> req = parse(*body, options_.default_params, limits());
+  if (!req.ok()) {
+    const std::string &m = req.status().message();
+    return HttpServer::error_response(400, m, param_of(m));
+  }
+  if (!req->model.empty() && req->model != options_.served_model_name) {
+    return HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model");
+  }
+  return std::move(*req);
+}
+
 awaitable<void> OpenAIServer::handle_completions(HttpExchange &ex) {
-  if (auto err = check_request(ex.request(), true)) {
+  auto parsed = parse_generation_request<CompletionRequest>(ex.request(), &parse_completion_request);
+  if (HttpResponse *err = std::get_if<HttpResponse>(&parsed)) {
     co_await ex.respond(std::move(*err));
     co_return;
   }
-  StatusOr<OJson> body = parse_json_object(ex.request().body);
-  if (!body.ok()) {
-    co_await ex.respond(HttpServer::error_response(400, body.status().message()));
-    co_return;
-  }
-  StatusOr<CompletionRequest> req = parse_completion_request(*body, options_.default_params, limits());
-  if (!req.ok()) {
-    const std::string &m = req.status().message();
-    co_await ex.respond(HttpServer::error_response(400, m, param_of(m)));
-    co_return;
-  }
-  if (!req->model.empty() && req->model != options_.served_model_name) {
-    co_await ex.respond(HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model"));
-    co_return;
-  }
+  StatusOr<CompletionRequest> req = std::move(std::get<CompletionRequest>(parsed));
   Job job;
   job.id = random_id("cmpl");
   job.created = unix_now();
@@ -423,25 +428,12 @@ awaitable<void> OpenAIServer::handle_completions(HttpExchange &ex) {
 }
 
 awaitable<void> OpenAIServer::handle_chat(HttpExchange &ex) {
-  if (auto err = check_request(ex.request(), true)) {
+  auto parsed = parse_generation_request<ChatRequest>(ex.request(), &parse_chat_request);
+  if (HttpResponse *err = std::get_if<HttpResponse>(&parsed)) {
     co_await ex.respond(std::move(*err));
     co_return;
   }
-  StatusOr<OJson> body = parse_json_object(ex.request().body);
-  if (!body.ok()) {
-    co_await ex.respond(HttpServer::error_response(400, body.status().message()));
-    co_return;
-  }
-  StatusOr<ChatRequest> req = parse_chat_request(*body, options_.default_params, limits());
-  if (!req.ok()) {
-    const std::string &m = req.status().message();
-    co_await ex.respond(HttpServer::error_response(400, m, param_of(m)));
-    co_return;
-  }
-  if (!req->model.empty() && req->model != options_.served_model_name) {
-    co_await ex.respond(HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model"));
-    co_return;
-  }
+  StatusOr<ChatRequest> req = std::move(std::get<ChatRequest>(parsed));
   StatusOr<std::vector<int32_t>> ids = render_chat(*req);
   if (!ids.ok()) {
     const std::string &m = ids.status().message();

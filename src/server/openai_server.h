@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <variant>
 
 #include "engine/sampling_params.h"
 #include "frontend/async_llm.h"
@@ -69,6 +70,12 @@ class OpenAIServer {
 
   // Checks auth, readiness and the model name; an error response, or nullopt to go on.
   std::optional<HttpResponse> check_request(const HttpRequest &req, bool needs_engine) const;
+  // The front both generation routes share: check_request, the JSON body, the typed request (`parse`) and the
+  // model name. The request, or the error response to send.
+  template <typename Request>
+  std::variant<Request, HttpResponse> parse_generation_request(
+      const HttpRequest &req, StatusOr<Request> (*parse)(const OJson &, const SamplingParams &, const ProtocolLimits &))
+      const;
   StatusOr<std::vector<int32_t>> render_chat(const ChatRequest &req) const;
   std::string token_name(int32_t id, bool as_id) const;
   ProtocolLimits limits() const;
