@@ -278,6 +278,7 @@ awaitable<void> OpenAIServer::collect_job(HttpExchange &ex, Job &job) {
                   {"logprobs", std::move(logprobs)},
                   {"finish_reason", finish},
                   {"stop_reason", stop_reason_json(o.stop_reason)}};
+        if (job.req->params.prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(r.prompt_logprobs, namer);
       }
       choices.push_back(std::move(choice));
     }
@@ -287,6 +288,12 @@ awaitable<void> OpenAIServer::collect_job(HttpExchange &ex, Job &job) {
   OJson body = completion_envelope(job.id, job.chat ? "chat.completion" : "text_completion", job.created, job.model,
                                    std::move(choices));
   body["usage"] = usage_json(count_prompt_tokens(job.latest), count_completion_tokens(job.latest));
+  if (job.chat && job.req->params.prompt_logprobs && !job.latest.empty() && job.latest[0]) {
+    // vLLM puts the chat prompt's logprobs beside the choices (one prompt per chat request).
+    const bool as_ids = job.req->return_tokens_as_token_ids;
+    body["prompt_logprobs"] = prompt_logprobs_json(job.latest[0]->prompt_logprobs,
+                                                   [this, as_ids](int32_t id) { return token_name(id, as_ids); });
+  }
   HttpResponse res;
   res.body = dump_json(body);
   co_await ex.respond(std::move(res));

@@ -77,6 +77,27 @@ OJson chat_logprobs(const std::vector<int32_t> &ids, const std::vector<TokenLogp
   return OJson{{"content", std::move(content)}};
 }
 
+OJson prompt_logprobs_json(const std::vector<std::optional<TokenLogprobs>> &positions, const TokenNamer &namer) {
+  OJson out = OJson::array();
+  for (const std::optional<TokenLogprobs> &pos : positions) {
+    if (!pos || pos->token_ids.empty() || pos->logprobs.empty()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    OJson entry = OJson::object();
+    for (size_t k = 0; k < pos->token_ids.size() && k < pos->logprobs.size(); ++k) {
+      const std::string key = std::to_string(pos->token_ids[k]);
+      if (entry.contains(key)) continue;  // the prompt token is also among the top-k
+      const int64_t rank = k == 0 ? pos->sampled_token_rank : static_cast<int64_t>(k);
+      entry[key] = OJson{{"logprob", clamp_logprob(pos->logprobs[k])},
+                         {"rank", rank},
+                         {"decoded_token", namer(pos->token_ids[k])}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 OJson usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
   return OJson{{"prompt_tokens", prompt_tokens},
                {"total_tokens", prompt_tokens + completion_tokens},

@@ -30,6 +30,10 @@ OJson completion_logprobs(const std::vector<int32_t> &ids, const std::vector<Tok
 OJson chat_logprobs(const std::vector<int32_t> &ids, const std::vector<TokenLogprobs> &logprobs,
                     const TokenNamer &namer, int32_t top_k);
 
+// vLLM's prompt_logprobs: per prompt position null (position 0) or {"<id>": {logprob, rank, decoded_token}} with
+// the prompt token first, then the top-k (ranks 1..k).
+OJson prompt_logprobs_json(const std::vector<std::optional<TokenLogprobs>> &positions, const TokenNamer &namer);
+
 OJson usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 // Response envelopes: {"id", "object", "created", "model", "choices": choices} (+ usage when given).

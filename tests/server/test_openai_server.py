@@ -234,3 +234,30 @@ def test_fixture_model_matches_hf_greedy(llmserve_bin):
             assert len(got) == len(want)
     finally:
         assert s.stop() == 0
+
+
+def test_prompt_logprobs_match_hf_fixture(llmserve_bin):
+    """vLLM's prompt_logprobs extension: the prompt + the fixture's greedy continuation sent as the prompt scores
+    each continuation token with HF transformers' logprob for that step (the token is rank 1 where it was greedy)."""
+    model = FIXTURES / "llama_gqa_f32"
+    expected = json.loads((model / "expected.json").read_text())
+    s = ServerProcess(llmserve_bin, str(model), "--served-model-name", "fx")
+    try:
+        client = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
+        case = expected["cases"][0]
+        steps = case["steps"]
+        ids = list(case["prompt"]) + [st["id"] for st in steps]
+        r = client.completions.create(model="fx", prompt=ids, max_tokens=1, temperature=0,
+                                      extra_body={"prompt_logprobs": 3})
+        plp = r.choices[0].model_extra["prompt_logprobs"]
+        assert len(plp) == len(ids) and plp[0] is None
+        for s_i, st in enumerate(steps):
+            entry = plp[len(case["prompt"]) + s_i]
+            got = entry[str(st["id"])]
+            assert math.isclose(got["logprob"], st["top_logprobs"][0], abs_tol=1e-3), (s_i, got, st)
+            assert got["rank"] == 1
+            assert len(entry) <= 4  # the prompt token and the top 3
+        status, body = s.post_json("/v1/completions", {"prompt": ids, "max_tokens": 1, "prompt_logprobs": 21})
+        assert status == 400 and body["error"]["param"] == "prompt_logprobs"
+    finally:
+        assert s.stop() == 0
