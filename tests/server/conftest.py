@@ -1,9 +1,12 @@
 # Starts `llmserve serve` as a subprocess on a free port (--port 0; the port is read from its log) and waits for
 # /health. Servers are module- or session-scoped; `ServerProcess.rss_kb()` reads its resident memory.
+# LLMSERVE_SERVE_ARGS adds flags to every server (e.g. "--device cuda": scripts/gpu-check --server-e2e).
 import http.client
 import json
+import os
 import pathlib
 import re
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -18,7 +21,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "models"
 class ServerProcess:
     def __init__(self, binary, *args, on_listening=None):
         self.log = tempfile.NamedTemporaryFile("w+", prefix="llmserve-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([str(binary), "serve", "--port", "0", *args], stdout=self.log,
+        extra = shlex.split(os.environ.get("LLMSERVE_SERVE_ARGS", ""))
+        self.proc = subprocess.Popen([str(binary), "serve", "--port", "0", *args, *extra], stdout=self.log,
                                      stderr=subprocess.STDOUT)
         self.port = None
         deadline = time.time() + 60
