@@ -352,7 +352,7 @@ StatusOr<CompletionRequest> parse_completion_request(const OJson &body, const Sa
   }
   RETURN_IF_ERROR(parse_prompts(body, limits, &r.prompts));
   if (r.echo && r.params.logprobs) {
-    return invalid_argument("echo: echo with logprobs needs prompt logprobs, which are not supported yet");
+    return invalid_argument("echo: echo together with logprobs is not supported; ask for prompt_logprobs instead");
   }
   RETURN_IF_ERROR(r.params.validate(limits.vocab_size));
   return r;
