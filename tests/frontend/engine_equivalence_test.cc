@@ -19,6 +19,8 @@
 namespace llmserve {
 namespace {
 
+using testing::random_prompts;
+
 // "<prefix><i>" (appending, not operator+: GCC 12 -Wrestrict misfires on
 // `rid("r", i)`).
 std::string rid(const std::string &prefix, size_t i) {
@@ -60,16 +62,6 @@ std::map<std::string, RequestOutput> run_all(LLMEngine &engine, const std::vecto
     }
   }
   return done;
-}
-
-std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max_len, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> prompts(count);
-  for (auto &p : prompts) {
-    p.resize(std::uniform_int_distribution<int>(min_len, max_len)(rng));
-    for (int32_t &id : p) id = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab - 1))(rng);
-  }
-  return prompts;
 }
 
 SamplingParams greedy(int64_t max_tokens) {

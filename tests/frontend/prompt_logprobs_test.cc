@@ -25,17 +25,6 @@ std::unique_ptr<LLMEngine> make_engine(EngineArgs args = {}) {
   return std::move(*e);
 }
 
-std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max_len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> prompts(count);
-  const int32_t vocab = static_cast<int32_t>(model().config().vocab_size);
-  for (auto &p : prompts) {
-    p.resize(std::uniform_int_distribution<int>(min_len, max_len)(rng));
-    for (int32_t &id : p) id = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-  }
-  return prompts;
-}
-
 SamplingParams greedy(int64_t max_tokens, std::optional<int32_t> prompt_logprobs) {
   SamplingParams p;
   p.temperature = 0.0;
@@ -96,7 +85,7 @@ void expect_same(const RequestOutput &a, const RequestOutput &b, const std::stri
 }
 
 TEST(PromptLogprobs, ChunkedPrefillEqualsUnchunked) {
-  const auto prompts = random_prompts(4, 20, 90, 11);
+  const auto prompts = testing::random_prompts(4, 20, 90, model().config().vocab_size, 11);
   std::vector<std::tuple<std::string, std::vector<int32_t>, SamplingParams>> reqs;
   for (size_t i = 0; i < prompts.size(); ++i) reqs.emplace_back("r" + std::to_string(i), prompts[i], greedy(6, 5));
   auto unchunked = make_engine();
@@ -112,7 +101,7 @@ TEST(PromptLogprobs, ChunkedPrefillEqualsUnchunked) {
 }
 
 TEST(PromptLogprobs, PreemptedEqualsNeverPreempted) {
-  const auto prompts = random_prompts(5, 20, 30, 12);
+  const auto prompts = testing::random_prompts(5, 20, 30, model().config().vocab_size, 12);
   std::vector<std::tuple<std::string, std::vector<int32_t>, SamplingParams>> reqs;
   for (size_t i = 0; i < prompts.size(); ++i) reqs.emplace_back("r" + std::to_string(i), prompts[i], greedy(24, 2));
   auto roomy = make_engine();
@@ -132,7 +121,7 @@ TEST(PromptLogprobs, PreemptedEqualsNeverPreempted) {
 }
 
 TEST(PromptLogprobs, NeverServedFromThePrefixCache) {
-  const auto prompt = random_prompts(1, 50, 50, 13)[0];
+  const auto prompt = testing::random_prompts(1, 50, 50, model().config().vocab_size, 13)[0];
   auto cold = make_engine();
   const RequestOutput want = run(*cold, {{"a", prompt, greedy(3, 1)}}).at("a");
   auto engine = make_engine();
@@ -150,7 +139,7 @@ TEST(PromptLogprobs, NeverServedFromThePrefixCache) {
 
 // Requests without prompt_logprobs get the same outputs whether or not their batch holds requests that ask.
 TEST(PromptLogprobs, MixedBatchLeavesOthersUnchanged) {
-  const auto prompts = random_prompts(6, 1, 40, 14);
+  const auto prompts = testing::random_prompts(6, 1, 40, model().config().vocab_size, 14);
   SamplingParams sampled;
   sampled.temperature = 0.8;
   sampled.top_k = 20;

@@ -30,6 +30,8 @@
 namespace llmserve {
 namespace {
 
+using testing::random_prompts;
+
 bool have_cuda_device() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
@@ -193,16 +195,6 @@ TEST_F(ModelGpuTest, CpuAndCudaGreedyOutputsAgree) {
       compare_runs(b[p].ids, tb.ids, tb.lps, a[p].ids, ta.ids, ta.lps, 1e-3f, "prompt " + std::to_string(p));
     }
   }
-}
-
-std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max_len, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> prompts(count);
-  for (auto& p : prompts) {
-    p.resize(std::uniform_int_distribution<int>(min_len, max_len)(rng));
-    for (int32_t& id : p) id = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab - 1))(rng);
-  }
-  return prompts;
 }
 
 std::vector<std::vector<int32_t>> ids_of(const std::vector<Generation>& gens) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <random>
 
 #include "kernels/ops.h"
 #include "runtime/model_runner.h"
@@ -123,6 +124,16 @@ EngineCoreRequest greedy_request(std::string id, std::vector<int32_t> prompt, in
   r.sampling_params.max_tokens = max_tokens;
   r.sampling_params.ignore_eos = true;
   return r;
+}
+
+std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max_len, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> prompts(count);
+  for (auto &p : prompts) {
+    p.resize(std::uniform_int_distribution<int>(min_len, max_len)(rng));
+    for (int32_t &id : p) id = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab - 1))(rng);
+  }
+  return prompts;
 }
 
 }  // namespace llmserve::testing

@@ -56,4 +56,7 @@ CoreRun run_engine_core(CausalLM& model, std::vector<EngineCoreRequest> requests
 // A greedy request (temperature 0, ignore_eos) for run_engine_core.
 EngineCoreRequest greedy_request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens);
 
+// `count` prompts of uniform random length in [min_len, max_len] with ids uniform in [0, vocab), from `seed`.
+std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max_len, int64_t vocab, uint32_t seed);
+
 }  // namespace llmserve::testing
