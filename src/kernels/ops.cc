@@ -99,6 +99,54 @@ void check_cache(const Tensor& key_cache, const Tensor& value_cache, const char*
   CHECK_GT(key_cache.size(1), 0) << op << ": block_size";
 }
 
+void check_rotary(const Tensor& positions, const Tensor& query, const Tensor& key, int64_t head_dim,
+                  const Tensor& cos_sin_cache, const char* op) {
+  check_contiguous(positions, op, "positions");
+  check_rows(query, op, "query");
+  check_rows(key, op, "key");
+  check_contiguous(cos_sin_cache, op, "cos_sin_cache");
+  check_dtype(positions, DType::kI64, op, "positions");
+  if (query.device().is_cpu()) {
+    check_dtype(query, DType::kF32, op, "query");
+    check_dtype(key, DType::kF32, op, "key");
+  } else {
+    check_float(query, op, "query");
+    CHECK(key.dtype() == query.dtype()) << op << ": key " << key.to_string() << " vs query " << query.to_string();
+  }
+  check_dtype(cos_sin_cache, DType::kF32, op, "cos_sin_cache");
+  CHECK(head_dim > 0 && head_dim % 2 == 0) << op << ": head_dim " << head_dim << " must be even and positive";
+  CHECK_EQ(positions.dim(), 1) << op << ": positions " << positions.to_string();
+  const int64_t n = positions.size(0);
+  CHECK(query.size(0) == n && key.size(0) == n)
+      << op << ": query " << query.to_string() << ", key " << key.to_string() << " for " << n << " positions";
+  CHECK(cpu::row_numel(query) % head_dim == 0 && cpu::row_numel(key) % head_dim == 0)
+      << op << ": query " << query.to_string() << " / key " << key.to_string() << " not whole heads of " << head_dim;
+  CHECK(cos_sin_cache.dim() == 2 && cos_sin_cache.size(1) == head_dim)
+      << op << ": cos_sin_cache " << cos_sin_cache.to_string() << " for head_dim " << head_dim;
+  check_same_device(positions, query, op);
+  check_same_device(positions, key, op);
+  check_same_device(positions, cos_sin_cache, op);
+}
+
+void check_cache_write(const Tensor& key, const Tensor& value, const Tensor& key_cache, const Tensor& value_cache,
+                       const Tensor& slot_mapping, const char* op) {
+  check_rows(key, op, "key");
+  check_rows(value, op, "value");
+  check_contiguous(slot_mapping, op, "slot_mapping");
+  check_cache(key_cache, value_cache, op);
+  CHECK(key.dim() == 3 && key.shape() == value.shape())
+      << op << ": key " << key.to_string() << ", value " << value.to_string() << " (want [n, num_kv_heads, head_dim])";
+  CHECK(key.size(1) == key_cache.size(2) && key.size(2) == key_cache.size(3))
+      << op << ": key " << key.to_string() << " vs cache " << key_cache.to_string();
+  CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == key.size(0))
+      << op << ": slot_mapping " << slot_mapping.to_string() << " for key " << key.to_string();
+  check_dtype(slot_mapping, DType::kI64, op, "slot_mapping");
+  check_dtype(key, key_cache.dtype(), op, "key");
+  check_dtype(value, key_cache.dtype(), op, "value");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&value, &key_cache, &value_cache, &slot_mapping})
+    check_same_device(key, *t, op);
+}
+
 }  // namespace
 
 void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
@@ -186,32 +234,7 @@ void add(Tensor& a, const Tensor& b) {
 
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache) {
-  constexpr const char* op = "rotary_embedding";
-  check_contiguous(positions, op, "positions");
-  check_rows(query, op, "query");
-  check_rows(key, op, "key");
-  check_contiguous(cos_sin_cache, op, "cos_sin_cache");
-  check_dtype(positions, DType::kI64, op, "positions");
-  if (query.device().is_cpu()) {
-    check_dtype(query, DType::kF32, op, "query");
-    check_dtype(key, DType::kF32, op, "key");
-  } else {
-    check_float(query, op, "query");
-    CHECK(key.dtype() == query.dtype()) << op << ": key " << key.to_string() << " vs query " << query.to_string();
-  }
-  check_dtype(cos_sin_cache, DType::kF32, op, "cos_sin_cache");
-  CHECK(head_dim > 0 && head_dim % 2 == 0) << op << ": head_dim " << head_dim << " must be even and positive";
-  CHECK_EQ(positions.dim(), 1) << op << ": positions " << positions.to_string();
-  const int64_t n = positions.size(0);
-  CHECK(query.size(0) == n && key.size(0) == n)
-      << op << ": query " << query.to_string() << ", key " << key.to_string() << " for " << n << " positions";
-  CHECK(cpu::row_numel(query) % head_dim == 0 && cpu::row_numel(key) % head_dim == 0)
-      << op << ": query " << query.to_string() << " / key " << key.to_string() << " not whole heads of " << head_dim;
-  CHECK(cos_sin_cache.dim() == 2 && cos_sin_cache.size(1) == head_dim)
-      << op << ": cos_sin_cache " << cos_sin_cache.to_string() << " for head_dim " << head_dim;
-  check_same_device(positions, query, op);
-  check_same_device(positions, key, op);
-  check_same_device(positions, cos_sin_cache, op);
+  check_rotary(positions, query, key, head_dim, cos_sin_cache, "rotary_embedding");
   if (query.device().is_cpu()) return cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
 #ifdef LLMSERVE_WITH_CUDA
   cuda::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
@@ -264,25 +287,30 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
 
 void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
                        const Tensor& slot_mapping) {
-  constexpr const char* op = "reshape_and_cache";
-  check_rows(key, op, "key");
-  check_rows(value, op, "value");
-  check_contiguous(slot_mapping, op, "slot_mapping");
-  check_cache(key_cache, value_cache, op);
-  CHECK(key.dim() == 3 && key.shape() == value.shape())
-      << op << ": key " << key.to_string() << ", value " << value.to_string() << " (want [n, num_kv_heads, head_dim])";
-  CHECK(key.size(1) == key_cache.size(2) && key.size(2) == key_cache.size(3))
-      << op << ": key " << key.to_string() << " vs cache " << key_cache.to_string();
-  CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == key.size(0))
-      << op << ": slot_mapping " << slot_mapping.to_string() << " for key " << key.to_string();
-  check_dtype(slot_mapping, DType::kI64, op, "slot_mapping");
-  check_dtype(key, key_cache.dtype(), op, "key");
-  check_dtype(value, key_cache.dtype(), op, "value");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&value, &key_cache, &value_cache, &slot_mapping})
-    check_same_device(key, *t, op);
+  check_cache_write(key, value, key_cache, value_cache, slot_mapping, "reshape_and_cache");
   if (key.device().is_cpu()) return cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
 #ifdef LLMSERVE_WITH_CUDA
   cuda::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+#else
+  not_on_cuda(op);
+#endif
+}
+
+void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache,
+                                const Tensor& slot_mapping) {
+  constexpr const char* op = "rotary_embedding_and_cache";
+  check_rotary(positions, query, key, head_dim, cos_sin_cache, op);
+  check_cache_write(key, value, key_cache, value_cache, slot_mapping, op);
+  CHECK(query.dim() == 3 && query.size(2) == head_dim && key.size(2) == head_dim)
+      << op << ": query " << query.to_string() << ", key " << key.to_string() << " for head_dim " << head_dim;
+  if (query.device().is_cpu()) {
+    cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+    return cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+  }
+#ifdef LLMSERVE_WITH_CUDA
+  cuda::rotary_embedding_and_cache(positions, query, key, value, head_dim, cos_sin_cache, key_cache, value_cache,
+                                   slot_mapping);
 #else
   not_on_cuda(op);
 #endif

@@ -131,16 +131,16 @@ void LlamaForCausalLM::attention_block(const DecoderLayer& l, int64_t layer_inde
   // [T, heads, D] views that keep the row stride of the fused output.
   auto heads = [T, D](const Tensor& t, int64_t n) { return t.as_strided({T, n, D}, {t.stride(0), D, 1}); };
   if (l.q_norm) {
-    Tensor qh = q.view({T * nh, D}), kh = k.view({T * nkv, D});
-    l.q_norm->forward(qh, qh);
-    l.k_norm->forward(kh, kh);
+    Tensor q_rows = q.view({T * nh, D}), k_rows = k.view({T * nkv, D});
+    l.q_norm->forward(q_rows, q_rows);
+    l.k_norm->forward(k_rows, k_rows);
   }
-  ops::rotary_embedding(batch.positions, q, k, D, cos_sin_cache_);
-  ops::reshape_and_cache(heads(k, nkv), heads(v, nkv), kv_cache.key[layer_index], kv_cache.value[layer_index],
-                         batch.attention.slot_mapping);
+  Tensor qh = heads(q, nh), kh = heads(k, nkv);  // rotary in place, then K and V into the cache: one pass
+  ops::rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache_, kv_cache.key[layer_index],
+                                  kv_cache.value[layer_index], batch.attention.slot_mapping);
   Tensor attn = Tensor::empty({T, nh, D}, act_, device_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ops::paged_attention(attn, heads(q, nh), kv_cache.key[layer_index], kv_cache.value[layer_index], batch.attention,
+  ops::paged_attention(attn, qh, kv_cache.key[layer_index], kv_cache.value[layer_index], batch.attention,
                        scale, c.sliding_window_for_layer(layer_index).value_or(0));
   l.o_proj.forward(h, attn.view({T, nh * D}));
 }

@@ -286,7 +286,6 @@ void ModelRunner::compute_prompt_logprobs(const Tensor &logits, int64_t first_ro
                                           const std::vector<RequestState *> &reqs,
                                           const std::vector<PromptLogprobRange> &ranges, ModelRunnerOutput &out) {
   const int64_t num_rows = logits.size(0) - first_row;
-  const int64_t vocab = logits.size(1);
   int64_t k = 0;
   std::vector<int32_t> targets;
   targets.reserve(static_cast<size_t>(num_rows));

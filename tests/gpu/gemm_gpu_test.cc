@@ -107,6 +107,10 @@ TEST_P(CudaGemmTest, MatchesDoubleReference) {
       {1, 777, 128, 0, 0, true, false, false},
       {1, 3000, 4096, 16, 0, false, false, true},
       {1, 4096, 1024, 0, 8, true, false, false},
+      // GEMV columns split over 2, 4 and 8 warps (narrow n, long k; a tail of words, n not a whole block).
+      {1, 2048, 8192, 0, 0, false, false, false},
+      {1, 999, 4104, 8, 0, true, false, false},
+      {1, 100, 16384, 0, 0, true, true, true},
       {2, 1000, 264, 8, 4, true, true, false},
       {4, 777, 128, 0, 0, true, false, false},
       {4, 3000, 4096, 16, 0, false, false, true},

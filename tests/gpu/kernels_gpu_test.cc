@@ -3,10 +3,12 @@
 // f32: |gpu - cpu| <= 1e-5 + 1e-5 |cpu|. f16 / bf16: inputs are rounded to the dtype first and the CPU runs on
 // those values in f32; the GPU rounds its output (and, in fused_add_rms_norm, the residual) to the dtype, so allow
 // a few ulps: |gpu - cpu| <= 1e-3 + rtol |cpu|, rtol 2e-3 (f16) or 1.6e-2 (bf16). This file: normalisation,
-// activation, add, embedding, rotary; gemm_gpu_test.cc, logits_gpu_test.cc and sampling_gpu_test.cc the rest.
+// activation, add, embedding, rotary (alone and with the KV-cache write); gemm_gpu_test.cc, logits_gpu_test.cc and
+// sampling_gpu_test.cc the rest.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -37,7 +39,10 @@ class CudaKernelsTest : public ::testing::TestWithParam<DType> {
   }
 };
 
-const std::pair<int64_t, int64_t> kShapes[] = {{1, 16}, {7, 768}, {33, 100}, {4, 5000}, {300, 64}};
+// Rows of 8-element multiples up to 8192 take the vectorised norm / activation kernels (1, 2 or 4 chunks per thread,
+// partial blocks); 100 and 12288 the scalar ones.
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 16},   {7, 768},  {33, 100}, {4, 5000},
+                                               {300, 64}, {3, 2048}, {2, 8192}, {1, 12288}};
 
 std::string label(const char* op, int64_t n, int64_t d, DType x, DType w) {
   return std::string(op) + " [" + std::to_string(n) + ", " + std::to_string(d) + "] x " + std::string(dtype_name(x)) +
@@ -110,6 +115,12 @@ TEST_P(CudaKernelsTest, ReadsRowStridedRows) {
   Tensor wide_dev = to_device(wide), w_dev = to_device(w), out_dev = poisoned_device({n, d}, dtype);
   ops::rms_norm(out_dev, wide_dev.slice(1, d, 2 * d), w_dev, 1e-5f);
   expect_matches(to_host(out_dev), ref, dtype, "rms_norm strided");
+  // A row start that is not 16-byte aligned (column offset 1) takes the scalar kernels.
+  Tensor ref1 = Tensor::empty({n, d}, DType::kF32);
+  ops::rms_norm(ref1, wide.slice(1, 1, d + 1).to(DType::kF32), w, 1e-5f);
+  Tensor out1_dev = poisoned_device({n, d}, dtype);
+  ops::rms_norm(out1_dev, wide_dev.slice(1, 1, d + 1), w_dev, 1e-5f);
+  expect_matches(to_host(out1_dev), ref1, dtype, "rms_norm unaligned rows");
 }
 
 TEST_P(CudaKernelsTest, AddMatchesCpu) {
@@ -147,29 +158,40 @@ TEST_P(CudaKernelsTest, EmbeddingMatchesCpu) {
   }
 }
 
+struct RotaryCase {
+  int64_t n, num_heads, num_kv_heads, head_dim;
+};
+// head_dim 6: half a head is not a multiple of 8 -- the scalar rotary path; the others take the vector path.
+const RotaryCase kRotaryCases[] = {{1, 4, 2, 64}, {13, 8, 8, 16}, {37, 32, 8, 128}, {300, 6, 1, 32}, {5, 4, 2, 6}};
+constexpr int64_t kMaxPosition = 4096;
+
+Tensor rope_cache(int64_t head_dim) {
+  std::vector<float> cache(static_cast<size_t>(kMaxPosition * head_dim));
+  for (int64_t p = 0; p < kMaxPosition; ++p) {
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const double angle = p * std::pow(10000.0, -2.0 * i / head_dim);
+      cache[p * head_dim + i] = static_cast<float>(std::cos(angle));
+      cache[p * head_dim + head_dim / 2 + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return Tensor::from_f32(cache, {kMaxPosition, head_dim});
+}
+
+Tensor random_positions(int64_t n, uint32_t seed) {
+  std::vector<int64_t> positions;
+  std::mt19937 rng(seed);
+  for (int64_t t = 0; t < n; ++t) positions.push_back(t == 0 ? kMaxPosition - 1 : rng() % kMaxPosition);
+  return Tensor::from_i64(positions, {n});
+}
+
 TEST_P(CudaKernelsTest, RotaryMatchesCpu) {
   const DType dtype = GetParam();
   uint32_t seed = 600;
-  struct Case {
-    int64_t n, num_heads, num_kv_heads, head_dim;
-  };
-  for (const Case& c : {Case{1, 4, 2, 64}, Case{13, 8, 8, 16}, Case{37, 32, 8, 128}, Case{300, 6, 1, 32}}) {
-    const int64_t q_cols = c.num_heads * c.head_dim, k_cols = c.num_kv_heads * c.head_dim, max_position = 4096;
+  for (const RotaryCase& c : kRotaryCases) {
+    const int64_t q_cols = c.num_heads * c.head_dim, k_cols = c.num_kv_heads * c.head_dim;
     // q and k as column slices of one fused [n, q + k + v] buffer, as the model's QKV projection leaves them.
     Tensor qkv = random_tensor({c.n, q_cols + 2 * k_cols}, seed++, dtype, -2.f, 2.f);
-    std::vector<float> cache(static_cast<size_t>(max_position * c.head_dim));
-    for (int64_t p = 0; p < max_position; ++p) {
-      for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-        const double angle = p * std::pow(10000.0, -2.0 * i / c.head_dim);
-        cache[p * c.head_dim + i] = static_cast<float>(std::cos(angle));
-        cache[p * c.head_dim + c.head_dim / 2 + i] = static_cast<float>(std::sin(angle));
-      }
-    }
-    Tensor cache_t = Tensor::from_f32(cache, {max_position, c.head_dim});
-    std::vector<int64_t> positions;
-    std::mt19937 rng(seed++);
-    for (int64_t t = 0; t < c.n; ++t) positions.push_back(t == 0 ? max_position - 1 : rng() % max_position);
-    Tensor pos = Tensor::from_i64(positions, {c.n});
+    Tensor cache_t = rope_cache(c.head_dim), pos = random_positions(c.n, seed++);
     Tensor ref = qkv.to(DType::kF32);
     Tensor q_ref = ref.slice(1, 0, q_cols), k_ref = ref.slice(1, q_cols, q_cols + k_cols);
     ops::rotary_embedding(pos, q_ref, k_ref, c.head_dim, cache_t);
@@ -178,6 +200,44 @@ TEST_P(CudaKernelsTest, RotaryMatchesCpu) {
     ops::rotary_embedding(to_device(pos), q_dev, k_dev, c.head_dim, to_device(cache_t));
     // v (the rest of the buffer) must be untouched: compare the whole fused row.
     expect_matches(to_host(qkv_dev), ref, dtype, label("rotary", c.n, c.head_dim, dtype, DType::kF32));
+  }
+}
+
+// The fused rotary + cache write against the CPU's two ops: the whole q/k/v buffer and both whole caches (slots
+// not written must keep their old contents; padding slots -1 write nothing).
+TEST_P(CudaKernelsTest, RotaryAndCacheMatchesCpu) {
+  const DType dtype = GetParam();
+  uint32_t seed = 700;
+  for (const RotaryCase& c : kRotaryCases) {
+    const int64_t q_cols = c.num_heads * c.head_dim, k_cols = c.num_kv_heads * c.head_dim;
+    const int64_t block_size = 16, num_blocks = (c.n + block_size - 1) / block_size * 2 + 1;
+    Tensor qkv = random_tensor({c.n, q_cols + 2 * k_cols}, seed++, dtype, -2.f, 2.f);
+    Tensor cache_t = rope_cache(c.head_dim), pos = random_positions(c.n, seed++);
+    const Shape cache_shape = {num_blocks, block_size, c.num_kv_heads, c.head_dim};
+    Tensor key_cache = random_tensor(cache_shape, seed++, dtype), value_cache = random_tensor(cache_shape, seed++, dtype);
+    std::vector<int64_t> all_slots(static_cast<size_t>(num_blocks * block_size));
+    for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
+    std::mt19937 rng(seed++);
+    std::shuffle(all_slots.begin(), all_slots.end(), rng);
+    std::vector<int64_t> slots(all_slots.begin(), all_slots.begin() + c.n);
+    slots[c.n / 2] = -1;  // a padding token
+    Tensor slot_t = Tensor::from_i64(slots, {c.n});
+    auto heads = [&c](const Tensor& t, int64_t col, int64_t n_heads) {
+      Tensor cols = t.slice(1, col, col + n_heads * c.head_dim);
+      return cols.as_strided({c.n, n_heads, c.head_dim}, {cols.stride(0), c.head_dim, 1});
+    };
+    Tensor ref = qkv.to(DType::kF32), kc_ref = key_cache.to(DType::kF32), vc_ref = value_cache.to(DType::kF32);
+    Tensor q_ref = heads(ref, 0, c.num_heads), k_ref = heads(ref, q_cols, c.num_kv_heads);
+    ops::rotary_embedding(pos, q_ref, k_ref, c.head_dim, cache_t);
+    ops::reshape_and_cache(k_ref, heads(ref, q_cols + k_cols, c.num_kv_heads), kc_ref, vc_ref, slot_t);
+    Tensor qkv_dev = to_device(qkv), kc_dev = to_device(key_cache), vc_dev = to_device(value_cache);
+    Tensor q_dev = heads(qkv_dev, 0, c.num_heads), k_dev = heads(qkv_dev, q_cols, c.num_kv_heads);
+    ops::rotary_embedding_and_cache(to_device(pos), q_dev, k_dev, heads(qkv_dev, q_cols + k_cols, c.num_kv_heads),
+                                    c.head_dim, to_device(cache_t), kc_dev, vc_dev, to_device(slot_t));
+    const std::string what = label("rotary_and_cache", c.n, c.head_dim, dtype, DType::kF32);
+    expect_matches(to_host(qkv_dev), ref, dtype, what + " q/k/v");
+    expect_matches(to_host(kc_dev), kc_ref, dtype, what + " key cache");
+    expect_matches(to_host(vc_dev), vc_ref, dtype, what + " value cache");
   }
 }
 

@@ -168,7 +168,9 @@ void compare_prompt_logprobs(const std::string& name, int64_t max_num_batched_to
       EXPECT_NEAR(lp.logprobs[0], steps[s]["top_logprobs"][0].get<float>(), f.tolerance) << where;
       if (f.tolerance == kF32Tolerance) {
         const float gap = steps[s]["top_logprobs"][0].get<float>() - steps[s]["top_logprobs"][1].get<float>();
-        if (gap > 1e-3f) EXPECT_EQ(lp.sampled_token_rank, 1) << where;
+        if (gap > 1e-3f) {
+          EXPECT_EQ(lp.sampled_token_rank, 1) << where;
+        }
       }
     }
   }
@@ -180,7 +182,7 @@ TEST(HfFixtures, PromptLogprobsMatchTransformers) {
 }
 
 TEST(HfFixtures, ChunkedPromptLogprobsMatchTransformers) {
-  for (const std::string& name : {"llama_gqa_f32", "qwen3_qknorm_bf16"}) {
+  for (const char* name : {"llama_gqa_f32", "qwen3_qknorm_bf16"}) {
     for (int64_t chunk : {1, 7}) compare_prompt_logprobs(name, chunk);
   }
 }

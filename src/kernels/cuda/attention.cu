@@ -39,8 +39,6 @@ const AttentionKernels* find_kernels(DType dtype, int head_dim) {
   return nullptr;
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 // The fast kernels load 16-byte chunks of query rows and cache rows.
 bool vector_friendly(const PagedAttentionParams& p) {
   const int64_t esize = static_cast<int64_t>(dtype_size(p.dtype));

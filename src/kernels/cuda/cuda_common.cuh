@@ -22,6 +22,60 @@ __device__ __forceinline__ void store_f(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_f(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_f(__half* p, float v) { *p = __float2half_rn(v); }
 
+// Eight consecutive elements through float (f32 math on 16-bit data): one 16-byte access for f16 / bf16, two for
+// f32. The pointer must be 16-byte aligned (callers check before choosing a vectorised path).
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __half22float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&f)[8]) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+__device__ __forceinline__ void store8(__half* p, const float (&f)[8]) {
+  uint4 raw;
+  __half2* h = reinterpret_cast<__half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+__device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+// Rounds f to T's precision and back (what a 16-bit store then load would give).
+template <typename T>
+__device__ __forceinline__ float round_to(float f) {
+  T t;
+  store_f(&t, f);
+  return load_f(&t);
+}
+// Whether p is 16-byte aligned (the vectorised paths' precondition).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 template <typename T>
 __device__ __forceinline__ T block_sum_t(T v) {
@@ -92,6 +146,7 @@ __device__ __forceinline__ int32_t key_id(uint64_t key) {
 // chosen over a number, and an all-NaN row gives the last id (as the CPU op).
 __device__ __forceinline__ int32_t block_argmax(const float* x, int64_t vocab) {
   uint64_t best = 0;
+#pragma unroll 8  // independent loads in flight: a one-row argmax is one round trip, not vocab / blockDim of them
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
     const float v = x[j];
     const uint64_t key = isnan(v) ? (uint64_t{1} << 32) | static_cast<uint32_t>(j) : rank_key(v, j);

@@ -29,6 +29,11 @@ void embedding(Tensor& out, const Tensor& ids, const Tensor& table);
 // the cache traps.
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache);
+// rotary_embedding, then the rotated key and the value written at slot_mapping into the paged caches (as
+// reshape_and_cache: negative slots and slots past the cache skipped), in one launch.
+void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache,
+                                const Tensor& slot_mapping);
 
 // ---- GEMM (cuBLASLt; kernels/cuda/gemm.cc) ----
 

@@ -1,6 +1,7 @@
-// Embedding lookup and rotate-half rotary embedding on CUDA, launched on the current stream. One block per token;
-// f32 math (rotary: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, the CPU formula), rounded once on store.
-// Out-of-range ids / positions trap (device_check) instead of reading past a buffer.
+// Embedding lookup and rotate-half rotary embedding on CUDA (the rotary kernel optionally also writes the rotated
+// key and the value into the paged KV cache: one launch where a decode step would pay two), on the current stream.
+// One block per token; f32 math (rotary: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, the CPU formula), rounded
+// once on store. Out-of-range ids / positions trap (device_check) instead of reading past a buffer.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -9,39 +10,138 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename O, typename T>
+// V consecutive elements through float: V = 8 is the 16-byte-aligned vector path, V = 1 the scalar one.
+template <int V, typename P>
+__device__ __forceinline__ void load_v(const P* p, float (&f)[V]) {
+  if constexpr (V == 8) {
+    load8(p, f);
+  } else {
+    f[0] = load_f(p);
+  }
+}
+template <int V, typename P>
+__device__ __forceinline__ void store_v(P* p, const float (&f)[V]) {
+  if constexpr (V == 8) {
+    store8(p, f);
+  } else {
+    store_f(p, f[0]);
+  }
+}
+
+template <typename O, typename T, int V>
 __global__ void embedding_kernel(O* out, int64_t out_stride, const int32_t* ids, const T* table, int64_t vocab,
                                  int64_t hidden) {
   const int32_t id = ids[blockIdx.x];
   device_check(id >= 0 && id < vocab);
   const T* src = table + static_cast<int64_t>(id) * hidden;
   O* dst = out + blockIdx.x * out_stride;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) store_f(dst + j, load_f(src + j));
-}
-
-template <typename T>
-__device__ __forceinline__ void rotate_heads(T* x, int num_heads, int head_dim, const float* cos, const float* sin) {
-  const int half = head_dim / 2;
-  for (int i = threadIdx.x; i < num_heads * half; i += blockDim.x) {
-    const int h = i / half, j = i % half;
-    T* x1 = x + h * head_dim + j;
-    T* x2 = x1 + half;
-    const float a = load_f(x1), b = load_f(x2), c = cos[j], s = sin[j];
-    store_f(x1, a * c - b * s);
-    store_f(x2, b * c + a * s);
+  for (int64_t j = threadIdx.x * V; j < hidden; j += blockDim.x * V) {
+    float f[V];
+    load_v<V>(src + j, f);
+    store_v<V>(dst + j, f);
   }
 }
 
 template <typename T>
-__global__ void rotary_kernel(const int64_t* positions, T* query, int64_t q_stride, int num_heads, T* key,
-                              int64_t k_stride, int num_kv_heads, int head_dim, const float* cache,
-                              int64_t max_position) {
-  const int64_t pos = positions[blockIdx.x];
-  device_check(pos >= 0 && pos < max_position);
-  const float* cos = cache + pos * head_dim;
-  const float* sin = cos + head_dim / 2;
-  rotate_heads(query + blockIdx.x * q_stride, num_heads, head_dim, cos, sin);
-  rotate_heads(key + blockIdx.x * k_stride, num_kv_heads, head_dim, cos, sin);
+struct RotaryArgs {
+  const int64_t* positions;
+  T* query;  // [n, num_heads * head_dim], row stride q_stride
+  int64_t q_stride;
+  T* key;  // [n, num_kv_heads * head_dim], row stride k_stride
+  int64_t k_stride;
+  const T* value;  // like key; read only when caching
+  int64_t v_stride;
+  int num_heads, num_kv_heads, head_dim;
+  const float* cos_sin;  // [max_position, head_dim]
+  int64_t max_position;
+  T* key_cache;  // null: rotate only; else [num_slots, num_kv_heads * head_dim] (the paged layout, flattened)
+  T* value_cache;
+  const int64_t* slot_mapping;
+  int64_t num_slots;
+};
+
+// Threads walk (head, V-wide piece of the first half) pairs over the query heads then the key heads; a cached
+// key piece is stored twice (in place and into its slot), then the value row is copied into its slot.
+template <typename T, int V>
+__global__ void rotary_kernel(const RotaryArgs<T> a) {
+  const int t = blockIdx.x;
+  const int64_t pos = a.positions[t];
+  device_check(pos >= 0 && pos < a.max_position);
+  const int half = a.head_dim / 2;
+  const float* cos = a.cos_sin + pos * a.head_dim;
+  const float* sin = cos + half;
+  int64_t slot = -1;
+  if (a.key_cache != nullptr) {
+    slot = a.slot_mapping[t];
+    if (slot >= a.num_slots) slot = -1;  // padding (negative) or past the cache: skipped, as reshape_and_cache
+  }
+  const int64_t row = static_cast<int64_t>(a.num_kv_heads) * a.head_dim;
+  const int pieces = half / V;
+  const int total = (a.num_heads + a.num_kv_heads) * pieces;
+  for (int u = threadIdx.x; u < total; u += blockDim.x) {
+    const int h = u / pieces, j = (u % pieces) * V;
+    const bool is_key = h >= a.num_heads;
+    const int kh = h - a.num_heads;
+    T* x1 = is_key ? a.key + t * a.k_stride + kh * a.head_dim + j : a.query + t * a.q_stride + h * a.head_dim + j;
+    float p[V], q[V], c[V], s[V], r1[V], r2[V];
+    load_v<V>(x1, p);
+    load_v<V>(x1 + half, q);
+    load_v<V>(cos + j, c);
+    load_v<V>(sin + j, s);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      r1[e] = p[e] * c[e] - q[e] * s[e];
+      r2[e] = q[e] * c[e] + p[e] * s[e];
+    }
+    store_v<V>(x1, r1);
+    store_v<V>(x1 + half, r2);
+    if (is_key && slot >= 0) {
+      T* kc = a.key_cache + slot * row + kh * a.head_dim + j;
+      store_v<V>(kc, r1);
+      store_v<V>(kc + half, r2);
+    }
+  }
+  if (slot < 0) return;
+  for (int64_t e = threadIdx.x * V; e < row; e += blockDim.x * V) {
+    float f[V];
+    load_v<V>(a.value + t * a.v_stride + e, f);
+    store_v<V>(a.value_cache + slot * row + e, f);
+  }
+}
+
+template <typename T>
+void launch_rotary(const RotaryArgs<T>& a, int64_t n) {
+  // The vector path needs every 8-element piece 16-byte aligned: row starts, head starts and the cos/sin halves.
+  bool vec = (a.head_dim / 2) % 8 == 0 && a.q_stride % 8 == 0 && a.k_stride % 8 == 0 && aligned16(a.query) &&
+             aligned16(a.key) && aligned16(a.cos_sin);
+  if (a.key_cache != nullptr) {
+    vec = vec && a.v_stride % 8 == 0 && aligned16(a.value) && aligned16(a.key_cache) && aligned16(a.value_cache);
+  }
+  const unsigned grid = static_cast<unsigned>(n);
+  if (vec) {
+    rotary_kernel<T, 8><<<grid, kThreads, 0, stream()>>>(a);
+  } else {
+    rotary_kernel<T, 1><<<grid, kThreads, 0, stream()>>>(a);
+  }
+  check_launch("rotary_kernel");
+}
+
+template <typename T>
+RotaryArgs<T> rotary_args(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
+                          const Tensor& cos_sin_cache) {
+  const int64_t n = positions.size(0);
+  RotaryArgs<T> a{};
+  a.positions = positions.data<int64_t>();
+  a.query = query.data<T>();
+  a.q_stride = query.stride(0);
+  a.num_heads = static_cast<int>(query.numel() / n / head_dim);
+  a.key = key.data<T>();
+  a.k_stride = key.stride(0);
+  a.num_kv_heads = static_cast<int>(key.numel() / n / head_dim);
+  a.head_dim = static_cast<int>(head_dim);
+  a.cos_sin = cos_sin_cache.data<float>();
+  a.max_position = cos_sin_cache.size(0);
+  return a;
 }
 
 }  // namespace
@@ -49,12 +149,20 @@ __global__ void rotary_kernel(const int64_t* positions, T* query, int64_t q_stri
 void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   const int64_t n = ids.size(0), vocab = table.size(0), hidden = table.size(1);
   if (n == 0 || hidden == 0) return;
+  const bool vec = hidden % 8 == 0 && out.stride(0) % 8 == 0 && aligned16(out.raw_data()) &&
+                   aligned16(table.raw_data());
   dispatch_float(out.dtype(), "embedding", [&](auto o) {
     dispatch_float(table.dtype(), "embedding", [&](auto t) {
       using O = decltype(o);
       using T = decltype(t);
-      embedding_kernel<O, T><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
-          out.data<O>(), out.stride(0), ids.data<int32_t>(), table.data<T>(), vocab, hidden);
+      const unsigned grid = static_cast<unsigned>(n);
+      if (vec) {
+        embedding_kernel<O, T, 8><<<grid, kThreads, 0, stream()>>>(out.data<O>(), out.stride(0), ids.data<int32_t>(),
+                                                                   table.data<T>(), vocab, hidden);
+      } else {
+        embedding_kernel<O, T, 1><<<grid, kThreads, 0, stream()>>>(out.data<O>(), out.stride(0), ids.data<int32_t>(),
+                                                                   table.data<T>(), vocab, hidden);
+      }
       check_launch("embedding_kernel");
     });
   });
@@ -64,14 +172,27 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
                       const Tensor& cos_sin_cache) {
   const int64_t n = positions.size(0);
   if (n == 0) return;
-  const int64_t q_row = query.numel() / n, k_row = key.numel() / n;
   dispatch_float(query.dtype(), "rotary_embedding", [&](auto t) {
     using T = decltype(t);
-    rotary_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
-        positions.data<int64_t>(), query.data<T>(), query.stride(0), static_cast<int>(q_row / head_dim), key.data<T>(),
-        key.stride(0), static_cast<int>(k_row / head_dim), static_cast<int>(head_dim), cos_sin_cache.data<float>(),
-        cos_sin_cache.size(0));
-    check_launch("rotary_kernel");
+    launch_rotary(rotary_args<T>(positions, query, key, head_dim, cos_sin_cache), n);
+  });
+}
+
+void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache,
+                                const Tensor& slot_mapping) {
+  const int64_t n = positions.size(0);
+  if (n == 0) return;
+  dispatch_float(query.dtype(), "rotary_embedding_and_cache", [&](auto t) {
+    using T = decltype(t);
+    RotaryArgs<T> a = rotary_args<T>(positions, query, key, head_dim, cos_sin_cache);
+    a.value = value.data<T>();
+    a.v_stride = value.stride(0);
+    a.key_cache = key_cache.data<T>();
+    a.value_cache = value_cache.data<T>();
+    a.slot_mapping = slot_mapping.data<int64_t>();
+    a.num_slots = key_cache.size(0) * key_cache.size(1);
+    launch_rotary(a, n);
   });
 }
 

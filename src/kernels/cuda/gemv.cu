@@ -1,8 +1,10 @@
 // ops::linear for single-token products (m = kMaxGemvRows = 1) with 16-bit operands: a weight-streaming GEMV
-// (bench/RESULTS.md: 4-11% faster than cuBLASLt at m = 1 on the Mistral-7B shapes, slower at m = 4). Each
-// warp owns one output column j (a weight row), reads it once with 16-byte loads, several in flight, and dots it
-// with every x row (x stays in L1/L2); f32 accumulation, warp-shuffle reduction, bias added in f32 before the one
-// rounding to out's dtype. Memory-bound by design: its floor is weight bytes / bandwidth.
+// (bench/RESULTS.md: faster than cuBLASLt at m = 1 on the S and Mistral-7B shapes, slower at m = 4). Each output
+// column j (a weight row) is owned by `splits` warps of one block that stream interleaved 16-byte pieces of the row,
+// several in flight, and dot them with every x row (x stays in L1/L2); f32 accumulation, warp-shuffle then shared
+// memory reduction, bias added in f32 before the one rounding to out's dtype. Short, narrow products (the S
+// model's o_proj: 2048 rows) split each row over more warps so the GPU has enough loads in flight. Memory-bound by
+// design: its floor is weight bytes / bandwidth.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -10,34 +12,9 @@ namespace llmserve::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
-
-template <typename T>
-struct Vec8;  // eight 16-bit values as one 16-byte word
-template <>
-struct Vec8<__nv_bfloat16> {
-  static __device__ __forceinline__ void to_float(const uint4& v, float* f) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 p = __bfloat1622float2(h[i]);
-      f[2 * i] = p.x;
-      f[2 * i + 1] = p.y;
-    }
-  }
-};
-template <>
-struct Vec8<__half> {
-  static __device__ __forceinline__ void to_float(const uint4& v, float* f) {
-    const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 p = __half22float2(h[i]);
-      f[2 * i] = p.x;
-      f[2 * i + 1] = p.y;
-    }
-  }
-};
+constexpr int kUnroll = 4;            // 16-byte weight loads in flight per lane
+constexpr int kMaxSplits = 8;         // warps per output column (a power of two dividing kWarpsPerBlock)
+constexpr int64_t kWantWarps = 8192;  // ~ 132 SMs x 64 resident warps: enough loads in flight to reach bandwidth
 
 // Streaming load: the weight is read once per call, so keep it out of L1.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
@@ -48,74 +25,89 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
+template <typename T>
+__device__ __forceinline__ void word_to_floats(const uint4& w, float (&f)[8]) {
+  load8(reinterpret_cast<const T*>(&w), f);
+}
+
+template <typename T, int M>
+__device__ __forceinline__ void dot_word(const uint4& w, const T* x, int64_t x_stride, int64_t word, float (&acc)[M]) {
+  float wf[8];
+  word_to_floats<T>(w, wf);
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    float xf[8];
+    word_to_floats<T>(__ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + word), xf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
+  }
+}
+
 template <typename T, typename O, typename B, int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(O* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight, const B* bias, int64_t n,
-                int64_t k) {
-  const int lane = threadIdx.x % 32;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (j >= n) return;
-  const uint4* w = reinterpret_cast<const uint4*>(weight + j * k);
-  const int64_t k8 = k / 8;  // 16-byte words per row
+                int64_t k, int splits) {
+  __shared__ float partial[kWarpsPerBlock][M];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int cols_per_block = kWarpsPerBlock / splits, part = warp % splits;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * cols_per_block + warp / splits;
   float acc[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0.f;
-  int64_t i = lane;
-  for (; i + 32 * (kUnroll - 1) < k8; i += 32 * kUnroll) {
-    uint4 wv[kUnroll];
+  if (j < n) {  // no early return: the whole block meets at the barrier below
+    const uint4* w = reinterpret_cast<const uint4*>(weight + j * k);
+    const int64_t k8 = k / 8;  // 16-byte words per row
+    const int64_t step = 32 * splits;
+    int64_t i = part * 32 + lane;
+    for (; i + step * (kUnroll - 1) < k8; i += step * kUnroll) {
+      uint4 wv[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(w + i + 32 * u);
+      for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(w + i + step * u);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float wf[8];
-      Vec8<T>::to_float(wv[u], wf);
-#pragma unroll
-      for (int r = 0; r < M; ++r) {
-        float xf[8];
-        Vec8<T>::to_float(__ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + i + 32 * u), xf);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
-      }
+      for (int u = 0; u < kUnroll; ++u) dot_word<T, M>(wv[u], x, x_stride, i + step * u, acc);
     }
-  }
-  for (; i < k8; i += 32) {
-    float wf[8];
-    Vec8<T>::to_float(load_stream(w + i), wf);
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      float xf[8];
-      Vec8<T>::to_float(__ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + i), xf);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
-    }
+    for (; i < k8; i += step) dot_word<T, M>(load_stream(w + i), x, x_stride, i, acc);
   }
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    float v = acc[r];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) {
-      if (bias != nullptr) v += load_f(bias + j);
-      store_f(out + r * out_stride + j, v);
-    }
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane == 0) partial[warp][r] = acc[r];
   }
+  if (splits > 1) __syncthreads();
+  if (lane != 0 || part != 0 || j >= n) return;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    float v = 0.f;
+    for (int p = 0; p < splits; ++p) v += partial[warp + p][r];
+    if (bias != nullptr) v += load_f(bias + j);
+    store_f(out + r * out_stride + j, v);
+  }
+}
+
+// Warps per column: the fewest that put ~kWantWarps warps on the GPU, while each warp still gets at least two
+// unrolled rounds of loads (fewer and the reduction costs more than it hides).
+int choose_splits(int64_t n, int64_t k) {
+  const int64_t k8 = k / 8;
+  int splits = 1;
+  while (splits < kMaxSplits && n * splits < kWantWarps && k8 >= int64_t{32} * kUnroll * splits * 2) splits *= 2;
+  return splits;
 }
 
 template <typename T, typename O, typename B>
 void launch(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   const B* b = bias != nullptr ? bias->data<B>() : nullptr;
-  const unsigned grid = ceil_div(n, kWarpsPerBlock);
+  const int splits = choose_splits(n, k);
+  const unsigned grid = ceil_div(n, kWarpsPerBlock / splits);
   const int threads = kWarpsPerBlock * 32;
   cudaStream_t s = stream();
   O* o = out.data<O>();
   const T* xp = x.data<T>();
   const T* w = weight.data<T>();
   CHECK_LE(m, kMaxGemvRows) << "gemv: m " << m;  // rows 2..4 compile, but cuBLASLt measured faster there
-  gemv_kernel<T, O, B, 1><<<grid, threads, 0, s>>>(o, out.stride(0), xp, x.stride(0), w, b, n, k);
+  gemv_kernel<T, O, B, 1><<<grid, threads, 0, s>>>(o, out.stride(0), xp, x.stride(0), w, b, n, k, splits);
   check_launch("gemv_kernel");
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

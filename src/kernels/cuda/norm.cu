@@ -1,6 +1,7 @@
 // RMSNorm and fused residual-add + RMSNorm on CUDA: one block per row, f32 accumulation, activations f32, f16 or
 // bf16 with a weight of any of those dtypes, launched on the current stream. Matches the CPU ops up to the rounding
-// of 16-bit stores.
+// of 16-bit stores. Rows of up to 8192 elements in 16-byte-aligned 8-element chunks take the vectorised kernels
+// (the row stays in registers: one read, one write); anything else the scalar ones.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -40,10 +41,87 @@ __global__ void fused_add_rms_norm_kernel(T* x, int64_t x_stride, T* residual, i
   for (int i = threadIdx.x; i < d; i += blockDim.x) store_f(xr + i, load_f(rr + i) * r * load_f(weight + i));
 }
 
+// Vectorised: thread t owns chunks t, t + blockDim, ... (N of them at most) of 8 elements, kept in registers
+// between the sum of squares and the scaling. A single decode token is one block: every round trip counts.
+constexpr int kVecMaxChunks = 4;
+constexpr int kVecMaxThreads = 256;
+
+template <typename T, typename W, int N, bool kResidual>
+__global__ void __launch_bounds__(kVecMaxThreads)
+    rms_norm_vec_kernel(T* out, int64_t out_stride, T* x, int64_t x_stride, T* residual, int64_t res_stride,
+                        const W* weight, int d, float eps) {
+  const int chunks = d / 8;
+  T* xr = x + blockIdx.x * x_stride;
+  T* rr = kResidual ? residual + blockIdx.x * res_stride : nullptr;
+  float v[N][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int chunk = threadIdx.x + c * blockDim.x;
+    if (chunk >= chunks) break;
+    load8(xr + chunk * 8, v[c]);
+    if constexpr (kResidual) {
+      float r[8];
+      load8(rr + chunk * 8, r);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[c][e] = round_to<T>(v[c][e] + r[e]);  // later layers see the rounded sum
+      store8(rr + chunk * 8, v[c]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss = fmaf(v[c][e], v[c][e], ss);
+  }
+  const float scale = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
+  T* o = out + blockIdx.x * out_stride;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int chunk = threadIdx.x + c * blockDim.x;
+    if (chunk >= chunks) break;
+    float w[8];
+    load8(weight + chunk * 8, w);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * scale * w[e];
+    store8(o + chunk * 8, v[c]);
+  }
+}
+
+// Launches the vectorised kernel when the row fits and every row start is 16-byte aligned; false otherwise.
+template <typename T, typename W, bool kResidual>
+bool launch_vec(int64_t n, int64_t d, T* out, int64_t out_stride, T* x, int64_t x_stride, T* residual,
+                int64_t res_stride, const W* weight, float eps) {
+  const int64_t chunks = d / 8;
+  const bool fits = d % 8 == 0 && chunks <= kVecMaxThreads * kVecMaxChunks && out_stride % 8 == 0 &&
+                    x_stride % 8 == 0 && (!kResidual || res_stride % 8 == 0) && aligned16(out) && aligned16(x) &&
+                    (!kResidual || aligned16(residual)) && aligned16(weight);
+  if (!fits) return false;
+  const int per_thread = static_cast<int>((chunks + kVecMaxThreads - 1) / kVecMaxThreads);
+  const int threads = static_cast<int>(std::max<int64_t>(32, (chunks + per_thread - 1) / per_thread + 31) / 32 * 32);
+  const unsigned grid = static_cast<unsigned>(n);
+  const int di = static_cast<int>(d);
+  switch (per_thread) {
+    case 1:
+      rms_norm_vec_kernel<T, W, 1, kResidual>
+          <<<grid, threads, 0, stream()>>>(out, out_stride, x, x_stride, residual, res_stride, weight, di, eps);
+      break;
+    case 2:
+      rms_norm_vec_kernel<T, W, 2, kResidual>
+          <<<grid, threads, 0, stream()>>>(out, out_stride, x, x_stride, residual, res_stride, weight, di, eps);
+      break;
+    default:
+      rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual>
+          <<<grid, threads, 0, stream()>>>(out, out_stride, x, x_stride, residual, res_stride, weight, di, eps);
+      break;
+  }
+  check_launch("rms_norm_vec_kernel");
+  return true;
+}
+
 template <typename T, typename W>
 void launch_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
+  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), nullptr, 0,
+                              weight.data<W>(), eps))
+    return;
   rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
       out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<W>(), static_cast<int>(x.size(1)), eps);
   check_launch("rms_norm_kernel");
@@ -53,6 +131,9 @@ template <typename T, typename W>
 void launch_fused(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
+  if (launch_vec<T, W, true>(n, x.size(1), x.data<T>(), x.stride(0), x.data<T>(), x.stride(0), residual.data<T>(),
+                             residual.stride(0), weight.data<W>(), eps))
+    return;
   fused_add_rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
       x.data<T>(), x.stride(0), residual.data<T>(), residual.stride(0), weight.data<W>(), static_cast<int>(x.size(1)),
       eps);
