@@ -145,12 +145,27 @@ __device__ __forceinline__ int32_t key_id(uint64_t key) {
 // ops::argmax of one row, computed by the whole block (every thread gets it): ties to the lowest id, NaN never
 // chosen over a number, and an all-NaN row gives the last id (as the CPU op).
 __device__ __forceinline__ int32_t block_argmax(const float* x, int64_t vocab) {
+  auto key_of = [](float v, int64_t j) {
+    return isnan(v) ? (uint64_t{1} << 32) | static_cast<uint32_t>(j) : rank_key(v, j);
+  };
   uint64_t best = 0;
-#pragma unroll 8  // independent loads in flight: a one-row argmax is one round trip, not vocab / blockDim of them
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float v = x[j];
-    const uint64_t key = isnan(v) ? (uint64_t{1} << 32) | static_cast<uint32_t>(j) : rank_key(v, j);
-    best = key > best ? key : best;
+  int64_t j = threadIdx.x;
+  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 16-byte loads, several in flight
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll 4
+    for (; j < vocab / 4; j += blockDim.x) {
+      const float4 v = x4[j];
+      const uint64_t a = key_of(v.x, 4 * j), b = key_of(v.y, 4 * j + 1), c = key_of(v.z, 4 * j + 2),
+                     d = key_of(v.w, 4 * j + 3);
+      const uint64_t ab = a > b ? a : b, cd = c > d ? c : d, m = ab > cd ? ab : cd;
+      best = m > best ? m : best;
+    }
+  } else {
+#pragma unroll 8  // independent loads in flight
+    for (; j < vocab; j += blockDim.x) {
+      const uint64_t key = key_of(x[j], j);
+      best = key > best ? key : best;
+    }
   }
   best = block_max_u64(best);
   return (best >> 32) == 1 ? static_cast<int32_t>(static_cast<uint32_t>(best)) : key_id(best);
