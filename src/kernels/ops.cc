@@ -234,7 +234,8 @@ void add(Tensor& a, const Tensor& b) {
 
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache) {
-  check_rotary(positions, query, key, head_dim, cos_sin_cache, "rotary_embedding");
+  constexpr const char* op = "rotary_embedding";
+  check_rotary(positions, query, key, head_dim, cos_sin_cache, op);
   if (query.device().is_cpu()) return cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
 #ifdef LLMSERVE_WITH_CUDA
   cuda::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
@@ -287,7 +288,8 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
 
 void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
                        const Tensor& slot_mapping) {
-  check_cache_write(key, value, key_cache, value_cache, slot_mapping, "reshape_and_cache");
+  constexpr const char* op = "reshape_and_cache";
+  check_cache_write(key, value, key_cache, value_cache, slot_mapping, op);
   if (key.device().is_cpu()) return cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
 #ifdef LLMSERVE_WITH_CUDA
   cuda::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);

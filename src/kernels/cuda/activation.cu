@@ -14,6 +14,8 @@ constexpr int kThreads = 256;
 // V consecutive outputs per thread: 8 (16-byte accesses) when rows allow it, else 1.
 template <typename T, int V>
 __global__ void silu_and_mul_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride, int d) {
+  pdl_wait();  // x comes from the previous kernel (launched with launch_pdl when vectorised)
+  pdl_trigger();
   const int j = (blockIdx.y * blockDim.x + threadIdx.x) * V;
   if (j >= d) return;
   const T* xr = x + blockIdx.x * x_stride;
@@ -40,8 +42,8 @@ void launch(Tensor& out, const Tensor& x) {
   const int v = vec ? 8 : 1;
   dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((d / v + kThreads - 1) / kThreads));
   if (vec) {
-    silu_and_mul_kernel<T, 8><<<grid, kThreads, 0, stream()>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
-                                                               static_cast<int>(d));
+    launch_pdl("silu_and_mul_kernel", silu_and_mul_kernel<T, 8>, grid, kThreads, out.data<T>(), out.stride(0),
+               x.data<T>(), x.stride(0), static_cast<int>(d));
   } else {
     silu_and_mul_kernel<T, 1><<<grid, kThreads, 0, stream()>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
                                                                static_cast<int>(d));

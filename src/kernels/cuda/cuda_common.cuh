@@ -216,6 +216,40 @@ __device__ __forceinline__ void device_check(bool ok) {
 // The stream every kernel launches on.
 inline cudaStream_t stream() { return current_stream(); }
 
+// Programmatic dependent launch (Hopper): a kernel launched by launch_pdl may be scheduled while the kernel before
+// it in the stream is still running (from that kernel's pdl_trigger() on), so its blocks are resident when the
+// data arrives instead of paying a launch gap -- decode at small batch is a chain of short kernels. Such a kernel
+// may read only constant data (weights) before pdl_wait(), which returns once every earlier kernel has completed
+// and its writes are visible; it must neither read activations nor write anything before it. Without a
+// programmatic predecessor both are no-ops. LLMSERVE_PDL=0 in the environment turns the overlap off (A/B runs).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+// Lets the next launch_pdl kernel be scheduled; call it once this kernel's main loads are in flight.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+bool pdl_enabled();
+template <typename... Params, typename... Args>
+void launch_pdl(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream();
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  CHECK(err == cudaSuccess) << what << ": " << cudaGetErrorString(err);
+}
+
 // Aborts with the kernel's name if the launch failed.
 inline void check_launch(const char* what) {
   cudaError_t err = cudaGetLastError();

@@ -64,6 +64,8 @@ struct RotaryArgs {
 // key piece is stored twice (in place and into its slot), then the value row is copied into its slot.
 template <typename T, int V>
 __global__ void rotary_kernel(const RotaryArgs<T> a) {
+  pdl_wait();  // q, k and v come from the previous kernel
+  pdl_trigger();
   const int t = blockIdx.x;
   const int64_t pos = a.positions[t];
   device_check(pos >= 0 && pos < a.max_position);
@@ -118,12 +120,7 @@ void launch_rotary(const RotaryArgs<T>& a, int64_t n) {
     vec = vec && a.v_stride % 8 == 0 && aligned16(a.value) && aligned16(a.key_cache) && aligned16(a.value_cache);
   }
   const unsigned grid = static_cast<unsigned>(n);
-  if (vec) {
-    rotary_kernel<T, 8><<<grid, kThreads, 0, stream()>>>(a);
-  } else {
-    rotary_kernel<T, 1><<<grid, kThreads, 0, stream()>>>(a);
-  }
-  check_launch("rotary_kernel");
+  launch_pdl("rotary_kernel", vec ? rotary_kernel<T, 8> : rotary_kernel<T, 1>, grid, kThreads, a);
 }
 
 template <typename T>

@@ -3,8 +3,9 @@
 // column j (a weight row) is owned by `splits` warps of one block that stream interleaved 16-byte pieces of the row,
 // several in flight, and dot them with every x row (x stays in L1/L2); f32 accumulation, warp-shuffle then shared
 // memory reduction, bias added in f32 before the one rounding to out's dtype. Short, narrow products (the S
-// model's o_proj: 2048 rows) split each row over more warps so the GPU has enough loads in flight. Memory-bound by
-// design: its floor is weight bytes / bandwidth.
+// model's o_proj: 2048 rows) split each row over more warps so the GPU has enough loads in flight. Launched with
+// programmatic dependent launch: the first weight loads overlap the previous kernel. Memory-bound by design: its
+// floor is weight bytes / bandwidth. The weight must not be written by the kernel launched just before.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -54,13 +55,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   float acc[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0.f;
-  if (j < n) {  // no early return: the whole block meets at the barrier below
-    const uint4* w = reinterpret_cast<const uint4*>(weight + j * k);
-    const int64_t k8 = k / 8;  // 16-byte words per row
-    const int64_t step = 32 * splits;
-    int64_t i = part * 32 + lane;
+  const uint4* w = reinterpret_cast<const uint4*>(weight + j * k);
+  const int64_t k8 = k / 8;  // 16-byte words per row
+  const int64_t step = 32 * splits;
+  int64_t i = part * 32 + lane;
+  // The first round of weight loads goes out before pdl_wait: the weight is constant, so it streams while the
+  // kernel producing x finishes. No early return: the whole block meets at the barrier below.
+  const bool first_round = j < n && i + step * (kUnroll - 1) < k8;
+  uint4 wv[kUnroll];
+  if (first_round) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(w + i + step * u);
+  }
+  pdl_wait();
+  if (first_round) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) dot_word<T, M>(wv[u], x, x_stride, i + step * u, acc);
+    i += step * kUnroll;
+  }
+  if (j < n) {
     for (; i + step * (kUnroll - 1) < k8; i += step * kUnroll) {
-      uint4 wv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(w + i + step * u);
 #pragma unroll
@@ -68,6 +82,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
     for (; i < k8; i += step) dot_word<T, M>(load_stream(w + i), x, x_stride, i, acc);
   }
+  pdl_trigger();
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
@@ -100,13 +115,12 @@ void launch(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
   const int splits = choose_splits(n, k);
   const unsigned grid = ceil_div(n, kWarpsPerBlock / splits);
   const int threads = kWarpsPerBlock * 32;
-  cudaStream_t s = stream();
   O* o = out.data<O>();
   const T* xp = x.data<T>();
   const T* w = weight.data<T>();
   CHECK_LE(m, kMaxGemvRows) << "gemv: m " << m;  // rows 2..4 compile, but cuBLASLt measured faster there
-  gemv_kernel<T, O, B, 1><<<grid, threads, 0, s>>>(o, out.stride(0), xp, x.stride(0), w, b, n, k, splits);
-  check_launch("gemv_kernel");
+  launch_pdl("gemv_kernel", gemv_kernel<T, O, B, 1>, grid, threads, o, out.stride(0), xp, x.stride(0), w, b, n, k,
+             splits);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // RMSNorm and fused residual-add + RMSNorm on CUDA: one block per row, f32 accumulation, activations f32, f16 or
 // bf16 with a weight of any of those dtypes, launched on the current stream. Matches the CPU ops up to the rounding
 // of 16-bit stores. Rows of up to 8192 elements in 16-byte-aligned 8-element chunks take the vectorised kernels
-// (the row stays in registers: one read, one write); anything else the scalar ones.
+// (the row stays in registers: one read, one write; programmatic dependent launch); anything else the scalar ones.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -50,6 +50,7 @@ template <typename T, typename W, int N, bool kResidual>
 __global__ void __launch_bounds__(kVecMaxThreads)
     rms_norm_vec_kernel(T* out, int64_t out_stride, T* x, int64_t x_stride, T* residual, int64_t res_stride,
                         const W* weight, int d, float eps) {
+  pdl_wait();  // x and the residual come from the previous kernel
   const int chunks = d / 8;
   T* xr = x + blockIdx.x * x_stride;
   T* rr = kResidual ? residual + blockIdx.x * res_stride : nullptr;
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kVecMaxThreads)
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss = fmaf(v[c][e], v[c][e], ss);
   }
+  pdl_trigger();
   const float scale = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
   T* o = out + blockIdx.x * out_stride;
 #pragma unroll
@@ -99,19 +101,18 @@ bool launch_vec(int64_t n, int64_t d, T* out, int64_t out_stride, T* x, int64_t 
   const int di = static_cast<int>(d);
   switch (per_thread) {
     case 1:
-      rms_norm_vec_kernel<T, W, 1, kResidual>
-          <<<grid, threads, 0, stream()>>>(out, out_stride, x, x_stride, residual, res_stride, weight, di, eps);
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 1, kResidual>, grid, threads, out, out_stride, x,
+                 x_stride, residual, res_stride, weight, di, eps);
       break;
     case 2:
-      rms_norm_vec_kernel<T, W, 2, kResidual>
-          <<<grid, threads, 0, stream()>>>(out, out_stride, x, x_stride, residual, res_stride, weight, di, eps);
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 2, kResidual>, grid, threads, out, out_stride, x,
+                 x_stride, residual, res_stride, weight, di, eps);
       break;
     default:
-      rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual>
-          <<<grid, threads, 0, stream()>>>(out, out_stride, x, x_stride, residual, res_stride, weight, di, eps);
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual>, grid, threads, out, out_stride, x,
+                 x_stride, residual, res_stride, weight, di, eps);
       break;
   }
-  check_launch("rms_norm_vec_kernel");
   return true;
 }
 
