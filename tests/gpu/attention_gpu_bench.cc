@@ -1,9 +1,11 @@
 // `attention_gpu_test --bench`: decode paged-attention bandwidth vs the measured device copy bandwidth
-// (DESIGN.md section 4). Shape: Llama-3-8B / Mistral-7B attention (32 query heads, 8 kv heads, head_dim 128),
-// bf16, block 16; batch 1 and 128 at contexts 256 and 2048. Bytes counted: K and V of every context token once
+// (DESIGN.md section 4), bf16, block 16. Shapes: M = Mistral-7B attention (32 query heads, 8 kv heads, head_dim
+// 128) at batch 1 and 128, contexts 256 and 2048; S = the 1.1B model (32 / 8 heads, head_dim 64) at batch 1
+// context 256 and batch 128 contexts 192 and 256. Each row prints its floor (K+V bytes / copy bandwidth) and the
+// ratio. Bytes counted: K and V of every context token once
 // (query and output are < 1% here). Each timed call reads a different slice of a >= 512 MB cache so L2 (50-60 MB)
 // never holds the data; times are medians of 15 samples of 20 back-to-back calls, with CUDA events. Also the
-// prefill kernel's TFLOP/s on one causal prompt (512, 2048, 8192 tokens) of the same shape.
+// prefill kernel's TFLOP/s on one causal prompt (512, 2048, 8192 tokens) of the M shape.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
