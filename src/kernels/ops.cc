@@ -374,13 +374,14 @@ int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_head
   // Split-K pays only while the batch has too few CTAs to fill the GPU (tens of decode tokens) and the
   // contexts are long; the decode kernel uses at most 32 splits of >= 32 keys (attention_decode.cu). Each split
   // keeps head_dim + 2 floats (unnormalised output, max, sum) per token and head; larger batches get fewer
-  // splits or none. Mistral-7B shape, long contexts: 64 x 32 x 32 x 130 floats = 34 MB.
+  // splits or none. Mistral-7B shape, long contexts: 64 x 32 x 32 x 130 floats = 34 MB. The counters lead.
   constexpr int64_t kMaxSplitTokens = 64, kMaxSplits = 32, kMinKeysPerSplit = 32;
   CHECK(max_num_tokens >= 0 && num_heads > 0 && head_dim > 0 && max_model_len >= 0)
       << "paged_attention_workspace_elems: bad sizes";
   const int64_t splits = std::min(kMaxSplits, (max_model_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  if (splits <= 1) return 0;
-  return std::min(max_num_tokens, kMaxSplitTokens) * num_heads * splits * (head_dim + 2);
+  if (splits <= 1 || max_num_tokens == 0) return 0;
+  return kPagedAttentionWorkspaceCounters +
+         std::min(max_num_tokens, kMaxSplitTokens) * num_heads * splits * (head_dim + 2);
 }
 
 void log_softmax(Tensor& out, const Tensor& logits) {

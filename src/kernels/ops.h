@@ -88,15 +88,20 @@ struct AttentionMetadata {
   int64_t num_decode_tokens = 0;  // requests with one query token come first (a runner convention)
   int64_t max_query_len = 0;      // CUDA: >= every query length (sizes the prefill grid); 0 = unknown
   int64_t max_seq_len = 0;        // CUDA: split-K hint (e.g. max_model_len under graphs); 0 = unknown
-  // CUDA split-K scratch for decode over long contexts: f32, contiguous, on the device, allocated once by the
-  // runner with paged_attention_workspace_elems() elements. Undefined: no split-K (still correct, slower for
-  // few long sequences). Ignored on CPU.
+  // CUDA split-K scratch for decode over long contexts: f32, contiguous, on the device, allocated once and
+  // ZEROED by the runner (Tensor::zeros) with paged_attention_workspace_elems() elements: its first
+  // kPagedAttentionWorkspaceCounters elements are int32 arrival counters that every call leaves at zero again
+  // (graph-safe: no memset per call). Undefined: no split-K (still correct, slower for few long sequences).
+  // Ignored on CPU. One workspace serves one stream at a time.
   Tensor workspace;
 };
 
-// Elements of the f32 split-K workspace for batches of up to max_num_tokens tokens of num_heads x head_dim
-// and contexts up to max_model_len (0 when split-K never pays: short contexts). Allocate once; the kernels use
-// fewer splits, or none, when a batch needs more than this.
+// Leading elements of the attention workspace that hold the split-K counters (see AttentionMetadata).
+inline constexpr int64_t kPagedAttentionWorkspaceCounters = 1024;
+
+// Elements of the f32 split-K workspace (counters included) for batches of up to max_num_tokens tokens of
+// num_heads x head_dim and contexts up to max_model_len (0 when split-K never pays: short contexts). Allocate
+// once, zeroed; the kernels use fewer splits, or none, when a batch needs more than this.
 int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_heads, int64_t head_dim,
                                         int64_t max_model_len);
 

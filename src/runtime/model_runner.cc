@@ -57,10 +57,11 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   reserve_input_buffers(static_cast<size_t>(tokens * 20 + reqs * (16 + 4 * blocks) + 256));
 #ifdef LLMSERVE_WITH_CUDA
   if (!device_.is_cpu()) {
-    // The attention kernels' split-K scratch, allocated once (never inside a step).
+    // The attention kernels' split-K scratch, allocated once (never inside a step) and zeroed: its leading
+    // counters must start at zero (the kernels keep them there).
     const int64_t elems = ops::paged_attention_workspace_elems(tokens, c.num_attention_heads, c.head_dim,
                                                                std::max<int64_t>(config_.max_model_len, 0));
-    if (elems > 0) attention_workspace_ = Tensor::empty({elems}, DType::kF32, device_);
+    if (elems > 0) attention_workspace_ = Tensor::zeros({elems}, DType::kF32, device_);
     cudaEvent_t event = nullptr;
     cuda::check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
     inputs_copied_ = event;

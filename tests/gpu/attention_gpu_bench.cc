@@ -1,9 +1,11 @@
 // `attention_gpu_test --bench`: decode paged-attention bandwidth vs the measured device copy bandwidth
-// (DESIGN.md section 4). Shape: Llama-3-8B / Mistral-7B attention (32 query heads, 8 kv heads, head_dim 128),
-// bf16, block 16; batch 1 and 128 at contexts 256 and 2048. Bytes counted: K and V of every context token once
+// (DESIGN.md section 4), bf16, block 16. Shapes: M = Mistral-7B attention (32 query heads, 8 kv heads, head_dim
+// 128) at batch 1 and 128, contexts 256 and 2048; S = the 1.1B model (32 / 8 heads, head_dim 64) at batch 1
+// context 256 and batch 128 contexts 192 and 256. Each row prints its floor (K+V bytes / copy bandwidth) and the
+// ratio. Bytes counted: K and V of every context token once
 // (query and output are < 1% here). Each timed call reads a different slice of a >= 512 MB cache so L2 (50-60 MB)
 // never holds the data; times are medians of 15 samples of 20 back-to-back calls, with CUDA events. Also the
-// prefill kernel's TFLOP/s on one causal prompt (512, 2048, 8192 tokens) of the same shape.
+// prefill kernel's TFLOP/s on one causal prompt (512, 2048, 8192 tokens) of the M shape.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -64,14 +66,22 @@ double copy_bandwidth_gbs() {
   return 2.0 * bytes / us * 1e-3;
 }
 
+// Attention shapes of the two models: M (Mistral-7B: 32 / 8 heads, head_dim 128) and S (1.1B: 32 / 8
+// heads, head_dim 64).
+struct Shape3 {
+  const char* name;
+  int num_heads, num_kv_heads, head_dim;
+};
+constexpr Shape3 kShapeM{"M", 32, 8, 128}, kShapeS{"S", 32, 8, 64};
+
 struct Row {
   int batch, ctx;
   bool split;
-  double us, gbs;
+  double us, kv_bytes;
 };
 
-Row bench_decode(int batch, int ctx, bool split) {
-  const int nh = 32, nkv = 8, hd = 128, bs = 16;
+Row bench_decode(const Shape3& shape, int batch, int ctx, bool split) {
+  const int nh = shape.num_heads, nkv = shape.num_kv_heads, hd = shape.head_dim, bs = 16;
   const int blocks_per_seq = (ctx + bs - 1) / bs;
   const double kv_bytes = 2.0 * batch * ctx * nkv * hd * 2;  // K and V, bf16
   // Enough disjoint block sets that consecutive calls never share data in L2.
@@ -107,9 +117,8 @@ Row bench_decode(int batch, int ctx, bool split) {
   md.max_query_len = 1;
   md.max_seq_len = ctx;
   if (split) {
-    md.workspace =
-        Tensor::empty({ops::paged_attention_workspace_elems(batch, nh, hd, ctx)}, DType::kF32, Device::cuda());
-    if (md.workspace.numel() == 0) md.workspace = Tensor();
+    const int64_t elems = ops::paged_attention_workspace_elems(batch, nh, hd, ctx);
+    if (elems > 0) md.workspace = Tensor::zeros({elems}, DType::kF32, Device::cuda());  // counters start at 0
   }
   Tensor q = upload(testing::random_tensor({batch, nh, hd}, 6, DType::kBF16));
   Tensor out = Tensor::empty({batch, nh, hd}, DType::kBF16, Device::cuda());
@@ -119,7 +128,7 @@ Row bench_decode(int batch, int ctx, bool split) {
         ops::paged_attention(out, q, kc, vc, md, 0.088f, 0);
       },
       20);
-  return {batch, ctx, split, us, kv_bytes / us * 1e-3};
+  return {batch, ctx, split, us, kv_bytes};
 }
 
 // One causal prefill of `len` new tokens on an empty context; returns achieved TFLOP/s counting QK^T and PV
@@ -154,18 +163,25 @@ int run_bench() {
   const double copy = copy_bandwidth_gbs();
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   std::printf("copy bandwidth (D2D 1 GiB, read + write): %.0f GB/s\n\n", copy);
-  std::printf("decode paged attention, bf16, 32 q heads / 8 kv heads, head_dim 128, block 16\n");
+  std::printf("decode paged attention, bf16, block 16; floor = K+V bytes / copy bandwidth\n");
   std::printf(
-      "| batch | context | split-K workspace | us / call | KV GB/s | of copy bw |\n|---|---|---|---|---|---|\n");
-  for (int batch : {1, 128}) {
-    for (int ctx : {256, 2048}) {
-      for (bool split : {true, false}) {
-        if (batch == 128 && !split) continue;  // 1024+ CTAs already: the split-K heuristic picks 1 split
-        const Row r = bench_decode(batch, ctx, split);
-        std::printf("| %d | %d | %s | %.2f | %.0f | %.0f%% |\n", r.batch, r.ctx, r.split ? "yes" : "no", r.us, r.gbs,
-                    100.0 * r.gbs / copy);
-      }
-    }
+      "| shape | batch | context | split-K workspace | us / call | KV bytes | floor us | KV GB/s | of copy bw |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
+  struct Spec {
+    const Shape3* shape;
+    int batch, ctx;
+    bool split;
+  };
+  // batch 128 gets 1024+ CTAs already: the split-K heuristic picks 1 split, so only the workspace row runs.
+  const Spec specs[] = {{&kShapeM, 1, 256, true},   {&kShapeM, 1, 256, false},  {&kShapeM, 1, 2048, true},
+                        {&kShapeM, 1, 2048, false}, {&kShapeM, 128, 256, true}, {&kShapeM, 128, 2048, true},
+                        {&kShapeS, 1, 256, true},   {&kShapeS, 128, 192, true}, {&kShapeS, 128, 256, true}};
+  for (const Spec& sp : specs) {
+    const Row r = bench_decode(*sp.shape, sp.batch, sp.ctx, sp.split);
+    const double floor_us = r.kv_bytes / copy * 1e-3, gbs = r.kv_bytes / r.us * 1e-3;
+    std::printf("| %s (%d/%d heads, hd %d) | %d | %d | %s | %.2f | %.2f MB | %.2f | %.0f | %.0f%% |\n", sp.shape->name,
+                sp.shape->num_heads, sp.shape->num_kv_heads, sp.shape->head_dim, r.batch, r.ctx, r.split ? "yes" : "no",
+                r.us, r.kv_bytes * 1e-6, floor_us, gbs, 100.0 * floor_us / r.us);
   }
   std::printf("\nprefill paged attention (causal, empty context), same shape\n");
   std::printf("| prompt tokens | us / call | TFLOP/s |\n|---|---|---|\n");

@@ -1,7 +1,9 @@
 // CUDA paged attention and reshape_and_cache vs the CPU ops (the reference; it takes f32 caches, so inputs are
 // drawn in the tested dtype and widened), on random batches: ragged query/context lengths, mixed decode +
 // prefill, block tables with holes and shared prefix blocks, long contexts (split-K, with and without a
-// workspace), GQA / MQA, sliding windows, padding tokens, every head_dim path. Outputs are NaN-poisoned first.
+// workspace), GQA / MQA, sliding windows, padding tokens, every head_dim path. Outputs are NaN-poisoned first;
+// every case runs twice on one split-K workspace (its counters must come back to zero), and one workspace serves
+// a run of differently shaped calls.
 // Tolerances (|gpu - cpu| <= atol + rtol |cpu| elementwise, and ||gpu - cpu|| / ||cpu|| <= rel):
 //   f32  2e-5 + 1e-4 |cpu|, rel 1e-5  (f32 math, different summation order and exp);
 //   f16  2e-3 + 4e-3 |cpu|, rel 2e-3  (output rounded to f16; prefill rounds P to f16 for the PV mma);
@@ -16,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../kernels/test_util.h"
@@ -52,6 +55,13 @@ Tensor poisoned_device(const Shape& shape, DType dtype) {
   Tensor dev = Tensor::empty(shape, dtype, Device::cuda());
   CHECK(cudaMemset(dev.raw_data(), 0xff, dev.nbytes()) == cudaSuccess);
   return dev;
+}
+
+// A split-K workspace as the runner makes it: counters zeroed; the partials poisoned (never read before written).
+Tensor workspace_device(int64_t elems) {
+  Tensor ws = poisoned_device({elems}, DType::kF32);
+  CHECK(cudaMemset(ws.raw_data(), 0, ops::kPagedAttentionWorkspaceCounters * sizeof(float)) == cudaSuccess);
+  return ws;
 }
 
 struct Tolerance {
@@ -94,6 +104,7 @@ struct Case {
   bool share_prefix = true;  // request 1 reuses request 0's leading full blocks (a prefix-cache hit)
   bool hints = true;         // pass max_query_len / max_seq_len (else 0 = unknown)
   uint32_t seed = 1;
+  const Tensor* shared_workspace = nullptr;  // use this (counters zero) instead of a fresh workspace
 };
 
 std::string describe(const Case& c) {
@@ -162,14 +173,20 @@ void run_case(const Case& c) {
   dmd.query_start_loc = to_device(md.query_start_loc);
   dmd.seq_lens = to_device(md.seq_lens);
   dmd.block_table = to_device(md.block_table);
-  if (c.workspace) {
+  if (c.shared_workspace != nullptr) {
+    dmd.workspace = *c.shared_workspace;
+  } else if (c.workspace) {
     const int64_t elems = ops::paged_attention_workspace_elems(num_tokens, c.num_heads, c.head_dim, 16384);
-    if (elems > 0) dmd.workspace = poisoned_device({elems}, DType::kF32);
+    if (elems > 0) dmd.workspace = workspace_device(elems);
   }
   Tensor kd = to_device(kc), vd = to_device(vc), qd = to_device(q);
-  Tensor out = poisoned_device({num_tokens, c.num_heads, c.head_dim}, c.dtype);
-  ops::paged_attention(out, qd, kd, vd, dmd, scale, c.window);
-  expect_matches(to_host(out), ref, c.dtype, describe(c));
+  // Twice on the same workspace: the split-K arrival counters must be back at zero after every call (else the
+  // second call's last CTA never recognises itself and the output stays poisoned).
+  for (int call = 0; call < 2; ++call) {
+    Tensor out = poisoned_device({num_tokens, c.num_heads, c.head_dim}, c.dtype);
+    ops::paged_attention(out, qd, kd, vd, dmd, scale, c.window);
+    expect_matches(to_host(out), ref, c.dtype, describe(c) + " call " + std::to_string(call));
+  }
 }
 
 class AttentionGpuTest : public ::testing::TestWithParam<DType> {
@@ -271,6 +288,38 @@ TEST_P(AttentionGpuTest, LongContextsSplitK) {
   c.window = 3000;
   c.reqs = {{7000, 1}, {100, 1}};
   run_case(c);
+}
+
+TEST_P(AttentionGpuTest, OneWorkspaceAcrossShapesAndSplitCounts) {
+  // The runner keeps one workspace for every layer and step: calls with different grids and split counts (1 to
+  // 32 splits, one to nine requests, GQA and MHA, both head_dims) reuse the same counters and partials.
+  const Tensor ws = workspace_device(ops::paged_attention_workspace_elems(16, 32, 128, 16384));
+  std::mt19937 rng(16);
+  uint32_t seed = 800;
+  for (int i = 0; i < 8; ++i) {
+    const auto [nh, nkv] = kHeadLayouts[i % 7];
+    Case c{"shared-workspace", GetParam(), nh, nkv, i % 2 ? 64 : 128, 16, {}};
+    c.reqs = random_reqs(rng, 1 + rng() % 9, 0, i % 3 == 0 ? 6000 : 600, 2);
+    c.shared_workspace = &ws;
+    c.seed = seed++;
+    run_case(c);
+  }
+}
+
+TEST_P(AttentionGpuTest, LargeDecodeBatches) {
+  // 160 decodes x 4-16 kv heads is over one wave of one-kv-head CTAs on an H100 (132 SMs x 4), so the kernel
+  // pairs adjacent kv heads per CTA: GQA 4 and 3 (padded head group), MHA, both head_dims, a sliding window.
+  std::mt19937 rng(17);
+  uint32_t seed = 900;
+  for (auto [nh, nkv, hd, window] : {std::tuple{32, 8, 64, 0}, std::tuple{32, 8, 128, 0}, std::tuple{12, 4, 128, 0},
+                                     std::tuple{16, 16, 64, 0}, std::tuple{32, 8, 64, 50}}) {
+    Case c{"large-batch", GetParam(), nh, nkv, hd, 16, {}};
+    c.reqs = random_reqs(rng, 160, 0, 300, 2);
+    c.window = window;
+    c.pad_tokens = 2;
+    c.seed = seed++;
+    run_case(c);
+  }
 }
 
 TEST_P(AttentionGpuTest, UnknownHintsAndEdgeLengths) {

@@ -271,12 +271,16 @@ TEST(PagedAttention, QueryAndOutputMayBeRowStrided) {
 }
 
 // The CUDA split-K scratch size (computed in ops.cc so CPU-only builds can size it too): none for short
-// contexts, up to 32 splits of >= 32 keys, at most 64 tokens, head_dim + 2 floats per (token, head, split).
+// contexts, up to 32 splits of >= 32 keys, at most 64 tokens, head_dim + 2 floats per (token, head, split),
+// after the split-K counters.
 TEST(PagedAttentionWorkspace, SizesSplitKScratch) {
   EXPECT_EQ(ops::paged_attention_workspace_elems(128, 32, 128, 32), 0);
-  EXPECT_EQ(ops::paged_attention_workspace_elems(16, 32, 128, 256), 16 * 32 * 8 * 130);
-  EXPECT_EQ(ops::paged_attention_workspace_elems(16, 32, 128, 2048), 16 * 32 * 32 * 130);
-  EXPECT_EQ(ops::paged_attention_workspace_elems(8192, 8, 64, 131072), 64 * 8 * 32 * 66);
+  EXPECT_EQ(ops::paged_attention_workspace_elems(16, 32, 128, 256),
+            ops::kPagedAttentionWorkspaceCounters + 16 * 32 * 8 * 130);
+  EXPECT_EQ(ops::paged_attention_workspace_elems(16, 32, 128, 2048),
+            ops::kPagedAttentionWorkspaceCounters + 16 * 32 * 32 * 130);
+  EXPECT_EQ(ops::paged_attention_workspace_elems(8192, 8, 64, 131072),
+            ops::kPagedAttentionWorkspaceCounters + 64 * 8 * 32 * 66);
   EXPECT_EQ(ops::paged_attention_workspace_elems(0, 8, 64, 4096), 0);
 }
 

@@ -12,6 +12,8 @@
 namespace llmserve::cuda {
 namespace {
 
+static_assert(kSplitCounterElems == ops::kPagedAttentionWorkspaceCounters, "one size for the split-K counters");
+
 using LaunchFn = void (*)(const PagedAttentionParams&, cudaStream_t);
 
 struct AttentionKernels {

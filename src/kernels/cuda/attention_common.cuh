@@ -75,6 +75,23 @@ __device__ __forceinline__ void chunk_to_floats(const uint4& raw, float (&f)[8],
   }
 }
 
+// cp.async: 16-byte global -> shared copies that bypass registers. The "memory" clobbers keep the compiler from
+// moving shared-memory reads above a wait (the decode kernel reads its own copies without a barrier).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// src_bytes 0 (valid false) writes zeros: keys past the range read as zeros, never as stale data.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `n` of this thread's committed groups are still in flight.
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
+}
+
 __device__ __forceinline__ uint4 load_chunk(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
 // Launchers, one per kernel family; each attention*.cu explicitly instantiates the (T, HD) pairs the dispatch

@@ -1,8 +1,12 @@
 // Paged decode attention (one query token per request), bf16 / f16, head_dim a template constant. One CTA owns
-// up to GH query heads of one kv head (GQA: K/V read once for the group) over one split of the context; threads
-// form groups of HD/8 lanes, each group streams its own keys with 16-byte loads and keeps an online softmax, and
-// the groups merge through shared memory. With split-K the partial (max, sum, unnormalised output) go to the
-// f32 workspace and a second kernel combines them. Invariant: every CTA of a request writes exactly its heads.
+// up to GH query heads of each of KVH adjacent kv heads (GQA: K/V read once for the group; KVH = 2 halves the CTA
+// count of large batches) over one split of the context. K/V chunks stream into shared memory through a
+// cp.async pipeline; each thread copies and later reads only its own 16-byte chunks, so the loop needs no
+// barrier. Threads form groups of HD/8 lanes per kv head, each group keeps an online softmax over its keys, and
+// the groups merge through shared memory. With split-K every CTA writes its partial (max, sum, unnormalised
+// output) to the f32 workspace and the last CTA of its (request, head group) to arrive (an atomic counter in the
+// workspace, reset by that CTA) combines them: one launch per call.
+// Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
 
 #include "kernels/cuda/attention_common.cuh"
@@ -12,42 +16,134 @@ namespace llmserve::cuda {
 namespace {
 
 constexpr int kDecodeThreads = 128;
-constexpr int kMaxSplits = 32;  // also bounds the combine kernel's per-thread arrays
+constexpr int kMaxSplits = 32;  // also the lane count of the combine's per-split weights
 // One CTA step at head_dim 128: batch-1 decode is latency-bound, so more, shorter splits win (measured on an
 // H100: context 2048 went from 52 to ~16 us per call with 32-key instead of 128-key splits, bench/RESULTS.md).
 constexpr int kMinKeysPerSplit = 32;
 
-template <typename T, int HD, int GH>
-__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const PagedAttentionParams p, int num_head_chunks) {
-  constexpr int kVec = 8;                         // 16 bytes of f16 / bf16
-  constexpr int kTpk = HD / kVec;                 // threads per key
-  constexpr int kGroups = kDecodeThreads / kTpk;  // keys in flight per CTA step, times kUnroll
-  constexpr int kUnroll = GH >= 8 ? 2 : 4;
-  static_assert(kTpk >= 1 && kTpk <= 32 && 32 % kTpk == 0, "head_dim must be 8..256, a power of two");
-  __shared__ float sm_m[kGroups][GH], sm_l[kGroups][GH];
-  __shared__ float sm_acc[GH][kGroups][HD];
+// Compile-time shape of one decode CTA: KVH adjacent kv heads (their rows are contiguous in the cache, so one
+// key's KVH * HD values are one coalesced read), GH query heads of each.
+template <int HD, int GH, int KVH, int kStages>
+struct DecodeShape {
+  static constexpr int kVec = 8;                         // 16 bytes of f16 / bf16 per thread and key
+  static constexpr int kHeadThreads = HD / kVec;         // threads per (key, kv head): the dot-product lanes
+  static constexpr int kTpk = KVH * kHeadThreads;        // threads per key
+  static constexpr int kGroups = kDecodeThreads / kTpk;  // key groups; each thread owns kUnroll keys per step
+  static constexpr int kUnroll = GH >= 8 ? 2 : 4;
+  static constexpr int kStepKeys = kGroups * kUnroll;
+  static constexpr int kHeads = KVH * GH;  // query heads per CTA
+  static_assert(kTpk >= 1 && kTpk <= 32 && 32 % kTpk == 0, "KVH * head_dim must be 8..256, a power of two");
+  // Pipeline: [kStages][K, V][kUnroll][kDecodeThreads] 16-byte chunks.
+  static constexpr int kPipeBytes = kStages * 2 * kUnroll * kDecodeThreads * 16;
+  // The groups' merge, after the pipeline drained, reuses the same memory: m, l [kGroups][kHeads] and
+  // acc [kHeads][kGroups][HD].
+  static constexpr int kMergeBytes = (2 * kGroups * kHeads + kHeads * kGroups * HD) * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+};
 
-  const int kv_head = blockIdx.x / num_head_chunks, chunk = blockIdx.x % num_head_chunks;
+// Split-K epilogue of the last CTA of a (request, head group): out = sum_s w_s acc_s / sum_s w_s l_s with
+// w_s = exp(m_s - max m). Partials are read with ld.global.cg: they were written by other SMs (L1 is not coherent).
+template <typename T, int HD, int GH>
+__device__ void combine_splits(const float* ws_group, int num_splits, int gh, T* out_group) {
+  __shared__ float sm_w[GH][kMaxSplits];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  constexpr int kWarps = kDecodeThreads / 32;
+  for (int h = warp; h < gh; h += kWarps) {
+    const float* part = ws_group + (static_cast<int64_t>(h) * num_splits + lane) * (HD + 2);
+    const float m = lane < num_splits ? __ldcg(part + HD) : -INFINITY;
+    const float l = lane < num_splits ? __ldcg(part + HD + 1) : 0.f;
+    float mx = m;
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float w = (mx == -INFINITY || m == -INFINITY) ? 0.f : __expf(m - mx);
+    float lsum = w * l;
+    for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+    sm_w[h][lane] = lsum > 0.f ? w / lsum : 0.f;  // no valid key at all (empty window): zeros, like the CPU op
+  }
+  __syncthreads();
+  for (int e = tid; e < gh * HD; e += kDecodeThreads) {
+    const int h = e / HD, d = e % HD;
+    const float* part = ws_group + static_cast<int64_t>(h) * num_splits * (HD + 2) + d;
+    float sum = 0.f;
+    for (int s = 0; s < num_splits; ++s) sum += sm_w[h][s] * __ldcg(part + s * (HD + 2));
+    out_group[h * HD + d] = from_float<T>(sum);
+  }
+}
+
+// At most 128 registers for head groups up to 4 (measured 143 without the bound): 4 CTAs per SM instead of 3.
+// Rows: request blockIdx.y; x: (kv head group of KVH, head chunk); z: split.
+template <typename T, int HD, int GH, int KVH, int kStages>
+__global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
+    decode_kernel(const PagedAttentionParams p, int num_head_chunks) {
+  using S = DecodeShape<HD, GH, KVH, kStages>;
+  constexpr int kVec = S::kVec, kHeadThreads = S::kHeadThreads, kTpk = S::kTpk, kGroups = S::kGroups;
+  constexpr int kUnroll = S::kUnroll, kHeads = S::kHeads;
+  extern __shared__ uint4 smem[];
+
+  const int tid = threadIdx.x, g = tid / kTpk, c = tid % kTpk, j = c / kHeadThreads, cc = c % kHeadThreads;
+  const int kv_base = blockIdx.x / num_head_chunks * KVH, chunk = blockIdx.x % num_head_chunks;
   const int r = blockIdx.y, split = blockIdx.z, num_splits = gridDim.z;
   const int group = p.num_heads / p.num_kv_heads;
-  const int h_begin = kv_head * group + chunk * GH;
   const int gh = min(GH, group - chunk * GH);
   const int q_end = p.query_start_loc[r + 1];
-  if (q_end <= p.query_start_loc[r]) return;  // empty request: nothing to write (combine skips it too)
+  if (q_end <= p.query_start_loc[r]) return;  // empty request: nothing to write, no split counts (all CTAs leave)
   const int token = q_end - 1;
   const int seq = p.seq_lens[r];
   const int lo = p.sliding_window > 0 ? max(0, seq - p.sliding_window) : 0;
   // This split's keys: the request's range cut into num_splits near-equal pieces (any seq_len is covered).
   const int per = (seq - lo + num_splits - 1) / num_splits;
   const int start = lo + split * per, end = min(seq, start + per);
+  const int num_steps = end > start ? (end - start + S::kStepKeys - 1) / S::kStepKeys : 0;  // uniform over the CTA
 
-  const int tid = threadIdx.x, g = tid / kTpk, c = tid % kTpk;
+  const T* kc = static_cast<const T*>(p.key_cache);
+  const T* vc = static_cast<const T*>(p.value_cache);
+  const int32_t* bt = p.block_table + r * p.block_table_stride;
+  const int bs = p.block_size;
+  // A thread's keys in step i are k0(i) + u, u < kUnroll: consecutive, so one division per step and then at most
+  // a few block crossings. Block ids are loaded a step before their copies are issued (the prologue's all at
+  // once), so issuing rarely waits on the block table.
+  auto fetch_blocks = [&](int step, int(&blk)[kUnroll], int& rem0) {
+    const int k0 = start + step * S::kStepKeys + g * kUnroll;
+    const int b0 = k0 / bs;
+    rem0 = k0 - b0 * bs;
+#pragma unroll
+    for (int u = 0, b = b0, rr = rem0; u < kUnroll; ++u, ++rr) {
+      while (rr >= bs) rr -= bs, ++b;
+      blk[u] = k0 + u < end ? __ldg(bt + b) : 0;
+    }
+  };
+  auto issue = [&](int step, const int(&blk)[kUnroll], int rem0) {
+    uint4* buf = smem + (step % kStages) * 2 * kUnroll * kDecodeThreads;
+    const int k0 = start + step * S::kStepKeys + g * kUnroll;
+#pragma unroll
+    for (int u = 0, rr = rem0; u < kUnroll; ++u, ++rr) {
+      while (rr >= bs) rr -= bs;
+      const bool valid = k0 + u < end;
+      const int64_t off = ((static_cast<int64_t>(blk[u]) * bs + rr) * p.num_kv_heads + kv_base) * HD + c * kVec;
+      cp_async16(buf + u * kDecodeThreads + tid, valid ? kc + off : kc, valid);
+      cp_async16(buf + (kUnroll + u) * kDecodeThreads + tid, valid ? vc + off : vc, valid);
+    }
+  };
+  {
+    int blk[kStages - 1][kUnroll], rem[kStages - 1];
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st)
+      if (st < num_steps) fetch_blocks(st, blk[st], rem[st]);
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (st < num_steps) issue(st, blk[st], rem[st]);
+      cp_async_commit();
+    }
+  }
+  int blk[kUnroll], rem0 = 0;
+  if (kStages - 1 < num_steps) fetch_blocks(kStages - 1, blk, rem0);
+
+  const int h_begin = (kv_base + j) * group + chunk * GH;  // this thread's kv head's first query head
   const T* query = static_cast<const T*>(p.query);
   float q[GH][kVec];
 #pragma unroll
   for (int h = 0; h < GH; ++h) {
     if (h < gh) {
-      const uint4 raw = load_chunk(query + token * p.query_row_stride + (h_begin + h) * HD + c * kVec);
+      const uint4 raw = load_chunk(query + token * p.query_row_stride + (h_begin + h) * HD + cc * kVec);
       chunk_to_floats(raw, q[h], T());
 #pragma unroll
       for (int i = 0; i < kVec; ++i) q[h][i] *= p.scale;
@@ -65,35 +161,26 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const PagedAtten
     for (int i = 0; i < kVec; ++i) acc[h][i] = 0.f;
   }
 
-  const T* kc = static_cast<const T*>(p.key_cache);
-  const T* vc = static_cast<const T*>(p.value_cache);
-  const int32_t* bt = p.block_table + r * p.block_table_stride;
-  // The trip count is uniform over the CTA so the shuffles below always see full warps. (Prefetching the next
-  // step's K/V before this step's math was measured slower at batch 128: +56 registers cost a CTA per SM.)
-  for (int base = start; base < end; base += kGroups * kUnroll) {
-    uint4 kr[kUnroll], vr[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int k = base + g * kUnroll + u;
-      if (k < end) {
-        const int64_t off = cache_offset(bt, k, p.block_size, p.num_kv_heads, kv_head, HD) + c * kVec;
-        kr[u] = load_chunk(kc + off);
-        vr[u] = load_chunk(vc + off);
-      } else {
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = kr[u];
-      }
+  for (int i = 0; i < num_steps; ++i) {
+    const int ahead = i + kStages - 1;
+    if (ahead < num_steps) {
+      issue(ahead, blk, rem0);  // refills the buffer this thread read in step i - 1 (own chunks: no barrier)
+      if (ahead + 1 < num_steps) fetch_blocks(ahead + 1, blk, rem0);
     }
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // step i's copies (this thread's) have landed
+    const uint4* buf = smem + (i % kStages) * 2 * kUnroll * kDecodeThreads;
+    const int k0 = start + i * S::kStepKeys + g * kUnroll;
     float s[GH][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float kf[kVec];
-      chunk_to_floats(kr[u], kf, T());
+      chunk_to_floats(buf[u * kDecodeThreads + tid], kf, T());
 #pragma unroll
       for (int h = 0; h < GH; ++h) {
         float d = 0.f;
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) d = fmaf(q[h][i], kf[i], d);
+        for (int x = 0; x < kVec; ++x) d = fmaf(q[h][x], kf[x], d);
         s[h][u] = d;
       }
     }
@@ -102,102 +189,105 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(const PagedAtten
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-        for (int o = kTpk / 2; o > 0; o >>= 1) s[h][u] += __shfl_xor_sync(0xffffffffu, s[h][u], o);
-        if (base + g * kUnroll + u >= end) s[h][u] = -INFINITY;
+        for (int o = kHeadThreads / 2; o > 0; o >>= 1) s[h][u] += __shfl_xor_sync(0xffffffffu, s[h][u], o);
+        if (k0 + u >= end) s[h][u] = -INFINITY;
       }
     }
-    float vf[kUnroll][kVec];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) chunk_to_floats(vr[u], vf[u], T());
+    // Online softmax: s becomes the unnormalised probabilities; acc is rescaled once per step, then V is
+    // converted one key at a time (fewer live registers than converting the whole step: more CTAs per SM).
 #pragma unroll
     for (int h = 0; h < GH; ++h) {
       float mx = m[h];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[h][u]);
-      if (mx == -INFINITY) continue;  // no valid key yet for this group
-      const float alpha = __expf(m[h] - mx);
-      float pu[kUnroll];
+      // No valid key yet for this head: keep the state (-inf max) and give every key weight 0.
+      const float alpha = mx == -INFINITY ? 1.f : __expf(m[h] - mx);
       float psum = 0.f;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        pu[u] = __expf(s[h][u] - mx);
-        psum += pu[u];
+        s[h][u] = mx == -INFINITY ? 0.f : __expf(s[h][u] - mx);
+        psum += s[h][u];
       }
       l[h] = l[h] * alpha + psum;
       m[h] = mx;
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        float a = acc[h][i] * alpha;
+      for (int x = 0; x < kVec; ++x) acc[h][x] *= alpha;
+    }
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) a = fmaf(pu[u], vf[u][i], a);
-        acc[h][i] = a;
+    for (int u = 0; u < kUnroll; ++u) {
+      float vf[kVec];
+      chunk_to_floats(buf[(kUnroll + u) * kDecodeThreads + tid], vf, T());
+#pragma unroll
+      for (int h = 0; h < GH; ++h) {
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) acc[h][x] = fmaf(s[h][u], vf[x], acc[h][x]);
       }
     }
   }
+  cp_async_wait<0>();  // only empty groups can be pending here; none may target memory the merge reuses
+  __syncthreads();     // every thread is done with the pipeline buffers
 
-  // Merge the groups' states: global max per head, then rescaled sums.
+  // Merge the groups' states: global max per head, then rescaled sums. CTA head index jh = j * GH + h.
+  float* sm_m = reinterpret_cast<float*>(smem);  // [kGroups][kHeads]
+  float* sm_l = sm_m + kGroups * kHeads;         // [kGroups][kHeads]
+  float* sm_acc = sm_l + kGroups * kHeads;       // [kHeads][kGroups][HD]
 #pragma unroll
   for (int h = 0; h < GH; ++h) {
-    if (c == 0) {
-      sm_m[g][h] = m[h];
-      sm_l[g][h] = l[h];
+    const int jh = j * GH + h;
+    if (cc == 0) {
+      sm_m[g * kHeads + jh] = m[h];
+      sm_l[g * kHeads + jh] = l[h];
     }
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) sm_acc[h][g][c * kVec + i] = acc[h][i];
+    for (int x = 0; x < kVec; ++x) sm_acc[(jh * kGroups + g) * HD + cc * kVec + x] = acc[h][x];
   }
   __syncthreads();
-  T* out = static_cast<T*>(p.out);
-  for (int e = tid; e < GH * HD; e += kDecodeThreads) {
-    const int h = e / HD, d = e % HD;
+  T* out = static_cast<T*>(p.out) + token * p.out_row_stride;
+  // Split-K partials of this (request, head group) (KVH == 1): [gh][num_splits][HD + 2] after the counters.
+  const int head0 = kv_base * group + chunk * GH;
+  float* ws_group =
+      p.workspace + kSplitCounterElems + (static_cast<int64_t>(r) * p.num_heads + head0) * num_splits * (HD + 2);
+  for (int e = tid; e < kHeads * HD; e += kDecodeThreads) {
+    const int jh = e / HD, d = e % HD, h = jh % GH;
     if (h >= gh) continue;
     float mx = -INFINITY;
-    for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, sm_m[j][h]);
+    for (int x = 0; x < kGroups; ++x) mx = fmaxf(mx, sm_m[x * kHeads + jh]);
     float sum = 0.f, lsum = 0.f;
     if (mx != -INFINITY) {
-      for (int j = 0; j < kGroups; ++j) {
-        const float w = __expf(sm_m[j][h] - mx);
-        sum += w * sm_acc[h][j][d];
-        lsum += w * sm_l[j][h];
+      for (int x = 0; x < kGroups; ++x) {
+        const float w = __expf(sm_m[x * kHeads + jh] - mx);
+        sum += w * sm_acc[(jh * kGroups + x) * HD + d];
+        lsum += w * sm_l[x * kHeads + jh];
       }
     }
-    const int head = h_begin + h;
-    if (num_splits == 1) {
-      out[token * p.out_row_stride + head * HD + d] = from_float<T>(lsum > 0.f ? sum / lsum : 0.f);
+    const int head = (kv_base + jh / GH) * group + chunk * GH + h;
+    if (KVH > 1 || num_splits == 1) {
+      out[head * HD + d] = from_float<T>(lsum > 0.f ? sum / lsum : 0.f);
     } else {
-      float* ws = p.workspace + ((static_cast<int64_t>(r) * p.num_heads + head) * num_splits + split) * (HD + 2);
-      ws[d] = sum;
+      float* part = ws_group + (static_cast<int64_t>(h) * num_splits + split) * (HD + 2);
+      part[d] = sum;
       if (d == 0) {
-        ws[HD] = mx;
-        ws[HD + 1] = lsum;
+        part[HD] = mx;
+        part[HD + 1] = lsum;
       }
     }
   }
-}
+  if (KVH > 1 || num_splits == 1) return;  // the host runs KVH > 1 without split-K only
 
-// Combines the splits of one (request, head): out = sum_s w_s acc_s / sum_s w_s l_s, w_s = exp(m_s - max m).
-template <typename T, int HD>
-__global__ void __launch_bounds__(128) decode_combine_kernel(const PagedAttentionParams p, int num_splits) {
-  const int r = blockIdx.x, head = blockIdx.y;
-  const int q_end = p.query_start_loc[r + 1];
-  if (q_end <= p.query_start_loc[r]) return;
-  const float* ws = p.workspace + (static_cast<int64_t>(r) * p.num_heads + head) * num_splits * (HD + 2);
-  float w[kMaxSplits];
-  float mx = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, ws[s * (HD + 2) + HD]);
-  float lsum = 0.f;
-#pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) {
-    w[s] = (s < num_splits && mx != -INFINITY) ? __expf(ws[s * (HD + 2) + HD] - mx) : 0.f;
-    if (s < num_splits) lsum += w[s] * ws[s * (HD + 2) + HD + 1];
+  // Split-K: publish this partial, count arrivals; the last CTA combines (threadfence-reduction pattern).
+  __shared__ bool sm_last;
+  __threadfence();  // this thread's partial is visible device-wide before the counter moves
+  __syncthreads();
+  if (tid == 0) {
+    int* counter = reinterpret_cast<int*>(p.workspace) + r * gridDim.x + blockIdx.x;
+    const bool last = atomicAdd(counter, 1) == num_splits - 1;
+    if (last) atomicExch(counter, 0);  // every split has arrived: ready for the next call (graph replays too)
+    sm_last = last;
   }
-  T* out = static_cast<T*>(p.out) + (q_end - 1) * p.out_row_stride + head * HD;
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    float sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s)
-      if (s < num_splits) sum += w[s] * ws[s * (HD + 2) + d];
-    out[d] = from_float<T>(lsum > 0.f ? sum / lsum : 0.f);
-  }
+  __syncthreads();
+  if (!sm_last) return;
+  __threadfence();  // order the partial reads after the counter read
+  combine_splits<T, HD, GH>(ws_group, num_splits, gh, out + head0 * HD);
 }
 
 int num_sms() {
@@ -211,22 +301,49 @@ int num_sms() {
 }
 
 // Splits per request: enough CTAs for ~2 waves of the GPU, each split >= kMinKeysPerSplit keys (by the
-// max_seq_len hint), and only as many as the workspace holds. Depends only on host-known sizes (graph-safe).
+// max_seq_len hint), only as many as the workspace holds, and none when the head groups outnumber the
+// counters. Depends only on host-known sizes (graph-safe).
 int choose_splits(const PagedAttentionParams& p, int base_ctas, int head_dim) {
-  if (p.workspace == nullptr || base_ctas <= 0) return 1;
+  if (p.workspace == nullptr || base_ctas <= 0 || base_ctas > kSplitCounterElems) return 1;
   int splits = std::min(kMaxSplits, (2 * num_sms() + base_ctas - 1) / base_ctas);
   if (p.max_seq_len > 0) splits = std::min(splits, (p.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   const int64_t per_split = static_cast<int64_t>(p.num_decode_reqs) * p.num_heads * (head_dim + 2);
-  while (splits > 1 && per_split * splits > p.workspace_elems) --splits;
+  while (splits > 1 && kSplitCounterElems + per_split * splits > p.workspace_elems) --splits;
   return std::max(splits, 1);
 }
 
-template <typename T, int HD, int GH>
-void launch_gh(const PagedAttentionParams& p, int num_head_chunks, int splits, cudaStream_t stream) {
-  dim3 grid(static_cast<unsigned>(p.num_kv_heads * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
+// Pipeline depth: 2 (one step in flight while one is computed) measured faster than 3 and 4 on an H100 at batch
+// 128 (bench/RESULTS.md): deeper stages cost shared memory and a longer prologue for these short per-CTA ranges.
+constexpr int kPipelineStages = 2;
+
+template <typename T, int HD, int GH, int KVH>
+void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int splits, cudaStream_t stream) {
+  constexpr int kSmem = DecodeShape<HD, GH, KVH, kPipelineStages>::kSmemBytes;
+  static const bool attr_set = [] {
+    return cudaFuncSetAttribute(decode_kernel<T, HD, GH, KVH, kPipelineStages>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) == cudaSuccess;
+  }();
+  CHECK(attr_set) << "decode_kernel: cannot get " << kSmem << " bytes of shared memory";
+  dim3 grid(static_cast<unsigned>(p.num_kv_heads / KVH * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
             static_cast<unsigned>(splits));
-  decode_kernel<T, HD, GH><<<grid, kDecodeThreads, 0, stream>>>(p, num_head_chunks);
+  decode_kernel<T, HD, GH, KVH, kPipelineStages><<<grid, kDecodeThreads, kSmem, stream>>>(p, num_head_chunks);
   check_launch("decode_kernel");
+}
+
+// Two kv heads per CTA halve the CTA count: worth it once one kv head per CTA needs more than one wave of the
+// GPU (4 CTAs per SM at <= 128 registers), e.g. batch 128 x 8 kv heads: measured on an H100, S shape 38.2 -> 33.7
+// us, M 63.2 -> 60.4 us at context 256. Never with split-K (which only runs below ~2 waves).
+bool pair_kv_heads(const PagedAttentionParams& p, int gh, int num_head_chunks, int splits, int head_dim) {
+  return splits == 1 && gh <= 4 && num_head_chunks == 1 && p.num_kv_heads % 2 == 0 && head_dim <= 128 &&
+         p.num_decode_reqs * p.num_kv_heads > 4 * num_sms();
+}
+
+template <typename T, int HD, int GH>
+void launch_kvh(const PagedAttentionParams& p, int num_head_chunks, int splits, bool pair, cudaStream_t stream) {
+  if constexpr (GH <= 4 && HD <= 128) {
+    if (pair) return launch_kernel<T, HD, GH, 2>(p, num_head_chunks, splits, stream);
+  }
+  launch_kernel<T, HD, GH, 1>(p, num_head_chunks, splits, stream);
 }
 
 }  // namespace
@@ -239,24 +356,16 @@ void launch_decode(const PagedAttentionParams& p, cudaStream_t stream) {
   const int gh = group >= 8 ? 8 : group >= 4 ? (group == 4 ? 4 : 8) : group == 3 ? 4 : group;
   const int num_head_chunks = (group + gh - 1) / gh;
   const int splits = choose_splits(p, p.num_decode_reqs * p.num_kv_heads * num_head_chunks, HD);
+  const bool pair = pair_kv_heads(p, gh, num_head_chunks, splits, HD);
   switch (gh) {
     case 1:
-      launch_gh<T, HD, 1>(p, num_head_chunks, splits, stream);
-      break;
+      return launch_kvh<T, HD, 1>(p, num_head_chunks, splits, pair, stream);
     case 2:
-      launch_gh<T, HD, 2>(p, num_head_chunks, splits, stream);
-      break;
+      return launch_kvh<T, HD, 2>(p, num_head_chunks, splits, pair, stream);
     case 4:
-      launch_gh<T, HD, 4>(p, num_head_chunks, splits, stream);
-      break;
+      return launch_kvh<T, HD, 4>(p, num_head_chunks, splits, pair, stream);
     default:
-      launch_gh<T, HD, 8>(p, num_head_chunks, splits, stream);
-      break;
-  }
-  if (splits > 1) {
-    dim3 grid(static_cast<unsigned>(p.num_decode_reqs), static_cast<unsigned>(p.num_heads));
-    decode_combine_kernel<T, HD><<<grid, 128, 0, stream>>>(p, splits);
-    check_launch("decode_combine_kernel");
+      return launch_kvh<T, HD, 8>(p, num_head_chunks, splits, pair, stream);
   }
 }
 

@@ -13,6 +13,11 @@ namespace llmserve::cuda {
 // Largest head_dim the generic (any-size, slower) attention kernel handles: 8 values per lane of one warp.
 inline constexpr int kGenericMaxHeadDim = 256;
 
+// Leading elements of the split-K workspace that hold the decode kernel's per-(request, head group) arrival
+// counters; split-K runs only while a call has at most this many such groups (it pays only below ~2 waves of
+// CTAs, i.e. a few hundred groups). Equal to ops::kPagedAttentionWorkspaceCounters (checked in attention.cu).
+inline constexpr int kSplitCounterElems = 1024;
+
 // One paged_attention call. Token rows of query/out may be strided (fused QKV slices); heads and head_dim are
 // contiguous. All index tensors live on the device: the kernels read lengths and block ids there (graph-safe).
 struct PagedAttentionParams {
@@ -26,7 +31,9 @@ struct PagedAttentionParams {
   const int32_t* seq_lens = nullptr;         // [num_reqs]
   const int32_t* block_table = nullptr;      // [num_reqs, max_blocks_per_seq], row stride block_table_stride
   int64_t block_table_stride = 0;
-  float* workspace = nullptr;  // split-K partials (f32); null: no split-K
+  // Split-K scratch (f32); null: no split-K. Its first kSplitCounterElems elements are int32 counters that must be
+  // zero when the workspace is first used (allocate it zeroed); every call leaves them zero again.
+  float* workspace = nullptr;
   int64_t workspace_elems = 0;
   DType dtype = DType::kF32;
   int num_tokens = 0;
