@@ -7,21 +7,31 @@
 
 namespace llmserve::cuda {
 
-// count[digit] += lanes of this warp with that digit; mass[digit] += their w (when mass != nullptr). Every lane of
-// the warp must call it (inactive lanes pass active = false).
-__device__ __forceinline__ void warp_hist_add(uint32_t* count, double* mass, bool active, uint32_t digit, double w) {
+// Probability mass as 64-bit fixed point: w in [0, 1] times 2^45, so a whole row (up to kMaxMassVocab weights of
+// at most 1) sums without overflow, exactly and in any order, with native 64-bit shared-memory atomics (a double
+// atomicAdd there is a compare-and-swap loop, which serialised the top-p passes).
+constexpr double kMassScale = 35184372088832.0;  // 2^45
+inline constexpr int64_t kMaxMassVocab = int64_t{1} << 19;
+__device__ __forceinline__ uint64_t mass_fixed(float w) {
+  return static_cast<uint64_t>(static_cast<double>(w) * kMassScale);
+}
+
+// count[digit] += lanes of this warp with that digit; mass[digit] += their w (fixed point, when mass != nullptr).
+// Every lane of the warp must call it (inactive lanes pass active = false). The lanes sharing a digit are summed
+// with one hardware reduction per 21-bit slice of w (w <= 2^45: the slice sums of <= 32 lanes fit 32 bits), and
+// only their leader touches shared memory.
+__device__ __forceinline__ void warp_hist_add(uint32_t* count, unsigned long long* mass, bool active, uint32_t digit,
+                                              uint64_t w) {
   const unsigned act = __ballot_sync(0xffffffffu, active);
   if (!active) return;
   const unsigned group = __match_any_sync(act, digit);
   const bool leader = static_cast<int>(threadIdx.x % 32) == __ffs(group) - 1;
   if (mass != nullptr) {
-    double sum = 0;
-    for (unsigned rem = act; rem != 0; rem &= rem - 1) {
-      const int src = __ffs(rem) - 1;
-      const double v = __shfl_sync(act, w, src);
-      if ((group >> src) & 1u) sum += v;
-    }
-    if (leader) atomicAdd(&mass[digit], sum);
+    constexpr uint64_t kSlice = (uint64_t{1} << 21) - 1;
+    const uint64_t lo = __reduce_add_sync(group, static_cast<uint32_t>(w & kSlice));
+    const uint64_t mid = __reduce_add_sync(group, static_cast<uint32_t>((w >> 21) & kSlice));
+    const uint64_t hi = __reduce_add_sync(group, static_cast<uint32_t>(w >> 42));
+    if (leader) atomicAdd(&mass[digit], static_cast<unsigned long long>((hi << 42) + (mid << 21) + lo));
   }
   if (leader) atomicAdd(&count[digit], static_cast<uint32_t>(__popc(group)));
 }
@@ -32,6 +42,34 @@ struct RadixSelectState {
   uint32_t remaining;
   bool found;
 };
+
+// Element loads per thread issued together before their histogram updates: one memory round trip per
+// kRadixUnroll elements instead of one per element (a single row's pass is latency-bound).
+constexpr int kRadixUnroll = 8;
+
+// Warp 0 of the block: the highest digit bin b with sum_{c > b} count[c] < remaining <= sum_{c >= b} count[c]
+// (lane L scans bins 255 - 8L down to 248 - 8L after a prefix sum over the lanes above it). Sets s.found, and when
+// found s.prefix |= b << shift and s.remaining = remaining - sum_{c > b} count[c].
+__device__ __forceinline__ void radix_pick_bin(RadixSelectState& s, uint32_t prefix, uint32_t remaining, int shift) {
+  const int lane = threadIdx.x;
+  uint32_t local = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) local += s.count[255 - 8 * lane - i];
+  uint32_t inclusive = local;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  const uint32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
+  uint32_t above = inclusive - local;
+  if (lane == 0) s.found = total >= remaining;
+  if (above < remaining && remaining <= inclusive) {  // exactly one lane
+    int b = 255 - 8 * lane;
+    for (; above + s.count[b] < remaining; --b) above += s.count[b];
+    s.prefix = prefix | (static_cast<uint32_t>(b) << shift);
+    s.remaining = remaining - above;
+  }
+}
 
 // The k-th largest key (repeats counted, k >= 1) among the elements j in [0, n) for which key_of(j, &key) is
 // true. On success *kth_key is that key and *needed how many of the elements equal to it are among the k largest
@@ -44,26 +82,24 @@ __device__ bool radix_select(int64_t n, uint32_t k, KeyOf key_of, RadixSelectSta
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s.count[i] = 0;
     __syncthreads();
-    for (int64_t base = 0; base < n; base += blockDim.x) {  // a uniform trip count keeps warps converged
-      const int64_t j = base + threadIdx.x;
-      uint32_t key = 0;
-      const bool valid = j < n && key_of(j, &key) && (key & mask) == prefix;
-      warp_hist_add(s.count, nullptr, valid, (key >> shift) & 255u, 0.0);
+    // A uniform trip count keeps warps converged for the warp-aggregated adds.
+    for (int64_t base = 0; base < n; base += static_cast<int64_t>(blockDim.x) * kRadixUnroll) {
+      uint32_t keys[kRadixUnroll];
+      bool valid[kRadixUnroll];
+#pragma unroll
+      for (int u = 0; u < kRadixUnroll; ++u) {
+        const int64_t j = base + u * blockDim.x + threadIdx.x;
+        keys[u] = 0;
+        valid[u] = j < n && key_of(j, &keys[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kRadixUnroll; ++u) {
+        const bool v = valid[u] && (keys[u] & mask) == prefix;
+        warp_hist_add(s.count, nullptr, v, (keys[u] >> shift) & 255u, 0);
+      }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t above = 0;
-      int b = 255;
-      for (; b >= 0; --b) {
-        if (above + s.count[b] >= remaining) break;
-        above += s.count[b];
-      }
-      s.found = b >= 0;
-      if (b >= 0) {
-        s.prefix = prefix | (static_cast<uint32_t>(b) << shift);
-        s.remaining = remaining - above;
-      }
-    }
+    if (threadIdx.x < 32) radix_pick_bin(s, prefix, remaining, shift);
     __syncthreads();
     if (!s.found) return false;
     prefix = s.prefix;

@@ -1,7 +1,8 @@
 // The sampler's ops on CUDA, one block per row of logits [num_reqs, vocab] f32 (row-strided), the same rules as
 // kernels/cpu/sampling.cc: penalties, logit bias, token masks, temperature, the min-p / top-k / top-p masks
-// (radix selection over order-preserving float keys, kernels/cuda/radix.cuh; top-p's mass in double) and the inverse-CDF draw from the
-// same Philox stream as the CPU (kernels/philox.h). No scratch beyond shared memory, no host synchronisation.
+// (radix selection over order-preserving float keys, kernels/cuda/radix.cuh; top-p's mass in 64-bit fixed point)
+// and the inverse-CDF draw from the same Philox stream as the CPU (kernels/philox.h). No scratch beyond shared
+// memory, no host synchronisation.
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -102,11 +103,11 @@ __global__ void temperature_kernel(float* logits, int64_t stride, int64_t vocab,
 // Shared state of the filter kernel's radix passes (written by thread 0, read by all after a barrier).
 struct RadixState {
   uint32_t count[256];
-  double mass[256];
+  unsigned long long mass[256];  // fixed point (radix.cuh: kMassScale)
   uint32_t prefix;
   uint32_t remaining;
   uint32_t ties;
-  double mass_above;
+  uint64_t mass_above;
   bool found;
   int32_t cut_id;
 };
@@ -132,46 +133,74 @@ struct Candidates {
   }
 };
 
+// Warp 0: one radix pass's bin for top-p, scanning the bins from the top as the sequential rule does -- skip empty
+// bins; the first bin whose mass, added to the mass above it, reaches target is chosen; if rounding leaves every
+// bin short, the lowest non-empty one. Lane L scans bins 255 - 8L .. 248 - 8L from the mass of the lanes above it.
+__device__ __forceinline__ void top_p_pick_bin(RadixState& s, uint32_t prefix, uint64_t mass_above, uint64_t target,
+                                               int shift) {
+  const int lane = threadIdx.x;
+  uint64_t local = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) local += s.mass[255 - 8 * lane - i];
+  uint64_t inclusive = local;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  uint64_t above = mass_above + (inclusive - local);
+  int chosen = -1, lowest = -1;
+  uint64_t chosen_above = 0, lowest_above = 0;
+  for (int b = 255 - 8 * lane; b > 247 - 8 * lane; --b) {
+    if (s.count[b] == 0) continue;
+    lowest = b;
+    lowest_above = above;
+    if (above + s.mass[b] >= target) {
+      chosen = b;
+      chosen_above = above;
+      break;
+    }
+    above += s.mass[b];
+  }
+  const unsigned with_choice = __ballot_sync(0xffffffffu, chosen >= 0);
+  const unsigned with_bins = __ballot_sync(0xffffffffu, lowest >= 0);
+  // The topmost lane with a choice; else the bottom-most lane with a non-empty bin (its lowest bin).
+  const int winner = with_choice != 0 ? __ffs(with_choice) - 1 : 31 - __clz(with_bins);
+  if (lane == winner) {
+    const int b = with_choice != 0 ? chosen : lowest;
+    s.prefix = prefix | (static_cast<uint32_t>(b) << shift);
+    s.mass_above = with_choice != 0 ? chosen_above : lowest_above;
+    s.ties = s.count[b];
+  }
+}
+
 // Top-p's cut value: the largest candidate value v whose candidates at or above it hold >= target mass (else the
 // smallest candidate value); leaves s.mass_above = mass strictly above it and s.ties = candidates equal to it.
-__device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c, double target, RadixState& s) {
+__device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c, uint64_t target, RadixState& s) {
   uint32_t prefix = 0, mask = 0;
-  double mass_above = 0;
+  uint64_t mass_above = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
       s.count[i] = 0;
       s.mass[i] = 0;
     }
     __syncthreads();
-    for (int64_t base = 0; base < vocab; base += blockDim.x) {  // uniform trip count: warps stay converged
-      const int64_t j = base + threadIdx.x;
-      const float v = j < vocab ? x[j] : -INFINITY;
-      const uint32_t key = float_key(v);
-      const bool valid = c.contains(v) && (key & mask) == prefix;
-      warp_hist_add(s.count, s.mass, valid, (key >> shift) & 255u, valid ? expf(v - c.max_logit) : 0.0);
+    // Uniform trip count: warps stay converged; the loads of kRadixUnroll elements go out together.
+    for (int64_t base = 0; base < vocab; base += static_cast<int64_t>(blockDim.x) * kRadixUnroll) {
+      float v[kRadixUnroll];
+#pragma unroll
+      for (int u = 0; u < kRadixUnroll; ++u) {
+        const int64_t j = base + u * blockDim.x + threadIdx.x;
+        v[u] = j < vocab ? x[j] : -INFINITY;
+      }
+#pragma unroll
+      for (int u = 0; u < kRadixUnroll; ++u) {
+        const uint32_t key = float_key(v[u]);
+        const bool valid = c.contains(v[u]) && (key & mask) == prefix;
+        warp_hist_add(s.count, s.mass, valid, (key >> shift) & 255u, valid ? mass_fixed(expf(v[u] - c.max_logit)) : 0);
+      }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int chosen = -1, lowest = -1;
-      double above = mass_above, above_lowest = mass_above;
-      for (int b = 255; b >= 0; --b) {
-        if (s.count[b] == 0) continue;
-        lowest = b;
-        above_lowest = above;
-        if (above + s.mass[b] >= target) {
-          chosen = b;
-          break;
-        }
-        above += s.mass[b];
-      }
-      if (chosen < 0) {  // rounding kept the mass just under target: everything down to the lowest stays
-        chosen = lowest;
-        above = above_lowest;
-      }
-      s.prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
-      s.mass_above = above;
-      s.ties = s.count[chosen];
-    }
+    if (threadIdx.x < 32) top_p_pick_bin(s, prefix, mass_above, target, shift);
     __syncthreads();
     prefix = s.prefix;
     mass_above = s.mass_above;
@@ -214,6 +243,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const bool use_k = k > 0 && k < vocab, use_p = p<1.f, use_min_p = mp> 0.f;
   if (!use_k && !use_p && !use_min_p) return;
   float mx = -INFINITY;
+#pragma unroll 8  // loads in flight together: one row is one SM's latency-bound pass
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
     float v = x[j];
     if (isnan(v)) x[j] = v = -INFINITY;
@@ -229,18 +259,20 @@ __global__ void __launch_bounds__(kRowThreads)
   float cut_value;
   int32_t cut_id = INT32_MAX;
   if (use_p) {
-    double mass = 0;
+    unsigned long long mass = 0;
+#pragma unroll 8
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
       const float v = x[j];
-      if (c.contains(v)) mass += expf(v - mx);
+      if (c.contains(v)) mass += mass_fixed(expf(v - mx));
     }
-    const double target = static_cast<double>(p) * block_sum_t<double>(mass);
+    const uint64_t total = block_sum_t<unsigned long long>(mass);
+    const uint64_t target = static_cast<uint64_t>(static_cast<double>(p) * static_cast<double>(total));
     cut_value = radix_top_p(x, vocab, c, target, s);
     // Walk the ties at the cut in id order as the CPU does: the first is kept; each next one while the mass
     // ranked before it is < target.
     if (threadIdx.x == 0) {
-      const double w = expf(cut_value - mx);
-      double before = s.mass_above + w;
+      const uint64_t w = mass_fixed(expf(cut_value - mx));
+      uint64_t before = s.mass_above + w;
       uint32_t kept = 1;
       while (kept < s.ties && before < target) {
         before += w;
@@ -253,12 +285,14 @@ __global__ void __launch_bounds__(kRowThreads)
     if (kept < s.ties) cut_id = nth_equal_id(x, vocab, cut_value, kept, s);
   } else {
     float lowest = INFINITY;
+#pragma unroll 8
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
       const float v = x[j];
       if (c.contains(v)) lowest = fminf(lowest, v);
     }
     cut_value = -block_max(-lowest);
   }
+#pragma unroll 8
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
     const float v = x[j];
     const bool keep = v > cut_value || (v == cut_value && j <= cut_id);
@@ -276,6 +310,7 @@ __global__ void __launch_bounds__(kRowThreads)
     return;
   }
   float mx = -INFINITY;
+#pragma unroll 8
   for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, x[j]);
   mx = block_max(mx);
   if (mx == -INFINITY) {
@@ -292,6 +327,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
   const int64_t begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
   double mine = 0;
+#pragma unroll 8
   for (int64_t j = begin; j < end; ++j) mine += weight(x[j]);
   double total;
   double cumulative = block_exclusive_scan<double>(mine, &total);
@@ -364,6 +400,7 @@ void apply_temperature(Tensor& logits, const Tensor& temperatures) {
 void apply_top_k_top_p_min_p(Tensor& logits, const ops::SamplingFilterParams& params) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (n == 0 || vocab == 0) return;
+  CHECK_LE(vocab, kMaxMassVocab) << "apply_top_k_top_p_min_p: vocab " << vocab << " above the CUDA limit";
   filter_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream()>>>(
       logits.data<float>(), logits.stride(0), vocab, params.top_k.data<int32_t>(), params.top_p.data<float>(),
       params.min_p.data<float>());
