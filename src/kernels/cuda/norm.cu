@@ -109,8 +109,8 @@ bool launch_vec(int64_t n, int64_t d, T* out, int64_t out_stride, T* x, int64_t 
                  x_stride, residual, res_stride, weight, di, eps);
       break;
     default:
-      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual>, grid, threads, out, out_stride, x,
-                 x_stride, residual, res_stride, weight, di, eps);
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual>, grid, threads, out,
+                 out_stride, x, x_stride, residual, res_stride, weight, di, eps);
       break;
   }
   return true;

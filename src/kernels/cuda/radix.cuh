@@ -8,8 +8,8 @@
 namespace llmserve::cuda {
 
 // Probability mass as 64-bit fixed point: w in [0, 1] times 2^45, so a whole row (up to kMaxMassVocab weights of
-// at most 1) sums without overflow, exactly and in any order, with native 64-bit shared-memory atomics (a double
-// atomicAdd there is a compare-and-swap loop, which serialised the top-p passes).
+// at most 1) sums without overflow and exactly, in any order: the top-p cut cannot depend on the order in which
+// atomics land (double sums could, at a boundary), and the adds are native 64-bit integer atomics.
 constexpr double kMassScale = 35184372088832.0;  // 2^45
 inline constexpr int64_t kMaxMassVocab = int64_t{1} << 19;
 __device__ __forceinline__ uint64_t mass_fixed(float w) {

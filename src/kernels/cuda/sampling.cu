@@ -100,7 +100,7 @@ __global__ void temperature_kernel(float* logits, int64_t stride, int64_t vocab,
   }
 }
 
-// Shared state of the filter kernel's radix passes (written by thread 0, read by all after a barrier).
+// Shared state of the filter kernel's radix passes (written by warp 0 or thread 0, read by all after a barrier).
 struct RadixState {
   uint32_t count[256];
   unsigned long long mass[256];  // fixed point (radix.cuh: kMassScale)
@@ -196,7 +196,8 @@ __device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c,
       for (int u = 0; u < kRadixUnroll; ++u) {
         const uint32_t key = float_key(v[u]);
         const bool valid = c.contains(v[u]) && (key & mask) == prefix;
-        warp_hist_add(s.count, s.mass, valid, (key >> shift) & 255u, valid ? mass_fixed(expf(v[u] - c.max_logit)) : 0);
+        const uint64_t w = valid ? mass_fixed(expf(v[u] - c.max_logit)) : 0;
+        warp_hist_add(s.count, s.mass, valid, (key >> shift) & 255u, w);
       }
     }
     __syncthreads();
