@@ -68,6 +68,21 @@ std::vector<TokenLogprobs> tail_logprobs(const CompletionOutput &o, size_t count
   return std::vector<TokenLogprobs>(o.logprobs.end() - static_cast<std::ptrdiff_t>(count), o.logprobs.end());
 }
 
+// Echo with logprobs (completions, as vLLM): the prompt's tokens lead the choice's token list, each with its prompt
+// logprobs (position 0, which nothing scores, and any position not scored yet, stay null), then `ids`.
+void prepend_prompt(const RequestOutput &r, std::vector<int32_t> *ids, std::vector<TokenLogprobs> *logprobs) {
+  std::vector<int32_t> all = r.prompt_token_ids;
+  std::vector<TokenLogprobs> lps(all.size());  // an empty entry reads as null
+  for (size_t q = 0; q < r.prompt_logprobs.size() && q < lps.size(); ++q) {
+    if (r.prompt_logprobs[q]) lps[q] = *r.prompt_logprobs[q];
+  }
+  all.insert(all.end(), ids->begin(), ids->end());
+  if (logprobs->size() == ids->size()) lps.insert(lps.end(), logprobs->begin(), logprobs->end());
+  lps.resize(all.size());  // generated tokens without logprobs: nulls
+  *ids = std::move(all);
+  *logprobs = std::move(lps);
+}
+
 // The next piece of a choice's text to stream. The text is cut at a stop string only once the whole string
 // arrived, so the last (longest stop - 1) bytes are held back until the choice finishes (as vLLM does);
 // otherwise a stream could show the start of a stop string that the final text omits. Never splits a UTF-8
@@ -272,13 +287,18 @@ awaitable<void> OpenAIServer::collect_job(HttpExchange &ex, Job &job) {
         }
         OJson logprobs = nullptr;
         size_t offset = 0;
-        if (job.req->params.logprobs) logprobs = completion_logprobs(o.token_ids, o.logprobs, namer, &offset);
+        if (job.req->params.logprobs) {
+          std::vector<int32_t> ids = o.token_ids;
+          std::vector<TokenLogprobs> lps = o.logprobs;
+          if (job.req->echo) prepend_prompt(r, &ids, &lps);
+          logprobs = completion_logprobs(ids, lps, namer, &offset);
+        }
         choice = {{"index", index},
                   {"text", std::move(text)},
                   {"logprobs", std::move(logprobs)},
                   {"finish_reason", finish},
                   {"stop_reason", stop_reason_json(o.stop_reason)}};
-        if (job.req->params.prompt_logprobs) choice["prompt_logprobs"] = prompt_logprobs_json(r.prompt_logprobs, namer);
+        if (job.req->prompt_logprobs_field) choice["prompt_logprobs"] = prompt_logprobs_json(r.prompt_logprobs, namer);
       }
       choices.push_back(std::move(choice));
     }
@@ -344,7 +364,9 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
           // The role comes first, alone (as OpenAI and vLLM send it).
           OJson delta = {{"role", "assistant"}, {"content", job.chat_echo}};
           out += chunk(OJson{{"index", choice}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
-        } else if (!job.chat && !job.choice_started[choice] && job.req->echo) {
+        }
+        const bool echo_now = !job.chat && !job.choice_started[choice] && job.req->echo;
+        if (echo_now) {
           const Tokenizer *tok = llm_.load()->tokenizer();
           text = (r.prompt.empty() && tok ? tok->decode(r.prompt_token_ids) : r.prompt) + text;
         }
@@ -352,9 +374,11 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
         if (text.empty() && o.delta_token_ids.empty() && !finishing) continue;
         OJson logprobs = nullptr;
         if (job.req->params.logprobs) {
-          const std::vector<TokenLogprobs> lps = tail_logprobs(o, o.delta_token_ids.size());
-          logprobs = job.chat ? chat_logprobs(o.delta_token_ids, lps, namer, job.chat_top_logprobs)
-                              : completion_logprobs(o.delta_token_ids, lps, namer, &job.choice_offset[choice]);
+          std::vector<int32_t> ids = o.delta_token_ids;
+          std::vector<TokenLogprobs> lps = tail_logprobs(o, o.delta_token_ids.size());
+          if (echo_now) prepend_prompt(r, &ids, &lps);  // the first chunk carries the echoed prompt's logprobs
+          logprobs = job.chat ? chat_logprobs(ids, lps, namer, job.chat_top_logprobs)
+                              : completion_logprobs(ids, lps, namer, &job.choice_offset[choice]);
         }
         OJson finish = finishing ? OJson(finish_reason_json(*o.finish_reason)) : OJson(nullptr);
         OJson c;

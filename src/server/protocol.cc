@@ -1,6 +1,7 @@
 // OpenAI request parsing: one typed reader per field kind, then the fields of each endpoint.
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -213,6 +214,7 @@ Status parse_common(const OJson &body, const SamplingParams &defaults, const Pro
     RETURN_IF_ERROR(to_int("prompt_logprobs", *v, kI32Min, kI32Max, &x));
     p.prompt_logprobs = static_cast<int32_t>(x);
   }
+  r->prompt_logprobs_field = p.prompt_logprobs.has_value();
   RETURN_IF_ERROR(f.read_int32("priority", kI32Min, kI32Max, &r->priority));
   RETURN_IF_ERROR(f.read_bool("stream", &r->stream));
   RETURN_IF_ERROR(f.read_bool("echo", &r->echo));
@@ -352,7 +354,8 @@ StatusOr<CompletionRequest> parse_completion_request(const OJson &body, const Sa
   }
   RETURN_IF_ERROR(parse_prompts(body, limits, &r.prompts));
   if (r.echo && r.params.logprobs) {
-    return invalid_argument("echo: echo together with logprobs is not supported; ask for prompt_logprobs instead");
+    // As vLLM: the echoed prompt's tokens lead the choice's logprobs, scored with the same number of alternatives.
+    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs.value_or(0), *r.params.logprobs);
   }
   RETURN_IF_ERROR(r.params.validate(limits.vocab_size));
   return r;

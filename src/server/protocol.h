@@ -34,6 +34,9 @@ struct GenerationRequest {
   bool include_usage = false;           // stream_options.include_usage: a last chunk with usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats: usage on every chunk
   bool echo = false;
+  // The response carries vLLM's prompt_logprobs field: the request asked for it (echo with logprobs scores the
+  // prompt too, but puts those logprobs at the head of the choice's logprobs instead).
+  bool prompt_logprobs_field = false;
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N"
   std::optional<bool> add_special_tokens;   // unset: the endpoint's default
 };

@@ -36,9 +36,11 @@ TEST(ProtocolTest, CompletionFieldsMapToSamplingParams) {
       "spaces_between_special_tokens": false, "priority": -3, "echo": true, "stream": true,
       "stream_options": {"include_usage": true, "continuous_usage_stats": true}, "return_tokens_as_token_ids": true,
       "add_special_tokens": false, "user": "ignored", "best_of": 3, "unknown_field": {"x": 1}})");
-  // echo + logprobs is refused; drop logprobs and check everything else.
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(param_of(r.status().message()), "echo");
+  // echo + logprobs also scores the prompt (vLLM): prompt_logprobs = logprobs, without the prompt_logprobs field.
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->params.logprobs, 4);
+  EXPECT_EQ(r->params.prompt_logprobs, 4);
+  EXPECT_FALSE(r->prompt_logprobs_field);
   r = completion(R"({"model": "m", "prompt": "hi", "n": 3, "temperature": 0.5, "top_p": 0.9, "top_k": 7,
       "min_p": 0.1, "seed": -5, "max_tokens": 9, "min_tokens": 2, "stop": ["a", "bc"], "stop_token_ids": [3, 4],
       "ignore_eos": true, "include_stop_str_in_output": true, "presence_penalty": 0.25, "frequency_penalty": -0.5,
@@ -68,6 +70,7 @@ TEST(ProtocolTest, CompletionFieldsMapToSamplingParams) {
   EXPECT_DOUBLE_EQ(p.repetition_penalty, 1.2);
   EXPECT_EQ(p.logit_bias, (std::vector<std::pair<int32_t, double>>{{5, -100.0}, {17, 2.5}}));
   EXPECT_FALSE(p.logprobs.has_value());
+  EXPECT_FALSE(p.prompt_logprobs.has_value());
   EXPECT_FALSE(p.skip_special_tokens);
   EXPECT_FALSE(p.spaces_between_special_tokens);
   EXPECT_EQ(r->priority, -3);
@@ -77,6 +80,24 @@ TEST(ProtocolTest, CompletionFieldsMapToSamplingParams) {
   EXPECT_TRUE(r->continuous_usage_stats);
   EXPECT_TRUE(r->return_tokens_as_token_ids);
   EXPECT_EQ(r->add_special_tokens, false);
+}
+
+TEST(ProtocolTest, EchoWithLogprobsScoresThePrompt) {
+  // An explicit prompt_logprobs above logprobs is kept (and shown); below it, logprobs wins.
+  auto r = completion(R"({"prompt": "hi", "echo": true, "logprobs": 2, "prompt_logprobs": 6})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->params.prompt_logprobs, 6);
+  EXPECT_TRUE(r->prompt_logprobs_field);
+  r = completion(R"({"prompt": "hi", "echo": true, "logprobs": 5, "prompt_logprobs": 1})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->params.prompt_logprobs, 5);
+  r = completion(R"({"prompt": "hi", "echo": false, "logprobs": 5})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->params.prompt_logprobs.has_value());
+  // Too many alternatives is still refused, naming logprobs.
+  r = completion(R"({"prompt": "hi", "echo": true, "logprobs": 21})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(param_of(r.status().message()), "logprobs");
 }
 
 TEST(ProtocolTest, CompletionDefaultsAndNulls) {
@@ -211,7 +232,6 @@ TEST(ProtocolTest, EveryBadCompletionValueNamesItsParam) {
       {R"({"prompt": "x", "suffix": "s"})", "suffix"},
       {R"({"prompt": "x", "use_beam_search": true})", "use_beam_search"},
       {R"({"prompt": "x", "guided_json": {}})", "guided_json"},
-      {R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
   };
   for (const BadCase &c : cases) {
     auto r = completion(c.json);
