@@ -84,6 +84,14 @@ void run_case(DType dtype, const GemmCase& c, uint32_t seed) {
                     << want[worst];
 }
 
+template <size_t N>
+void run_cases(DType dtype, const GemmCase (&cases)[N], uint32_t seed) {
+  for (const GemmCase& c : cases) {
+    run_case(dtype, c, seed);
+    seed += 3;
+  }
+}
+
 TEST_P(CudaGemmTest, MatchesDoubleReference) {
   const DType dtype = GetParam();
   const GemmCase cases[] = {
@@ -107,11 +115,7 @@ TEST_P(CudaGemmTest, MatchesDoubleReference) {
       {4, 3000, 4096, 16, 0, false, false, true},
       {3, 4096, 1024, 0, 8, true, false, false},
   };
-  uint32_t seed = 1000;
-  for (const GemmCase& c : cases) {
-    run_case(dtype, c, seed);
-    seed += 3;
-  }
+  run_cases(dtype, cases, 1000);
 }
 
 // m = 1 with 16-bit operands and k % 8 == 0: the GEMV (f32 operands take cuBLASLt on the same shapes). Its own
@@ -129,11 +133,7 @@ TEST_P(CudaGemmTest, GemvMatchesDoubleReference) {
       {1, 999, 4104, 8, 0, true, false, false},
       {1, 100, 16384, 0, 0, true, true, true},
   };
-  uint32_t seed = 3000;
-  for (const GemmCase& c : cases) {
-    run_case(dtype, c, seed);
-    seed += 3;
-  }
+  run_cases(dtype, cases, 3000);
 }
 
 TEST_P(CudaGemmTest, RepeatedShapeReusesItsPlan) {

@@ -236,69 +236,66 @@ def test_fixture_model_matches_hf_greedy(llmserve_bin):
         assert s.stop() == 0
 
 
-def test_prompt_logprobs_match_hf_fixture(llmserve_bin):
-    """vLLM's prompt_logprobs extension: the prompt + the fixture's greedy continuation sent as the prompt scores
-    each continuation token with HF transformers' logprob for that step (the token is rank 1 where it was greedy)."""
+@pytest.fixture(scope="module")
+def gqa_fixture(llmserve_bin):
+    """The llama_gqa_f32 HF fixture served as "fx": (server, client, prompt ids + transformers' greedy continuation as
+    one token list, the prompt's length, the continuation's steps with transformers' logprob of each token)."""
     model = FIXTURES / "llama_gqa_f32"
-    expected = json.loads((model / "expected.json").read_text())
+    case = json.loads((model / "expected.json").read_text())["cases"][0]
+    steps = case["steps"]
     s = ServerProcess(llmserve_bin, str(model), "--served-model-name", "fx")
     try:
         client = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
-        case = expected["cases"][0]
-        steps = case["steps"]
-        ids = list(case["prompt"]) + [st["id"] for st in steps]
-        r = client.completions.create(model="fx", prompt=ids, max_tokens=1, temperature=0,
-                                      extra_body={"prompt_logprobs": 3})
-        plp = r.choices[0].model_extra["prompt_logprobs"]
-        assert len(plp) == len(ids) and plp[0] is None
-        for s_i, st in enumerate(steps):
-            entry = plp[len(case["prompt"]) + s_i]
-            got = entry[str(st["id"])]
-            assert math.isclose(got["logprob"], st["top_logprobs"][0], abs_tol=1e-3), (s_i, got, st)
-            assert got["rank"] == 1
-            assert len(entry) <= 4  # the prompt token and the top 3
-        status, body = s.post_json("/v1/completions", {"prompt": ids, "max_tokens": 1, "prompt_logprobs": 21})
-        assert status == 400 and body["error"]["param"] == "prompt_logprobs"
+        yield s, client, list(case["prompt"]) + [st["id"] for st in steps], len(case["prompt"]), steps
     finally:
         assert s.stop() == 0
 
 
-def test_echo_with_logprobs_scores_the_prompt(llmserve_bin):
+def test_prompt_logprobs_match_hf_fixture(gqa_fixture):
+    """vLLM's prompt_logprobs extension: the prompt + the fixture's greedy continuation sent as the prompt scores
+    each continuation token with HF transformers' logprob for that step (the token is rank 1 where it was greedy)."""
+    s, client, ids, prompt_len, steps = gqa_fixture
+    r = client.completions.create(model="fx", prompt=ids, max_tokens=1, temperature=0,
+                                  extra_body={"prompt_logprobs": 3})
+    plp = r.choices[0].model_extra["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None
+    for s_i, st in enumerate(steps):
+        entry = plp[prompt_len + s_i]
+        got = entry[str(st["id"])]
+        assert math.isclose(got["logprob"], st["top_logprobs"][0], abs_tol=1e-3), (s_i, got, st)
+        assert got["rank"] == 1
+        assert len(entry) <= 4  # the prompt token and the top 3
+    status, body = s.post_json("/v1/completions", {"prompt": ids, "max_tokens": 1, "prompt_logprobs": 21})
+    assert status == 400 and body["error"]["param"] == "prompt_logprobs"
+
+
+def test_echo_with_logprobs_scores_the_prompt(gqa_fixture):
     """echo + logprobs (what lm-evaluation-harness sends for loglikelihoods): the prompt's tokens lead the choice's
     logprobs, the first null, each next one with HF transformers' logprob (the fixture's greedy continuation sent as
     the prompt); streamed chunks concatenate to the same lists."""
-    model = FIXTURES / "llama_gqa_f32"
-    expected = json.loads((model / "expected.json").read_text())
-    s = ServerProcess(llmserve_bin, str(model), "--served-model-name", "fx")
-    try:
-        client = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
-        case = expected["cases"][0]
-        steps = case["steps"]
-        ids = list(case["prompt"]) + [st["id"] for st in steps]
-        args = dict(model="fx", prompt=ids, max_tokens=2, temperature=0, echo=True, logprobs=2,
-                    extra_body={"return_tokens_as_token_ids": True})
-        r = client.completions.create(**args)
-        choice = r.choices[0]
-        lp = choice.logprobs
-        got = [int(t.split(":")[1]) for t in lp.tokens]
-        assert got[:len(ids)] == ids and len(got) == len(ids) + 2
-        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
-        assert all(x is not None for x in lp.token_logprobs[1:])
-        for s_i, st in enumerate(steps):
-            q = len(case["prompt"]) + s_i
-            assert math.isclose(lp.token_logprobs[q], st["top_logprobs"][0], abs_tol=1e-3), (s_i, lp.token_logprobs[q])
-            assert f"token_id:{st['id']}" in lp.top_logprobs[q] and len(lp.top_logprobs[q]) <= 3
-        assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
-        assert "prompt_logprobs" not in (choice.model_extra or {})
-        assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 2
+    _, client, ids, prompt_len, steps = gqa_fixture
+    args = dict(model="fx", prompt=ids, max_tokens=2, temperature=0, echo=True, logprobs=2,
+                extra_body={"return_tokens_as_token_ids": True})
+    r = client.completions.create(**args)
+    choice = r.choices[0]
+    lp = choice.logprobs
+    got = [int(t.split(":")[1]) for t in lp.tokens]
+    assert got[:len(ids)] == ids and len(got) == len(ids) + 2
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x is not None for x in lp.token_logprobs[1:])
+    for s_i, st in enumerate(steps):
+        q = prompt_len + s_i
+        assert math.isclose(lp.token_logprobs[q], st["top_logprobs"][0], abs_tol=1e-3), (s_i, lp.token_logprobs[q])
+        assert f"token_id:{st['id']}" in lp.top_logprobs[q] and len(lp.top_logprobs[q]) <= 3
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    assert "prompt_logprobs" not in (choice.model_extra or {})
+    assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 2
 
-        tokens, token_logprobs = [], []
-        for c in client.completions.create(stream=True, **args):
-            if c.choices and c.choices[0].logprobs:
-                tokens += c.choices[0].logprobs.tokens
-                token_logprobs += c.choices[0].logprobs.token_logprobs
-        assert tokens == lp.tokens
-        assert token_logprobs[0] is None
-        assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(token_logprobs[1:], lp.token_logprobs[1:]))
-    finally:
-        assert s.stop() == 0
+    tokens, token_logprobs = [], []
+    for c in client.completions.create(stream=True, **args):
+        if c.choices and c.choices[0].logprobs:
+            tokens += c.choices[0].logprobs.tokens
+            token_logprobs += c.choices[0].logprobs.token_logprobs
+    assert tokens == lp.tokens
+    assert token_logprobs[0] is None
+    assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(token_logprobs[1:], lp.token_logprobs[1:]))

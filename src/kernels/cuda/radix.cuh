@@ -47,19 +47,30 @@ struct RadixSelectState {
 // kRadixUnroll elements instead of one per element (a single row's pass is latency-bound).
 constexpr int kRadixUnroll = 8;
 
+// Warp 0 of a radix pass, lane L: the sum of its 8 bins (255 - 8L down to 248 - 8L) in *local, and the sum of
+// every bin from 255 down to its last one (the lanes up to and including it) as the result.
+template <typename T>
+__device__ __forceinline__ T lane_bins_inclusive(const T* bins, T* local) {
+  const int lane = threadIdx.x % 32;
+  T mine = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) mine += bins[255 - 8 * lane - i];
+  T inclusive = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  *local = mine;
+  return inclusive;
+}
+
 // Warp 0 of the block: the highest digit bin b with sum_{c > b} count[c] < remaining <= sum_{c >= b} count[c]
 // (lane L scans bins 255 - 8L down to 248 - 8L after a prefix sum over the lanes above it). Sets s.found, and when
 // found s.prefix |= b << shift and s.remaining = remaining - sum_{c > b} count[c].
 __device__ __forceinline__ void radix_pick_bin(RadixSelectState& s, uint32_t prefix, uint32_t remaining, int shift) {
   const int lane = threadIdx.x;
   uint32_t local = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) local += s.count[255 - 8 * lane - i];
-  uint32_t inclusive = local;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t up = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += up;
-  }
+  const uint32_t inclusive = lane_bins_inclusive(s.count, &local);
   const uint32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
   uint32_t above = inclusive - local;
   if (lane == 0) s.found = total >= remaining;

@@ -139,14 +139,8 @@ struct Candidates {
 __device__ __forceinline__ void top_p_pick_bin(RadixState& s, uint32_t prefix, uint64_t mass_above, uint64_t target,
                                                int shift) {
   const int lane = threadIdx.x;
-  uint64_t local = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) local += s.mass[255 - 8 * lane - i];
-  uint64_t inclusive = local;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t up = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += up;
-  }
+  unsigned long long local = 0;
+  const unsigned long long inclusive = lane_bins_inclusive(s.mass, &local);
   uint64_t above = mass_above + (inclusive - local);
   int chosen = -1, lowest = -1;
   uint64_t chosen_above = 0, lowest_above = 0;
