@@ -69,9 +69,9 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
 void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
                        const Tensor& slot_mapping);
 
-// rotary_embedding(positions, query, key) then reshape_and_cache(key, value) in one pass (one launch on CUDA, where
-// a decode step is launch-bound): query [n, num_heads, head_dim], key and value [n, num_kv_heads, head_dim], all
-// row-strided with one dtype (the cache's); the key is left rotated in place as well.
+// rotary_embedding(positions, query, key) then reshape_and_cache(key, value) in one pass (one launch on CUDA:
+// every short decode kernel has a fixed cost): query [n, num_heads, head_dim], key and value
+// [n, num_kv_heads, head_dim], all row-strided with one dtype (the cache's); the key is left rotated in place too.
 void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
                                 int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache,
                                 const Tensor& slot_mapping);

@@ -214,7 +214,8 @@ TEST_P(CudaKernelsTest, RotaryAndCacheMatchesCpu) {
     Tensor qkv = random_tensor({c.n, q_cols + 2 * k_cols}, seed++, dtype, -2.f, 2.f);
     Tensor cache_t = rope_cache(c.head_dim), pos = random_positions(c.n, seed++);
     const Shape cache_shape = {num_blocks, block_size, c.num_kv_heads, c.head_dim};
-    Tensor key_cache = random_tensor(cache_shape, seed++, dtype), value_cache = random_tensor(cache_shape, seed++, dtype);
+    Tensor key_cache = random_tensor(cache_shape, seed++, dtype);
+    Tensor value_cache = random_tensor(cache_shape, seed++, dtype);
     std::vector<int64_t> all_slots(static_cast<size_t>(num_blocks * block_size));
     for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
     std::mt19937 rng(seed++);
