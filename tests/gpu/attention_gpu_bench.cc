@@ -5,7 +5,8 @@
 // ratio. Bytes counted: K and V of every context token once
 // (query and output are < 1% here). Each timed call reads a different slice of a >= 512 MB cache so L2 (50-60 MB)
 // never holds the data; times are medians of 15 samples of 20 back-to-back calls, with CUDA events. Also the
-// prefill kernel's TFLOP/s on one causal prompt (512, 2048, 8192 tokens) of the M shape.
+// prefill kernel's TFLOP/s on causal prompts: one of 512, 2048, 8192 tokens and 8 of 1024 (M), one of 2048 (S), and
+// 64 of 48 (M: short chunks, where fixed costs dominate).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -131,28 +132,29 @@ Row bench_decode(const Shape3& shape, int batch, int ctx, bool split) {
   return {batch, ctx, split, us, kv_bytes};
 }
 
-// One causal prefill of `len` new tokens on an empty context; returns achieved TFLOP/s counting QK^T and PV
-// over the causal triangle only (4 * head_dim * num_heads * len * (len + 1) / 2 FLOP).
-double bench_prefill_tflops(int len, double* us_out) {
-  const int nh = 32, nkv = 8, hd = 128, bs = 16;
-  const int blocks = (len + bs - 1) / bs;
+// `prompts` causal prefills of `len` new tokens each on empty contexts, in one call; returns achieved TFLOP/s
+// counting QK^T and PV over the causal triangles only (4 * head_dim * num_heads * len * (len + 1) / 2 FLOP each).
+double bench_prefill_tflops(const Shape3& shape, int prompts, int len, double* us_out) {
+  const int nh = shape.num_heads, nkv = shape.num_kv_heads, hd = shape.head_dim, bs = 16;
+  const int blocks_per = (len + bs - 1) / bs, blocks = prompts * blocks_per;
   const Shape cs{blocks, bs, nkv, hd};
   Tensor kc = upload(testing::random_tensor(cs, 7, DType::kBF16));
   Tensor vc = upload(testing::random_tensor(cs, 8, DType::kBF16));
-  std::vector<int32_t> t(blocks);
+  std::vector<int32_t> t(blocks), starts(prompts + 1), seqs(prompts, len);
   std::iota(t.begin(), t.end(), 0);
+  for (int i = 0; i <= prompts; ++i) starts[i] = i * len;
   ops::AttentionMetadata md;
-  md.query_start_loc = upload(Tensor::from_i32({0, len}, {2}));
-  md.seq_lens = upload(Tensor::from_i32({len}, {1}));
-  md.block_table = upload(Tensor::from_i32(t, {1, blocks}));
-  md.num_reqs = 1;
+  md.query_start_loc = upload(Tensor::from_i32(starts, {prompts + 1}));
+  md.seq_lens = upload(Tensor::from_i32(seqs, {prompts}));
+  md.block_table = upload(Tensor::from_i32(t, {prompts, blocks_per}));
+  md.num_reqs = prompts;
   md.max_query_len = len;
   md.max_seq_len = len;
-  Tensor q = upload(testing::random_tensor({len, nh, hd}, 9, DType::kBF16, -2.f, 2.f));
-  Tensor out = Tensor::empty({len, nh, hd}, DType::kBF16, Device::cuda());
+  Tensor q = upload(testing::random_tensor({prompts * len, nh, hd}, 9, DType::kBF16, -2.f, 2.f));
+  Tensor out = Tensor::empty({prompts * len, nh, hd}, DType::kBF16, Device::cuda());
   const double us = time_us([&](int) { ops::paged_attention(out, q, kc, vc, md, 0.088f, 0); }, 5);
   *us_out = us;
-  return 4.0 * hd * nh * len * (len + 1.0) / 2 / us * 1e-6;
+  return prompts * 4.0 * hd * nh * len * (len + 1.0) / 2 / us * 1e-6;
 }
 
 }  // namespace
@@ -183,12 +185,19 @@ int run_bench() {
                 sp.shape->num_heads, sp.shape->num_kv_heads, sp.shape->head_dim, r.batch, r.ctx, r.split ? "yes" : "no",
                 r.us, r.kv_bytes * 1e-6, floor_us, gbs, 100.0 * floor_us / r.us);
   }
-  std::printf("\nprefill paged attention (causal, empty context), same shape\n");
-  std::printf("| prompt tokens | us / call | TFLOP/s |\n|---|---|---|\n");
-  for (int len : {512, 2048, 8192}) {
+  std::printf("\nprefill paged attention (causal, empty contexts), bf16\n");
+  std::printf("| shape | prompts x tokens | us / call | TFLOP/s |\n|---|---|---|---|\n");
+  struct PrefillSpec {
+    const Shape3* shape;
+    int prompts, len;
+  };
+  const PrefillSpec prefills[] = {{&kShapeM, 1, 512}, {&kShapeM, 1, 2048}, {&kShapeM, 1, 8192},
+                                  {&kShapeM, 8, 1024}, {&kShapeS, 1, 2048}, {&kShapeM, 64, 48}};
+  for (const PrefillSpec& sp : prefills) {
     double us = 0;
-    const double tflops = bench_prefill_tflops(len, &us);
-    std::printf("| %d | %.1f | %.0f |\n", len, us, tflops);
+    const double tflops = bench_prefill_tflops(*sp.shape, sp.prompts, sp.len, &us);
+    std::printf("| %s (hd %d) | %d x %d | %.1f | %.0f |\n", sp.shape->name, sp.shape->head_dim, sp.prompts, sp.len,
+                us, tflops);
   }
   return 0;
 }

@@ -24,49 +24,67 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
                : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_addr(p)));
 }
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_addr(p)));
 }
 
-// d += a (16x16, row) * b (16x8, col), f32 accumulators.
+// d += a (16x16, row) * b (16x8, col), f32 accumulators. Not volatile: registers only, so the compiler may
+// interleave independent mma with other work (volatile asm keeps source order).
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], __nv_bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], __half) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// 2^x in one MUFU.EX2 (denormal results flush to 0: a probability below 2^-126 of the row maximum).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 template <int HD>
 __host__ __device__ constexpr int smem_stride() {
   return HD + 8;  // +16 bytes per row: the 8 rows of an ldmatrix land in distinct banks
 }
+// Double-buffered K and V tiles; Q passes through buffer 1's K tile into registers before that tile is first
+// filled (69.6 KB at head_dim 128: 3 CTAs per SM instead of 2 with a Q tile of its own).
 template <typename T, int HD>
 __host__ __device__ constexpr int smem_bytes() {
-  return (kBlockM + 4 * kBlockN) * smem_stride<HD>() * static_cast<int>(sizeof(T));  // Q, then K and V twice
+  return 4 * kBlockN * smem_stride<HD>() * static_cast<int>(sizeof(T));
 }
 
+// 3 CTAs per SM (12 warps) cap the registers at 168; the few spills that costs measured faster than 2 CTAs
+// (MT = 2 row tiles per warp, FlashAttention-2's 128-row CTA, measured slower too: 255 registers, 2 CTAs per SM).
 template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads) prefill_kernel(const PagedAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PagedAttentionParams p) {
   constexpr int kStride = smem_stride<HD>();
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sq = reinterpret_cast<T*>(smem_raw);
-  // Double-buffered K/V tiles after Q: K of buffer b, then V of buffer b (arithmetic, not a pointer array: a
-  // run-time index into an array would put it in local memory).
-  auto sk_buf = [&](int b) { return sq + (kBlockM + b * kBlockN) * kStride; };
-  auto sv_buf = [&](int b) { return sq + (kBlockM + (2 + b) * kBlockN) * kStride; };
+  T* const base = reinterpret_cast<T*>(smem_raw);
+  // K of buffer b, then V of buffer b (arithmetic, not a pointer array: a run-time index into an array would put
+  // it in local memory).
+  auto sk_buf = [&](int b) { return base + b * kBlockN * kStride; };
+  auto sv_buf = [&](int b) { return base + (2 + b) * kBlockN * kStride; };
+  T* const sq = sk_buf(1);
 
-  const int r = p.num_decode_reqs + blockIdx.z, head = blockIdx.y, row0 = blockIdx.x * kBlockM;
+  // The last query tiles see the most keys: they start first (launch order follows blockIdx.x).
+  const int r = p.num_decode_reqs + blockIdx.z, head = blockIdx.y;
+  const int row0 = (gridDim.x - 1 - blockIdx.x) * kBlockM;
   const int q_begin = p.query_start_loc[r];
   const int qlen = p.query_start_loc[r + 1] - q_begin;
   if (row0 >= qlen) return;
@@ -84,32 +102,47 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PagedAttentionP
     *reinterpret_cast<uint4*>(sq + row * kStride + ch * 8) = v;
   }
   __syncthreads();
-  uint32_t qf[HD / 16][4];
+  uint32_t qf[HD / 16][4];  // this warp's 16 rows of Q, as the A fragments of every k step
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk)
     ldmatrix_x4(qf[kk], sq + (warp * 16 + lane % 16) * kStride + kk * 16 + (lane / 16) * 8);
+  __syncthreads();  // Q's shared tile is buffer 1's K: every warp has its fragments before it is refilled
 
   float o[HD / 8][4];
 #pragma unroll
   for (int dt = 0; dt < HD / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;  // rows lane/4 and lane/4 + 8 of this warp
+  // Rows lane/4 (index 0) and lane/4 + 8 (index 1) of this warp: running max (raw score units) and sum.
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  const int pos_a = ctx0 + row0 + warp * 16 + lane / 4, pos_b = pos_a + 8;
-  const int kv_end = ctx0 + row0 + rows;  // one past the last row's position
-  const int kv_begin = p.sliding_window > 0 ? max(0, ctx0 + row0 - p.sliding_window + 1) : 0;
+  const int pos0 = ctx0 + row0 + warp * 16 + lane / 4;  // position of row index 0
+  const int pos_first = ctx0 + row0, pos_last = ctx0 + row0 + rows - 1;
+  const int kv_end = pos_last + 1;
+  const int kv_begin = p.sliding_window > 0 ? max(0, pos_first - p.sliding_window + 1) : 0;
   const T* kc = static_cast<const T*>(p.key_cache);
   const T* vc = static_cast<const T*>(p.value_cache);
   const int32_t* bt = p.block_table + r * p.block_table_stride;
 
-  // Tile [n0, n0 + kBlockN) of K and V -> buffer b, asynchronously (zeros past kv_end).
+  // Tile [n0, n0 + kBlockN) of K and V -> buffer b, asynchronously (zeros past kv_end). A thread copies one
+  // 16-byte chunk column of rows kRowStep apart; their block-table walk is incremental (one division per tile:
+  // a division per row cost more instructions than the copies themselves).
+  constexpr int kRowStep = kThreads / kChunks, kRowsPerThread = (kBlockN + kRowStep - 1) / kRowStep;
+  static_assert(kThreads % kChunks == 0, "a thread's chunk column must not change between rows");
+  const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * HD;  // one token's K (or V) row in the cache
+  const int64_t block_elems = row_elems * p.block_size;
+  const int64_t chunk_off = static_cast<int64_t>(kv_head) * HD + (tid % kChunks) * 8;
+  const int first_row = tid / kChunks;
   auto issue_tile = [&](int n0, int b) {
-    for (int i = tid; i < kBlockN * kChunks; i += kThreads) {
-      const int row = i / kChunks, ch = i % kChunks, key = n0 + row;
+    int key = n0 + first_row;
+    int blk = key / p.block_size, in_blk = key - blk * p.block_size;
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j, key += kRowStep) {
+      if (kBlockN % kRowStep != 0 && first_row + j * kRowStep >= kBlockN) break;  // small head_dims: idle threads
       const bool valid = key < kv_end;
-      const int64_t off =
-          valid ? cache_offset(bt, key, p.block_size, p.num_kv_heads, kv_head, HD) + ch * 8 : int64_t{0};
-      cp_async16(sk_buf(b) + row * kStride + ch * 8, kc + off, valid);
-      cp_async16(sv_buf(b) + row * kStride + ch * 8, vc + off, valid);
+      const int64_t off = valid ? bt[blk] * block_elems + in_blk * row_elems + chunk_off : int64_t{0};
+      const int so = (first_row + j * kRowStep) * kStride + (tid % kChunks) * 8;
+      cp_async16(sk_buf(b) + so, kc + off, valid);
+      cp_async16(sv_buf(b) + so, vc + off, valid);
+      for (in_blk += kRowStep; in_blk >= p.block_size; in_blk -= p.block_size) ++blk;
     }
   };
   if (kv_begin < kv_end) issue_tile(kv_begin, 0);
@@ -124,94 +157,108 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PagedAttentionP
     const T* sk = sk_buf(buf);
     const T* sv = sv_buf(buf);
 
+    // S = Q K^T. A k step's K fragments are loaded first (two k16 steps per ldmatrix x4 where head_dim allows),
+    // then the mma run over different accumulators back to back (mma on one accumulator wait out its latency).
     float s[kBlockN / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    constexpr int kKPair = HD % 32 == 0 ? 2 : 1;
 #pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t b[2];
-        ldmatrix_x2(b, sk + (nt * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
-        mma(s[nt], qf[kk], b, T());
+    for (int kk = 0; kk < HD / 16; kk += kKPair) {
+      uint32_t b[kBlockN / 8][kKPair][2];
+#pragma unroll
+      for (int nt = 0; nt < kBlockN / 8; ++nt) {
+        if constexpr (kKPair == 2) {
+          uint32_t r4[4];
+          ldmatrix_x4(r4, sk + (nt * 8 + lane % 8) * kStride + kk * 16 + (lane / 8) * 8);
+          b[nt][0][0] = r4[0], b[nt][0][1] = r4[1];
+          b[nt][kKPair - 1][0] = r4[2], b[nt][kKPair - 1][1] = r4[3];
+        } else {
+          ldmatrix_x2(b[nt][0], sk + (nt * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
+        }
       }
+#pragma unroll
+      for (int j = 0; j < kKPair; ++j)
+#pragma unroll
+        for (int nt = 0; nt < kBlockN / 8; ++nt) mma(s[nt], qf[kk + j], b[nt][j], T());
     }
-    float mx_a = -INFINITY, mx_b = -INFINITY;
+
+    // Only tiles that reach past some row's position (the diagonal), or behind a sliding window, need the mask.
+    const bool masked =
+        n0 + kBlockN - 1 > pos_first || (p.sliding_window > 0 && n0 < pos_last - p.sliding_window + 1);
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-        const int pos = e < 2 ? pos_a : pos_b;
-        const bool ok = key <= pos && key < kv_end && (p.sliding_window <= 0 || key > pos - p.sliding_window);
-        s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
+        if (masked) {
+          const int key = n0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+          const int pos = pos0 + (e < 2 ? 0 : 8);
+          const bool ok = key <= pos && key < kv_end && (p.sliding_window <= 0 || key > pos - p.sliding_window);
+          if (!ok) s[nt][e] = -INFINITY;
+        }
+        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
       }
-      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+    }
+    // Maxima stay in raw score units: exp2(s * scale_log2 - max * scale_log2) is one FFMA and one MUFU.EX2.
+    float sub[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float new_m = fmaxf(m_run[h], mx[h]);
+      // A row with no valid key so far keeps max -inf: subtract 0 instead so exp2(-inf) = 0, never NaN.
+      sub[h] = new_m == -INFINITY ? 0.f : new_m * scale_log2;
+      const float alpha = fast_exp2(fmaf(m_run[h], scale_log2, -sub[h]));
+      m_run[h] = new_m;
+      l_run[h] *= alpha;
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; ++dt) {
+        o[dt][2 * h] *= alpha;
+        o[dt][2 * h + 1] *= alpha;
+      }
     }
 #pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    const float new_a = fmaxf(m_a, mx_a), new_b = fmaxf(m_b, mx_b);
-    // A row with no valid key so far keeps max -inf: subtract 0 instead so exp2(-inf) = 0, never NaN.
-    const float sub_a = new_a == -INFINITY ? 0.f : new_a, sub_b = new_b == -INFINITY ? 0.f : new_b;
-    const float alpha_a = exp2f(m_a - sub_a), alpha_b = exp2f(m_b - sub_b);
-    m_a = new_a;
-    m_b = new_b;
-    float sum_a = 0.f, sum_b = 0.f;
+    for (int nt = 0; nt < kBlockN / 8; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - sub_a);
-      s[nt][1] = exp2f(s[nt][1] - sub_a);
-      s[nt][2] = exp2f(s[nt][2] - sub_b);
-      s[nt][3] = exp2f(s[nt][3] - sub_b);
-      sum_a += s[nt][0] + s[nt][1];
-      sum_b += s[nt][2] + s[nt][3];
-    }
-    l_a = l_a * alpha_a + sum_a;
-    l_b = l_b * alpha_b + sum_b;
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt) {
-      o[dt][0] *= alpha_a;
-      o[dt][1] *= alpha_a;
-      o[dt][2] *= alpha_b;
-      o[dt][3] *= alpha_b;
-    }
-    // P (C layout of two n8 tiles) is exactly the A layout of one k16 step.
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -sub[e / 2]));
+        l_run[e / 2] += s[nt][e];
+      }
+
+    // O += P V. P (C layout of two n8 tiles) is exactly the A layout of one k16 step; V fragments come two
+    // head_dim tiles per ldmatrix x4 (trans).
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-      for (int dt = 0; dt < HD / 8; ++dt) {
-        uint32_t b[2];
-        ldmatrix_x2_trans(b, sv + (kk * 16 + lane % 16) * kStride + dt * 8);
-        mma(o[dt], a, b, T());
+      for (int dt = 0; dt < HD / 8; dt += 2) {
+        uint32_t r4[4];
+        ldmatrix_x4_trans(r4, sv + (kk * 16 + lane % 16) * kStride + dt * 8 + (lane / 16) * 8);
+        const uint32_t b0[2] = {r4[0], r4[1]}, b1[2] = {r4[2], r4[3]};
+        mma(o[dt], a, b0, T());
+        mma(o[dt + 1], a, b1, T());
       }
     }
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
   cp_async_wait<0>();  // no copy may still target shared memory when the CTA exits
 
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
-  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
-  const int ra = warp * 16 + lane / 4, rb = ra + 8;
   T* out = static_cast<T*>(p.out);
 #pragma unroll
-  for (int dt = 0; dt < HD / 8; ++dt) {
-    const int col = head * HD + dt * 8 + (lane % 4) * 2;
-    if (ra < rows)
-      *reinterpret_cast<uint32_t*>(out + (q_begin + row0 + ra) * p.out_row_stride + col) =
-          pack2<T>(o[dt][0] * inv_a, o[dt][1] * inv_a);
-    if (rb < rows)
-      *reinterpret_cast<uint32_t*>(out + (q_begin + row0 + rb) * p.out_row_stride + col) =
-          pack2<T>(o[dt][2] * inv_b, o[dt][3] * inv_b);
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = warp * 16 + lane / 4 + 8 * h;
+    if (row >= rows) continue;
+    T* dst = out + (q_begin + row0 + row) * p.out_row_stride + head * HD + (lane % 4) * 2;
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dst + dt * 8) = pack2<T>(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
   }
 }
 
