@@ -123,26 +123,30 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PagedAttenti
   const int32_t* bt = p.block_table + r * p.block_table_stride;
 
   // Tile [n0, n0 + kBlockN) of K and V -> buffer b, asynchronously (zeros past kv_end). A thread copies one
-  // 16-byte chunk column of rows kRowStep apart; their block-table walk is incremental (one division per tile:
-  // a division per row cost more instructions than the copies themselves).
+  // 16-byte chunk column of rows kRowStep apart and walks the block table incrementally, without branches: one
+  // division per tile (a division and 64-bit products per row cost more instructions than the copies).
   constexpr int kRowStep = kThreads / kChunks, kRowsPerThread = (kBlockN + kRowStep - 1) / kRowStep;
   static_assert(kThreads % kChunks == 0, "a thread's chunk column must not change between rows");
-  const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * HD;  // one token's K (or V) row in the cache
-  const int64_t block_elems = row_elems * p.block_size;
-  const int64_t chunk_off = static_cast<int64_t>(kv_head) * HD + (tid % kChunks) * 8;
+  const int row_elems = p.num_kv_heads * HD;         // one token's K (or V) row in the cache
+  const int block_elems = row_elems * p.block_size;  // < 2^31: the block offset is the only 64-bit product
+  const int chunk_off = kv_head * HD + (tid % kChunks) * 8;
   const int first_row = tid / kChunks;
+  const int step_blocks = kRowStep / p.block_size, step_keys = kRowStep - step_blocks * p.block_size;
+  const int last_blk = (kv_end - 1) / p.block_size;  // rows past kv_end read (nothing) at a real block
   auto issue_tile = [&](int n0, int b) {
     int key = n0 + first_row;
     int blk = key / p.block_size, in_blk = key - blk * p.block_size;
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; ++j, key += kRowStep) {
       if (kBlockN % kRowStep != 0 && first_row + j * kRowStep >= kBlockN) break;  // small head_dims: idle threads
-      const bool valid = key < kv_end;
-      const int64_t off = valid ? bt[blk] * block_elems + in_blk * row_elems + chunk_off : int64_t{0};
+      const int64_t off =
+          static_cast<int64_t>(bt[min(blk, last_blk)]) * block_elems + (in_blk * row_elems + chunk_off);
       const int so = (first_row + j * kRowStep) * kStride + (tid % kChunks) * 8;
-      cp_async16(sk_buf(b) + so, kc + off, valid);
-      cp_async16(sv_buf(b) + so, vc + off, valid);
-      for (in_blk += kRowStep; in_blk >= p.block_size; in_blk -= p.block_size) ++blk;
+      cp_async16(sk_buf(b) + so, kc + off, key < kv_end);
+      cp_async16(sv_buf(b) + so, vc + off, key < kv_end);
+      blk += step_blocks;
+      in_blk += step_keys;
+      if (in_blk >= p.block_size) in_blk -= p.block_size, ++blk;
     }
   };
   if (kv_begin < kv_end) issue_tile(kv_begin, 0);
@@ -157,30 +161,36 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PagedAttenti
     const T* sk = sk_buf(buf);
     const T* sv = sv_buf(buf);
 
-    // S = Q K^T. A k step's K fragments are loaded first (two k16 steps per ldmatrix x4 where head_dim allows),
-    // then the mma run over different accumulators back to back (mma on one accumulator wait out its latency).
+    // S = Q K^T. K fragments are loaded ahead of their mma (two k16 steps per ldmatrix x4 where head_dim allows),
+    // and consecutive mma accumulate into different tiles (mma on one accumulator wait out its latency).
     float s[kBlockN / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
     constexpr int kKPair = HD % 32 == 0 ? 2 : 1;
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk += kKPair) {
-      uint32_t b[kBlockN / 8][kKPair][2];
+      // Half a tile's K fragments at a time: 16 registers (the whole tile's 32 spilled at the 168 cap).
+      constexpr int kNtGroup = kBlockN / 16;
 #pragma unroll
-      for (int nt = 0; nt < kBlockN / 8; ++nt) {
-        if constexpr (kKPair == 2) {
-          uint32_t r4[4];
-          ldmatrix_x4(r4, sk + (nt * 8 + lane % 8) * kStride + kk * 16 + (lane / 8) * 8);
-          b[nt][0][0] = r4[0], b[nt][0][1] = r4[1];
-          b[nt][kKPair - 1][0] = r4[2], b[nt][kKPair - 1][1] = r4[3];
-        } else {
-          ldmatrix_x2(b[nt][0], sk + (nt * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
+      for (int g = 0; g < kBlockN / 8; g += kNtGroup) {
+        uint32_t b[kNtGroup][kKPair][2];
+#pragma unroll
+        for (int i = 0; i < kNtGroup; ++i) {
+          const T* row = sk + ((g + i) * 8 + lane % 8) * kStride + kk * 16;
+          if constexpr (kKPair == 2) {
+            uint32_t r4[4];
+            ldmatrix_x4(r4, row + (lane / 8) * 8);
+            b[i][0][0] = r4[0], b[i][0][1] = r4[1];
+            b[i][kKPair - 1][0] = r4[2], b[i][kKPair - 1][1] = r4[3];
+          } else {
+            ldmatrix_x2(b[i][0], row + ((lane / 8) % 2) * 8);
+          }
         }
+#pragma unroll
+        for (int j = 0; j < kKPair; ++j)
+#pragma unroll
+          for (int i = 0; i < kNtGroup; ++i) mma(s[g + i], qf[kk + j], b[i][j], T());
       }
-#pragma unroll
-      for (int j = 0; j < kKPair; ++j)
-#pragma unroll
-        for (int nt = 0; nt < kBlockN / 8; ++nt) mma(s[nt], qf[kk + j], b[nt][j], T());
     }
 
     // Only tiles that reach past some row's position (the diagonal), or behind a sliding window, need the mask.
