@@ -191,13 +191,13 @@ int run_bench() {
     const Shape3* shape;
     int prompts, len;
   };
-  const PrefillSpec prefills[] = {{&kShapeM, 1, 512}, {&kShapeM, 1, 2048}, {&kShapeM, 1, 8192},
+  const PrefillSpec prefills[] = {{&kShapeM, 1, 512},  {&kShapeM, 1, 2048}, {&kShapeM, 1, 8192},
                                   {&kShapeM, 8, 1024}, {&kShapeS, 1, 2048}, {&kShapeM, 64, 48}};
   for (const PrefillSpec& sp : prefills) {
     double us = 0;
     const double tflops = bench_prefill_tflops(*sp.shape, sp.prompts, sp.len, &us);
-    std::printf("| %s (hd %d) | %d x %d | %.1f | %.0f |\n", sp.shape->name, sp.shape->head_dim, sp.prompts, sp.len,
-                us, tflops);
+    std::printf("| %s (hd %d) | %d x %d | %.1f | %.0f |\n", sp.shape->name, sp.shape->head_dim, sp.prompts, sp.len, us,
+                tflops);
   }
   return 0;
 }

@@ -29,11 +29,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr(p)));
-}
 
 // d += a (16x16, row) * b (16x8, col), f32 accumulators. Not volatile: registers only, so the compiler may
 // interleave independent mma with other work (volatile asm keeps source order).
@@ -139,8 +134,7 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PagedAttenti
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; ++j, key += kRowStep) {
       if (kBlockN % kRowStep != 0 && first_row + j * kRowStep >= kBlockN) break;  // small head_dims: idle threads
-      const int64_t off =
-          static_cast<int64_t>(bt[min(blk, last_blk)]) * block_elems + (in_blk * row_elems + chunk_off);
+      const int64_t off = static_cast<int64_t>(bt[min(blk, last_blk)]) * block_elems + (in_blk * row_elems + chunk_off);
       const int so = (first_row + j * kRowStep) * kStride + (tid % kChunks) * 8;
       cp_async16(sk_buf(b) + so, kc + off, key < kv_end);
       cp_async16(sv_buf(b) + so, vc + off, key < kv_end);
@@ -194,8 +188,7 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PagedAttenti
     }
 
     // Only tiles that reach past some row's position (the diagonal), or behind a sliding window, need the mask.
-    const bool masked =
-        n0 + kBlockN - 1 > pos_first || (p.sliding_window > 0 && n0 < pos_last - p.sliding_window + 1);
+    const bool masked = n0 + kBlockN - 1 > pos_first || (p.sliding_window > 0 && n0 < pos_last - p.sliding_window + 1);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kBlockN / 8; ++nt) {
@@ -229,12 +222,13 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_kernel(const PagedAttenti
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < kBlockN / 8; ++nt)
+    for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -sub[e / 2]));
         l_run[e / 2] += s[nt][e];
       }
+    }
 
     // O += P V. P (C layout of two n8 tiles) is exactly the A layout of one k16 step; V fragments come two
     // head_dim tiles per ldmatrix x4 (trans).
