@@ -1,19 +1,78 @@
-// Block-wide radix selection over 32-bit order-preserving keys, for the top-k and top-p kernels: 8-bit digit
-// histograms in shared memory, fed by warp-aggregated atomics (lanes with the same digit combine first, so a row
-// whose values share an exponent does not serialise on one counter).
+// Radix selection over 32-bit order-preserving keys, for the top-k and top-p kernels: 8-bit digit histograms in
+// shared memory, fed by warp-aggregated atomics (lanes with the same digit combine first, so a row whose values
+// share an exponent does not serialise on one counter), over one block or a cluster of blocks that split a row.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace llmserve::cuda {
+
+// The blocks that work on one row together. OneBlock: the block alone. RowCluster: a thread-block cluster (Hopper)
+// whose blocks each take a slice of the row and combine histograms and reductions through distributed shared
+// memory; compiled as OneBlock below sm_90, where clusters do not exist (the launcher then uses clusters of 1).
+// sync() is a barrier over every thread of the group (and a block barrier); at(p, r) is rank r's copy of the
+// shared variable p.
+struct OneBlock {
+  __device__ int rank() const { return 0; }
+  __device__ int size() const { return 1; }
+  __device__ void sync() const { __syncthreads(); }
+  template <typename T>
+  __device__ T* at(T* p, int) const {
+    return p;
+  }
+};
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+struct RowCluster {
+  __device__ int rank() const { return static_cast<int>(cooperative_groups::this_cluster().block_rank()); }
+  __device__ int size() const { return static_cast<int>(cooperative_groups::this_cluster().num_blocks()); }
+  __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
+  template <typename T>
+  __device__ T* at(T* p, int r) const {
+    return cooperative_groups::this_cluster().map_shared_rank(p, r);
+  }
+};
+#else
+using RowCluster = OneBlock;
+#endif
+
+// merged[i] = the sum over the group's ranks of their local[i], i < n. Every thread of the group calls it once
+// each rank's local bins are complete; on return merged is visible to the block and every rank is done reading
+// the others' local bins (so they may be cleared).
+template <typename G, typename T>
+__device__ void merge_bins(const G& g, T* local, T* merged, int n) {
+  g.sync();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    T sum = 0;
+    for (int r = 0; r < g.size(); ++r) sum += g.at(local, r)[i];
+    merged[i] = sum;
+  }
+  g.sync();
+}
+
+// op over the group of a value every thread of each block already holds (a block reduction's result); `slot` is
+// one shared variable of the caller's. Every thread gets the result.
+template <typename G, typename T, typename Op>
+__device__ T group_reduce(const G& g, T block_value, T* slot, Op op) {
+  if (g.size() == 1) return block_value;
+  if (threadIdx.x == 0) *slot = block_value;
+  g.sync();
+  T r = *g.at(slot, 0);
+  for (int i = 1; i < g.size(); ++i) r = op(r, *g.at(slot, i));
+  g.sync();  // the slots may be rewritten
+  return r;
+}
 
 // Probability mass as 64-bit fixed point: w in [0, 1] times 2^45, so a whole row (up to kMaxMassVocab weights of
 // at most 1) sums without overflow and exactly, in any order: the top-p cut cannot depend on the order in which
 // atomics land (double sums could, at a boundary), and the adds are native 64-bit integer atomics.
 constexpr double kMassScale = 35184372088832.0;  // 2^45
 inline constexpr int64_t kMaxMassVocab = int64_t{1} << 19;
+// w * 2^45 is exact in float (a power-of-two scale of w <= 1), so the float product truncates to the same integer
+// as the double one without the f64 conversions.
 __device__ __forceinline__ uint64_t mass_fixed(float w) {
-  return static_cast<uint64_t>(static_cast<double>(w) * kMassScale);
+  return static_cast<uint64_t>(w * static_cast<float>(kMassScale));
 }
 
 // count[digit] += lanes of this warp with that digit; mass[digit] += their w (fixed point, when mass != nullptr).
@@ -37,7 +96,8 @@ __device__ __forceinline__ void warp_hist_add(uint32_t* count, unsigned long lon
 }
 
 struct RadixSelectState {
-  uint32_t count[256];
+  uint32_t count[256];   // this block's histogram
+  uint32_t merged[256];  // the group's (merge_bins)
   uint32_t prefix;
   uint32_t remaining;
   bool found;
@@ -70,38 +130,38 @@ __device__ __forceinline__ T lane_bins_inclusive(const T* bins, T* local) {
 __device__ __forceinline__ void radix_pick_bin(RadixSelectState& s, uint32_t prefix, uint32_t remaining, int shift) {
   const int lane = threadIdx.x;
   uint32_t local = 0;
-  const uint32_t inclusive = lane_bins_inclusive(s.count, &local);
+  const uint32_t inclusive = lane_bins_inclusive(s.merged, &local);
   const uint32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
   uint32_t above = inclusive - local;
   if (lane == 0) s.found = total >= remaining;
   if (above < remaining && remaining <= inclusive) {  // exactly one lane
     int b = 255 - 8 * lane;
-    for (; above + s.count[b] < remaining; --b) above += s.count[b];
+    for (; above + s.merged[b] < remaining; --b) above += s.merged[b];
     s.prefix = prefix | (static_cast<uint32_t>(b) << shift);
     s.remaining = remaining - above;
   }
 }
 
-// The k-th largest key (repeats counted, k >= 1) among the elements j in [0, n) for which key_of(j, &key) is
-// true. On success *kth_key is that key and *needed how many of the elements equal to it are among the k largest
-// (so k - *needed keys are strictly larger); false when fewer than k elements qualify. Four passes over the row;
-// every thread of the block must call it.
-template <typename KeyOf>
-__device__ bool radix_select(int64_t n, uint32_t k, KeyOf key_of, RadixSelectState& s, uint32_t* kth_key,
-                             uint32_t* needed) {
+// The k-th largest key (repeats counted, k >= 1) among the elements j of the row (this block's slice [lo, hi) of
+// it, the group's slices together) for which key_of(j, &key) is true. On success *kth_key is that key and *needed
+// how many of the elements equal to it are among the k largest (so k - *needed keys are strictly larger); false
+// when fewer than k elements qualify. Four passes over the row; every thread of the group must call it.
+template <typename G, typename KeyOf>
+__device__ bool radix_select(const G& g, int64_t lo, int64_t hi, uint32_t k, KeyOf key_of, RadixSelectState& s,
+                             uint32_t* kth_key, uint32_t* needed) {
   uint32_t prefix = 0, mask = 0, remaining = k;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s.count[i] = 0;
     __syncthreads();
     // A uniform trip count keeps warps converged for the warp-aggregated adds.
-    for (int64_t base = 0; base < n; base += static_cast<int64_t>(blockDim.x) * kRadixUnroll) {
+    for (int64_t base = lo; base < hi; base += static_cast<int64_t>(blockDim.x) * kRadixUnroll) {
       uint32_t keys[kRadixUnroll];
       bool valid[kRadixUnroll];
 #pragma unroll
       for (int u = 0; u < kRadixUnroll; ++u) {
         const int64_t j = base + u * blockDim.x + threadIdx.x;
         keys[u] = 0;
-        valid[u] = j < n && key_of(j, &keys[u]);
+        valid[u] = j < hi && key_of(j, &keys[u]);
       }
 #pragma unroll
       for (int u = 0; u < kRadixUnroll; ++u) {
@@ -109,7 +169,7 @@ __device__ bool radix_select(int64_t n, uint32_t k, KeyOf key_of, RadixSelectSta
         warp_hist_add(s.count, nullptr, v, (keys[u] >> shift) & 255u, 0);
       }
     }
-    __syncthreads();
+    merge_bins(g, s.count, s.merged, 256);
     if (threadIdx.x < 32) radix_pick_bin(s, prefix, remaining, shift);
     __syncthreads();
     if (!s.found) return false;
@@ -120,6 +180,11 @@ __device__ bool radix_select(int64_t n, uint32_t k, KeyOf key_of, RadixSelectSta
   *kth_key = prefix;
   *needed = remaining;
   return true;
+}
+template <typename KeyOf>
+__device__ bool radix_select(int64_t n, uint32_t k, KeyOf key_of, RadixSelectState& s, uint32_t* kth_key,
+                             uint32_t* needed) {
+  return radix_select(OneBlock{}, 0, n, k, key_of, s, kth_key, needed);
 }
 
 }  // namespace llmserve::cuda

@@ -1,8 +1,8 @@
-// The sampler's ops on CUDA, one block per row of logits [num_reqs, vocab] f32 (row-strided), the same rules as
-// kernels/cpu/sampling.cc: penalties, logit bias, token masks, temperature, the min-p / top-k / top-p masks
-// (radix selection over order-preserving float keys, kernels/cuda/radix.cuh; top-p's mass in 64-bit fixed point)
-// and the inverse-CDF draw from the same Philox stream as the CPU (kernels/philox.h). No scratch beyond shared
-// memory, no host synchronisation.
+// The sampler's ops on CUDA, one block per row of logits [num_reqs, vocab] f32 (row-strided; the filters take a
+// cluster of blocks per row when rows are few), the same rules as kernels/cpu/sampling.cc: penalties, logit bias,
+// token masks, temperature, the min-p / top-k / top-p masks (radix selection over order-preserving float keys,
+// kernels/cuda/radix.cuh; top-p's mass in 64-bit fixed point) and the inverse-CDF draw from the same Philox stream
+// as the CPU (kernels/philox.h). No scratch beyond shared memory, no host synchronisation.
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -15,6 +15,7 @@ namespace {
 
 constexpr int kRowThreads = 1024;
 constexpr int kListThreads = 256;
+constexpr int kMaxFilterCluster = 8;  // the portable cluster size
 
 // Row r's span [begin, end) of a TokenLists; malformed offsets trap.
 __device__ __forceinline__ void row_span(const int32_t* offsets, int64_t size, int r, int32_t* begin, int32_t* end) {
@@ -102,25 +103,31 @@ __global__ void temperature_kernel(float* logits, int64_t stride, int64_t vocab,
 
 // Shared state of the filter kernel's radix passes (written by warp 0 or thread 0, read by all after a barrier).
 struct RadixState {
-  uint32_t count[256];
+  uint32_t count[256];           // this block's histogram
   unsigned long long mass[256];  // fixed point (radix.cuh: kMassScale)
+  uint32_t merged_count[256];    // the row group's (merge_bins)
+  unsigned long long merged_mass[256];
   uint32_t prefix;
   uint32_t remaining;
   uint32_t ties;
   uint64_t mass_above;
-  bool found;
+  uint64_t target;  // top-p: p x the candidates' total mass
   int32_t cut_id;
+  float value_slot;  // group_reduce scratch
+  uint32_t count_slot;
+  int32_t id_slot;
 };
 
 // The k-th largest finite logit (repeats counted), or -inf if fewer than k are finite.
-__device__ float radix_kth(const float* x, int64_t vocab, uint32_t k, RadixSelectState& s) {
+template <typename G>
+__device__ float radix_kth(const G& g, const float* x, int64_t lo, int64_t hi, uint32_t k, RadixSelectState& s) {
   const uint32_t neg_inf_key = float_key(-INFINITY);
   auto key_of = [&](int64_t j, uint32_t* key) {
     *key = float_key(x[j]);
     return *key > neg_inf_key;
   };
   uint32_t kth = 0, needed = 0;
-  return radix_select(vocab, k, key_of, s, &kth, &needed) ? key_float(kth) : -INFINITY;
+  return radix_select(g, lo, hi, k, key_of, s, &kth, &needed) ? key_float(kth) : -INFINITY;
 }
 
 // Candidates of the filters: finite, at or above the top-k threshold, passing min-p (exp(v - max) >= min_p, the
@@ -139,21 +146,23 @@ struct Candidates {
 __device__ __forceinline__ void top_p_pick_bin(RadixState& s, uint32_t prefix, uint64_t mass_above, uint64_t target,
                                                int shift) {
   const int lane = threadIdx.x;
+  const uint32_t* count = s.merged_count;
+  const unsigned long long* mass = s.merged_mass;
   unsigned long long local = 0;
-  const unsigned long long inclusive = lane_bins_inclusive(s.mass, &local);
+  const unsigned long long inclusive = lane_bins_inclusive(mass, &local);
   uint64_t above = mass_above + (inclusive - local);
   int chosen = -1, lowest = -1;
   uint64_t chosen_above = 0, lowest_above = 0;
   for (int b = 255 - 8 * lane; b > 247 - 8 * lane; --b) {
-    if (s.count[b] == 0) continue;
+    if (count[b] == 0) continue;
     lowest = b;
     lowest_above = above;
-    if (above + s.mass[b] >= target) {
+    if (above + mass[b] >= target) {
       chosen = b;
       chosen_above = above;
       break;
     }
-    above += s.mass[b];
+    above += mass[b];
   }
   const unsigned with_choice = __ballot_sync(0xffffffffu, chosen >= 0);
   const unsigned with_bins = __ballot_sync(0xffffffffu, lowest >= 0);
@@ -163,15 +172,18 @@ __device__ __forceinline__ void top_p_pick_bin(RadixState& s, uint32_t prefix, u
     const int b = with_choice != 0 ? chosen : lowest;
     s.prefix = prefix | (static_cast<uint32_t>(b) << shift);
     s.mass_above = with_choice != 0 ? chosen_above : lowest_above;
-    s.ties = s.count[b];
+    s.ties = count[b];
   }
 }
 
-// Top-p's cut value: the largest candidate value v whose candidates at or above it hold >= target mass (else the
-// smallest candidate value); leaves s.mass_above = mass strictly above it and s.ties = candidates equal to it.
-__device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c, uint64_t target, RadixState& s) {
+// Top-p's cut value: the largest candidate value v whose candidates at or above it hold >= target = p x (their
+// total mass) (else the smallest candidate value); leaves s.mass_above = mass strictly above it, s.ties =
+// candidates equal to it and s.target. The total is the sum of the first pass's bins (every candidate is in one).
+template <typename G>
+__device__ float radix_top_p(const G& g, const float* x, int64_t lo, int64_t hi, const Candidates& c, float p,
+                             RadixState& s) {
   uint32_t prefix = 0, mask = 0;
-  uint64_t mass_above = 0;
+  uint64_t mass_above = 0, target = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
       s.count[i] = 0;
@@ -179,22 +191,34 @@ __device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c,
     }
     __syncthreads();
     // Uniform trip count: warps stay converged; the loads of kRadixUnroll elements go out together.
-    for (int64_t base = 0; base < vocab; base += static_cast<int64_t>(blockDim.x) * kRadixUnroll) {
+    for (int64_t base = lo; base < hi; base += static_cast<int64_t>(blockDim.x) * kRadixUnroll) {
       float v[kRadixUnroll];
 #pragma unroll
       for (int u = 0; u < kRadixUnroll; ++u) {
         const int64_t j = base + u * blockDim.x + threadIdx.x;
-        v[u] = j < vocab ? x[j] : -INFINITY;
+        v[u] = j < hi ? x[j] : -INFINITY;
       }
 #pragma unroll
       for (int u = 0; u < kRadixUnroll; ++u) {
         const uint32_t key = float_key(v[u]);
-        const bool valid = c.contains(v[u]) && (key & mask) == prefix;
+        const bool valid = (key & mask) == prefix && c.contains(v[u]);
+        // After the first pass few elements match the prefix: a warp with none skips the weights and the update.
+        if (!__any_sync(0xffffffffu, valid)) continue;
         const uint64_t w = valid ? mass_fixed(expf(v[u] - c.max_logit)) : 0;
         warp_hist_add(s.count, s.mass, valid, (key >> shift) & 255u, w);
       }
     }
-    __syncthreads();
+    merge_bins(g, s.count, s.merged_count, 256);
+    merge_bins(g, s.mass, s.merged_mass, 256);
+    if (shift == 24) {
+      if (threadIdx.x < 32) {
+        unsigned long long local = 0;
+        const uint64_t total = __shfl_sync(0xffffffffu, lane_bins_inclusive(s.merged_mass, &local), 31);
+        if (threadIdx.x == 0) s.target = static_cast<uint64_t>(static_cast<double>(p) * static_cast<double>(total));
+      }
+      __syncthreads();
+      target = s.target;
+    }
     if (threadIdx.x < 32) top_p_pick_bin(s, prefix, mass_above, target, shift);
     __syncthreads();
     prefix = s.prefix;
@@ -204,16 +228,23 @@ __device__ float radix_top_p(const float* x, int64_t vocab, const Candidates& c,
   return key_float(prefix);
 }
 
-// The id of the rank-th (1-based) element equal to `value` in id order. Threads own contiguous id ranges.
-__device__ int32_t nth_equal_id(const float* x, int64_t vocab, float value, uint32_t rank, RadixState& s) {
-  const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
-  const int64_t begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+// The id of the rank-th (1-based) element of the row equal to `value` in id order (the row's last id if there are
+// fewer). Threads own contiguous id ranges of the block's slice; the slices go in rank order.
+template <typename G>
+__device__ int32_t nth_equal_id(const G& g, const float* x, int64_t lo, int64_t hi, int64_t vocab, float value,
+                                uint32_t rank, RadixState& s) {
+  const int64_t chunk = (hi - lo + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = lo + threadIdx.x * chunk, end = min(hi, begin + chunk);
   uint32_t mine = 0;
   for (int64_t j = begin; j < end; ++j) mine += x[j] == value;
-  uint32_t total;
-  const uint32_t before = block_exclusive_scan<uint32_t>(mine, &total);
-  if (threadIdx.x == 0) s.cut_id = static_cast<int32_t>(vocab - 1);
-  __syncthreads();
+  uint32_t block_total;
+  uint32_t before = block_exclusive_scan<uint32_t>(mine, &block_total);
+  // Equal elements in the slices of the lower ranks.
+  if (threadIdx.x == 0) s.count_slot = block_total;
+  g.sync();
+  for (int r = 0; r < g.rank(); ++r) before += *g.at(&s.count_slot, r);
+  if (threadIdx.x == 0) s.cut_id = INT32_MAX;
+  g.sync();  // every rank has read the counts; cut_id is reset everywhere
   if (rank > before && rank <= before + mine) {
     uint32_t seen = before;
     for (int64_t j = begin; j < end; ++j) {
@@ -224,45 +255,46 @@ __device__ int32_t nth_equal_id(const float* x, int64_t vocab, float value, uint
     }
   }
   __syncthreads();
-  return s.cut_id;
+  const int32_t id = group_reduce(g, s.cut_id, &s.id_slot, [](int32_t a, int32_t b) { return min(a, b); });
+  return id == INT32_MAX ? static_cast<int32_t>(vocab - 1) : id;
 }
 
+// One row per group of blocks (gridDim.x = rows x group size); each block filters its slice of the row.
+template <typename G>
 __global__ void __launch_bounds__(kRowThreads)
     filter_kernel(float* logits, int64_t stride, int64_t vocab, const int32_t* top_k, const float* top_p,
                   const float* min_p) {
   __shared__ RadixState s;
   __shared__ RadixSelectState select;
-  float* x = logits + blockIdx.x * stride;
-  const int32_t k = top_k[blockIdx.x];
-  const float p = top_p[blockIdx.x], mp = min_p[blockIdx.x];
+  const G g;
+  const int row = static_cast<int>(blockIdx.x) / g.size();
+  const int64_t slice = (vocab + g.size() - 1) / g.size();
+  const int64_t lo = min(vocab, g.rank() * slice), hi = min(vocab, lo + slice);
+  float* x = logits + row * stride;
+  const int32_t k = top_k[row];
+  const float p = top_p[row], mp = min_p[row];
   const bool use_k = k > 0 && k < vocab, use_p = p<1.f, use_min_p = mp> 0.f;
   if (!use_k && !use_p && !use_min_p) return;
+  auto max_op = [](float a, float b) { return fmaxf(a, b); };
   float mx = -INFINITY;
 #pragma unroll 8  // loads in flight together: one row is one SM's latency-bound pass
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
     float v = x[j];
     if (isnan(v)) x[j] = v = -INFINITY;
     mx = fmaxf(mx, v);
   }
-  mx = block_max(mx);  // its barriers also publish the NaN rewrites to the block
+  mx = group_reduce(g, block_max(mx), &s.value_slot, max_op);  // the barriers publish the NaN rewrites
   if (mx == -INFINITY) return;
   if (mx == INFINITY) {  // all the mass sits on the +inf logits
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) x[j] = x[j] == INFINITY ? INFINITY : -INFINITY;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) x[j] = x[j] == INFINITY ? INFINITY : -INFINITY;
     return;
   }
-  Candidates c{mx, use_k ? radix_kth(x, vocab, static_cast<uint32_t>(k), select) : -INFINITY, mp, use_min_p};
+  Candidates c{mx, use_k ? radix_kth(g, x, lo, hi, static_cast<uint32_t>(k), select) : -INFINITY, mp, use_min_p};
   float cut_value;
   int32_t cut_id = INT32_MAX;
   if (use_p) {
-    unsigned long long mass = 0;
-#pragma unroll 8
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-      const float v = x[j];
-      if (c.contains(v)) mass += mass_fixed(expf(v - mx));
-    }
-    const uint64_t total = block_sum_t<unsigned long long>(mass);
-    const uint64_t target = static_cast<uint64_t>(static_cast<double>(p) * static_cast<double>(total));
-    cut_value = radix_top_p(x, vocab, c, target, s);
+    cut_value = radix_top_p(g, x, lo, hi, c, p, s);
+    const uint64_t target = s.target;
     // Walk the ties at the cut in id order as the CPU does: the first is kept; each next one while the mass
     // ranked before it is < target.
     if (threadIdx.x == 0) {
@@ -277,18 +309,18 @@ __global__ void __launch_bounds__(kRowThreads)
     }
     __syncthreads();
     const uint32_t kept = s.remaining;
-    if (kept < s.ties) cut_id = nth_equal_id(x, vocab, cut_value, kept, s);
+    if (kept < s.ties) cut_id = nth_equal_id(g, x, lo, hi, vocab, cut_value, kept, s);
   } else {
     float lowest = INFINITY;
 #pragma unroll 8
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
       const float v = x[j];
       if (c.contains(v)) lowest = fminf(lowest, v);
     }
-    cut_value = -block_max(-lowest);
+    cut_value = -group_reduce(g, block_max(-lowest), &s.value_slot, max_op);
   }
 #pragma unroll 8
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
     const float v = x[j];
     const bool keep = v > cut_value || (v == cut_value && j <= cut_id);
     if (!keep) x[j] = -INFINITY;
@@ -392,13 +424,52 @@ void apply_temperature(Tensor& logits, const Tensor& temperatures) {
   check_launch("temperature_kernel");
 }
 
+namespace {
+
+// Blocks per row for the filter: a row's passes are latency-bound on one SM, so with few rows a cluster of blocks
+// splits each row (Hopper; one block per row below compute capability 9 or once the rows fill the SMs).
+int filter_blocks_per_row(int64_t rows) {
+  static const int sms = [] {
+    int dev = 0, major = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 0;
+    return major >= 9 ? count : 0;
+  }();
+  int blocks = 1;
+  while (blocks < kMaxFilterCluster && rows * blocks * 2 <= sms) blocks *= 2;
+  return blocks;
+}
+
+}  // namespace
+
 void apply_top_k_top_p_min_p(Tensor& logits, const ops::SamplingFilterParams& params) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (n == 0 || vocab == 0) return;
   CHECK_LE(vocab, kMaxMassVocab) << "apply_top_k_top_p_min_p: vocab " << vocab << " above the CUDA limit";
-  filter_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream()>>>(
-      logits.data<float>(), logits.stride(0), vocab, params.top_k.data<int32_t>(), params.top_p.data<float>(),
-      params.min_p.data<float>());
+  const int blocks_per_row = filter_blocks_per_row(n);
+  if (blocks_per_row == 1) {
+    filter_kernel<OneBlock><<<static_cast<unsigned>(n), kRowThreads, 0, stream()>>>(
+        logits.data<float>(), logits.stride(0), vocab, params.top_k.data<int32_t>(), params.top_p.data<float>(),
+        params.min_p.data<float>());
+    check_launch("filter_kernel");
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(n * blocks_per_row));
+  config.blockDim = dim3(kRowThreads);
+  config.stream = stream();
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(blocks_per_row);
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&config, filter_kernel<RowCluster>, logits.data<float>(), logits.stride(0), vocab,
+                           params.top_k.data<int32_t>(), params.top_p.data<float>(),
+                           params.min_p.data<float>()) == cudaSuccess)
+      << "filter_kernel: cluster launch failed";
   check_launch("filter_kernel");
 }
 
