@@ -1,6 +1,6 @@
-// The sampler's ops on CUDA, one block per row of logits [num_reqs, vocab] f32 (row-strided; the filters take a
-// cluster of blocks per row when rows are few), the same rules as kernels/cpu/sampling.cc: penalties, logit bias,
-// token masks, temperature, the min-p / top-k / top-p masks (radix selection over order-preserving float keys,
+// The sampler's ops on CUDA, one block per row of logits [num_reqs, vocab] f32 (row-strided; the filters and the
+// draw take a cluster of blocks per row when rows are few), the same rules as kernels/cpu/sampling.cc: penalties, logit
+// bias, token masks, temperature, the min-p / top-k / top-p masks (radix selection over order-preserving float keys,
 // kernels/cuda/radix.cuh; top-p's mass in 64-bit fixed point) and the inverse-CDF draw from the same Philox stream
 // as the CPU (kernels/philox.h). No scratch beyond shared memory, no host synchronisation.
 #include <cmath>
@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kRowThreads = 1024;
 constexpr int kListThreads = 256;
-constexpr int kMaxFilterCluster = 8;  // the portable cluster size
+constexpr int kMaxRowCluster = 8;  // the portable cluster size
 
 // Row r's span [begin, end) of a TokenLists; malformed offsets trap.
 __device__ __forceinline__ void row_span(const int32_t* offsets, int64_t size, int r, int32_t* begin, int32_t* end) {
@@ -327,22 +327,35 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// One row per group of blocks, as filter_kernel. The running sum goes in ascending id order as on the CPU: threads
+// own contiguous id ranges of their block's slice, and the slices' totals go in rank order.
+template <typename G>
 __global__ void __launch_bounds__(kRowThreads)
     sample_kernel(int32_t* out, const float* logits, int64_t stride, int64_t vocab, const float* temperatures,
                   const int64_t* seeds, const int64_t* offsets) {
-  const float* x = logits + blockIdx.x * stride;
-  if (!(temperatures[blockIdx.x] >= ops::kSamplingEps)) {  // greedy (NaN too)
+  __shared__ float max_slot;
+  __shared__ double total_slot;
+  __shared__ uint64_t key_slot;
+  const G g;
+  const int row = static_cast<int>(blockIdx.x) / g.size();
+  const float* x = logits + row * stride;
+  auto write_argmax = [&] {
+    if (g.rank() != 0) return;
     const int32_t id = block_argmax(x, vocab);
-    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    if (threadIdx.x == 0) out[row] = id;
+  };
+  if (!(temperatures[row] >= ops::kSamplingEps)) {  // greedy (NaN too)
+    write_argmax();
     return;
   }
+  const int64_t slice = (vocab + g.size() - 1) / g.size();
+  const int64_t lo = min(vocab, g.rank() * slice), hi = min(vocab, lo + slice);
   float mx = -INFINITY;
 #pragma unroll 8
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_max(mx);
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = group_reduce(g, block_max(mx), &max_slot, [](float a, float b) { return fmaxf(a, b); });
   if (mx == -INFINITY) {
-    const int32_t id = block_argmax(x, vocab);
-    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    write_argmax();
     return;
   }
   const bool inf_max = mx == INFINITY;
@@ -350,16 +363,23 @@ __global__ void __launch_bounds__(kRowThreads)
     if (inf_max) return v == INFINITY ? 1.f : 0.f;
     return v > -INFINITY ? expf(v - mx) : 0.f;  // NaN compares false: weight 0
   };
-  // Threads own contiguous id ranges, so the running sum goes in ascending id order as on the CPU.
-  const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
-  const int64_t begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+  const int64_t chunk = (hi - lo + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = lo + threadIdx.x * chunk, end = min(hi, begin + chunk);
   double mine = 0;
 #pragma unroll 8
   for (int64_t j = begin; j < end; ++j) mine += weight(x[j]);
-  double total;
-  double cumulative = block_exclusive_scan<double>(mine, &total);
-  const double u =
-      philox::uniform(static_cast<uint64_t>(seeds[blockIdx.x]), static_cast<uint64_t>(offsets[blockIdx.x]));
+  double block_total;
+  double cumulative = block_exclusive_scan<double>(mine, &block_total);
+  // The lower slices' mass comes first; the row's total sums the slices in rank order (one block: block_total).
+  if (threadIdx.x == 0) total_slot = block_total;
+  g.sync();
+  double total = 0;
+  for (int r = 0; r < g.size(); ++r) {
+    const double t = *g.at(&total_slot, r);
+    if (r < g.rank()) cumulative += t;
+    total += t;
+  }
+  const double u = philox::uniform(static_cast<uint64_t>(seeds[row]), static_cast<uint64_t>(offsets[row]));
   const double target = u * total;
   uint64_t found = 0, last_positive = 0;  // keys: 0xffffffff - id (smallest id wins), id + 1
   for (int64_t j = begin; j < end; ++j) {
@@ -372,11 +392,12 @@ __global__ void __launch_bounds__(kRowThreads)
       break;
     }
   }
-  found = block_max_u64(found);
-  last_positive = block_max_u64(last_positive);
-  if (threadIdx.x == 0) {
-    out[blockIdx.x] = found != 0 ? static_cast<int32_t>(0xffffffffull - found)
-                                 : static_cast<int32_t>(last_positive - 1);  // rounding left u * total at the top
+  auto max_u64 = [](uint64_t a, uint64_t b) { return a > b ? a : b; };
+  found = group_reduce(g, block_max_u64(found), &key_slot, max_u64);
+  last_positive = group_reduce(g, block_max_u64(last_positive), &key_slot, max_u64);
+  if (g.rank() == 0 && threadIdx.x == 0) {
+    out[row] = found != 0 ? static_cast<int32_t>(0xffffffffull - found)
+                          : static_cast<int32_t>(last_positive - 1);  // rounding left u * total at the top
   }
 }
 
@@ -426,9 +447,10 @@ void apply_temperature(Tensor& logits, const Tensor& temperatures) {
 
 namespace {
 
-// Blocks per row for the filter: a row's passes are latency-bound on one SM, so with few rows a cluster of blocks
-// splits each row (Hopper; one block per row below compute capability 9 or once the rows fill the SMs).
-int filter_blocks_per_row(int64_t rows) {
+// Blocks per row for the filter and the draw: a row's passes are latency-bound on one SM, so with few rows a
+// cluster of blocks splits each row (Hopper; one block per row below compute capability 9 or once the rows fill
+// the SMs).
+int blocks_per_row(int64_t rows) {
   static const int sms = [] {
     int dev = 0, major = 0, count = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -438,8 +460,31 @@ int filter_blocks_per_row(int64_t rows) {
     return major >= 9 ? count : 0;
   }();
   int blocks = 1;
-  while (blocks < kMaxFilterCluster && rows * blocks * 2 <= sms) blocks *= 2;
+  while (blocks < kMaxRowCluster && rows * blocks * 2 <= sms) blocks *= 2;
   return blocks;
+}
+
+// kernel<OneBlock> with one block per row, or kernel<RowCluster> with a cluster of blocks_per_row(rows) per row.
+template <typename... Params, typename... Args>
+void launch_rows(void (*one)(Params...), void (*cluster)(Params...), int64_t rows, const char* name, Args... args) {
+  const int blocks = blocks_per_row(rows);
+  if (blocks == 1) {
+    one<<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(args...);
+    check_launch(name);
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(rows * blocks));
+  config.blockDim = dim3(kRowThreads);
+  config.stream = stream();
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(blocks);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&config, cluster, args...) == cudaSuccess) << name << ": cluster launch failed";
+  check_launch(name);
 }
 
 }  // namespace
@@ -448,38 +493,17 @@ void apply_top_k_top_p_min_p(Tensor& logits, const ops::SamplingFilterParams& pa
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (n == 0 || vocab == 0) return;
   CHECK_LE(vocab, kMaxMassVocab) << "apply_top_k_top_p_min_p: vocab " << vocab << " above the CUDA limit";
-  const int blocks_per_row = filter_blocks_per_row(n);
-  if (blocks_per_row == 1) {
-    filter_kernel<OneBlock><<<static_cast<unsigned>(n), kRowThreads, 0, stream()>>>(
-        logits.data<float>(), logits.stride(0), vocab, params.top_k.data<int32_t>(), params.top_p.data<float>(),
-        params.min_p.data<float>());
-    check_launch("filter_kernel");
-    return;
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(n * blocks_per_row));
-  config.blockDim = dim3(kRowThreads);
-  config.stream = stream();
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(blocks_per_row);
-  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&config, filter_kernel<RowCluster>, logits.data<float>(), logits.stride(0), vocab,
-                           params.top_k.data<int32_t>(), params.top_p.data<float>(),
-                           params.min_p.data<float>()) == cudaSuccess)
-      << "filter_kernel: cluster launch failed";
-  check_launch("filter_kernel");
+  launch_rows(filter_kernel<OneBlock>, filter_kernel<RowCluster>, n, "filter_kernel", logits.data<float>(),
+              logits.stride(0), vocab, params.top_k.data<int32_t>(), params.top_p.data<float>(),
+              params.min_p.data<float>());
 }
 
 void sample(Tensor& out_ids, const Tensor& logits, const ops::SampleParams& params) {
   const int64_t n = logits.size(0);
   if (n == 0) return;
-  sample_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream()>>>(
-      out_ids.data<int32_t>(), logits.data<float>(), logits.stride(0), logits.size(1),
-      params.temperatures.data<float>(), params.seeds.data<int64_t>(), params.offsets.data<int64_t>());
-  check_launch("sample_kernel");
+  launch_rows(sample_kernel<OneBlock>, sample_kernel<RowCluster>, n, "sample_kernel", out_ids.data<int32_t>(),
+              logits.data<float>(), logits.stride(0), logits.size(1), params.temperatures.data<float>(),
+              params.seeds.data<int64_t>(), params.offsets.data<int64_t>());
 }
 
 }  // namespace llmserve::cuda
