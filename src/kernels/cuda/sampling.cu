@@ -3,6 +3,7 @@
 // bias, token masks, temperature, the min-p / top-k / top-p masks (radix selection over order-preserving float keys,
 // kernels/cuda/radix.cuh; top-p's mass in 64-bit fixed point) and the inverse-CDF draw from the same Philox stream
 // as the CPU (kernels/philox.h). No scratch beyond shared memory, no host synchronisation.
+#include <atomic>
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -464,26 +465,35 @@ int blocks_per_row(int64_t rows) {
   return blocks;
 }
 
-// kernel<OneBlock> with one block per row, or kernel<RowCluster> with a cluster of blocks_per_row(rows) per row.
+// kernel<RowCluster> with a cluster of blocks_per_row(rows) per row, or kernel<OneBlock> with one block per row. A
+// cluster launch the device refuses (e.g. an SM partition too small for a cluster) falls back to one block per
+// row, for this and every later launch.
 template <typename... Params, typename... Args>
 void launch_rows(void (*one)(Params...), void (*cluster)(Params...), int64_t rows, const char* name, Args... args) {
-  const int blocks = blocks_per_row(rows);
-  if (blocks == 1) {
-    one<<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(args...);
-    check_launch(name);
-    return;
+  static std::atomic<bool> clusters_refused{false};
+  const int blocks = clusters_refused ? 1 : blocks_per_row(rows);
+  if (blocks > 1) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(rows * blocks));
+    config.blockDim = dim3(kRowThreads);
+    config.stream = stream();
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(blocks);
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&config, cluster, args...);
+    if (err == cudaSuccess) {
+      check_launch(name);
+      return;
+    }
+    (void)cudaGetLastError();  // a refused launch configuration is not sticky
+    clusters_refused = true;
+    LOG(WARNING) << name << ": cluster launch refused (" << cudaGetErrorString(err)
+                 << "); one block per row from now on";
   }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(rows * blocks));
-  config.blockDim = dim3(kRowThreads);
-  config.stream = stream();
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(blocks);
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&config, cluster, args...) == cudaSuccess) << name << ": cluster launch failed";
+  one<<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(args...);
   check_launch(name);
 }
 
