@@ -1,6 +1,6 @@
 // Logit kernels on CUDA (f32 rows, row-strided): log_softmax, argmax, top-k (radix selection) and the sampled
-// token's logprob and rank. One block per row. Rankings follow the CPU ops exactly: larger value first, ties to the lower id, NaN
-// below every number (a 64-bit key (value key, ~id) makes that one unsigned comparison).
+// token's logprob and rank. One block per row. Rankings follow the CPU ops exactly: larger value first, ties to the
+// lower id, NaN below every number (a 64-bit key (value key, ~id) makes that one unsigned comparison).
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
