@@ -3,66 +3,10 @@
 // share an exponent does not serialise on one counter), over one block or a cluster of blocks that split a row.
 #pragma once
 
-#include <cooperative_groups.h>
-
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/row_group.cuh"
 
 namespace llmserve::cuda {
-
-// The blocks that work on one row together. OneBlock: the block alone. RowCluster: a thread-block cluster (Hopper)
-// whose blocks each take a slice of the row and combine histograms and reductions through distributed shared
-// memory; compiled as OneBlock below sm_90, where clusters do not exist (the launcher then uses clusters of 1).
-// sync() is a barrier over every thread of the group (and a block barrier); at(p, r) is rank r's copy of the
-// shared variable p.
-struct OneBlock {
-  __device__ int rank() const { return 0; }
-  __device__ int size() const { return 1; }
-  __device__ void sync() const { __syncthreads(); }
-  template <typename T>
-  __device__ T* at(T* p, int) const {
-    return p;
-  }
-};
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-struct RowCluster {
-  __device__ int rank() const { return static_cast<int>(cooperative_groups::this_cluster().block_rank()); }
-  __device__ int size() const { return static_cast<int>(cooperative_groups::this_cluster().num_blocks()); }
-  __device__ void sync() const { cooperative_groups::this_cluster().sync(); }
-  template <typename T>
-  __device__ T* at(T* p, int r) const {
-    return cooperative_groups::this_cluster().map_shared_rank(p, r);
-  }
-};
-#else
-using RowCluster = OneBlock;
-#endif
-
-// merged[i] = the sum over the group's ranks of their local[i], i < n. Every thread of the group calls it once
-// each rank's local bins are complete; on return merged is visible to the block and every rank is done reading
-// the others' local bins (so they may be cleared).
-template <typename G, typename T>
-__device__ void merge_bins(const G& g, T* local, T* merged, int n) {
-  g.sync();
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    T sum = 0;
-    for (int r = 0; r < g.size(); ++r) sum += g.at(local, r)[i];
-    merged[i] = sum;
-  }
-  g.sync();
-}
-
-// op over the group of a value every thread of each block already holds (a block reduction's result); `slot` is
-// one shared variable of the caller's. Every thread gets the result.
-template <typename G, typename T, typename Op>
-__device__ T group_reduce(const G& g, T block_value, T* slot, Op op) {
-  if (g.size() == 1) return block_value;
-  if (threadIdx.x == 0) *slot = block_value;
-  g.sync();
-  T r = *g.at(slot, 0);
-  for (int i = 1; i < g.size(); ++i) r = op(r, *g.at(slot, i));
-  g.sync();  // the slots may be rewritten
-  return r;
-}
 
 // Probability mass as 64-bit fixed point: w in [0, 1] times 2^45, so a whole row (up to kMaxMassVocab weights of
 // at most 1) sums without overflow and exactly, in any order: the top-p cut cannot depend on the order in which

@@ -3,7 +3,6 @@
 // bias, token masks, temperature, the min-p / top-k / top-p masks (radix selection over order-preserving float keys,
 // kernels/cuda/radix.cuh; top-p's mass in 64-bit fixed point) and the inverse-CDF draw from the same Philox stream
 // as the CPU (kernels/philox.h). No scratch beyond shared memory, no host synchronisation.
-#include <atomic>
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -16,7 +15,6 @@ namespace {
 
 constexpr int kRowThreads = 1024;
 constexpr int kListThreads = 256;
-constexpr int kMaxRowCluster = 8;  // the portable cluster size
 
 // Row r's span [begin, end) of a TokenLists; malformed offsets trap.
 __device__ __forceinline__ void row_span(const int32_t* offsets, int64_t size, int r, int32_t* begin, int32_t* end) {
@@ -446,64 +444,11 @@ void apply_temperature(Tensor& logits, const Tensor& temperatures) {
   check_launch("temperature_kernel");
 }
 
-namespace {
-
-// Blocks per row for the filter and the draw: a row's passes are latency-bound on one SM, so with few rows a
-// cluster of blocks splits each row (Hopper; one block per row below compute capability 9 or once the rows fill
-// the SMs).
-int blocks_per_row(int64_t rows) {
-  static const int sms = [] {
-    int dev = 0, major = 0, count = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 0;
-    return major >= 9 ? count : 0;
-  }();
-  int blocks = 1;
-  while (blocks < kMaxRowCluster && rows * blocks * 2 <= sms) blocks *= 2;
-  return blocks;
-}
-
-// kernel<RowCluster> with a cluster of blocks_per_row(rows) per row, or kernel<OneBlock> with one block per row. A
-// cluster launch the device refuses (e.g. an SM partition too small for a cluster) falls back to one block per
-// row, for this and every later launch.
-template <typename... Params, typename... Args>
-void launch_rows(void (*one)(Params...), void (*cluster)(Params...), int64_t rows, const char* name, Args... args) {
-  static std::atomic<bool> clusters_refused{false};
-  const int blocks = clusters_refused ? 1 : blocks_per_row(rows);
-  if (blocks > 1) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(rows * blocks));
-    config.blockDim = dim3(kRowThreads);
-    config.stream = stream();
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(blocks);
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&config, cluster, args...);
-    if (err == cudaSuccess) {
-      check_launch(name);
-      return;
-    }
-    (void)cudaGetLastError();  // a refused launch configuration is not sticky
-    clusters_refused = true;
-    LOG(WARNING) << name << ": cluster launch refused (" << cudaGetErrorString(err)
-                 << "); one block per row from now on";
-  }
-  one<<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(args...);
-  check_launch(name);
-}
-
-}  // namespace
-
 void apply_top_k_top_p_min_p(Tensor& logits, const ops::SamplingFilterParams& params) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (n == 0 || vocab == 0) return;
   CHECK_LE(vocab, kMaxMassVocab) << "apply_top_k_top_p_min_p: vocab " << vocab << " above the CUDA limit";
-  launch_rows(filter_kernel<OneBlock>, filter_kernel<RowCluster>, n, "filter_kernel", logits.data<float>(),
+  launch_rows(filter_kernel<OneBlock>, filter_kernel<RowCluster>, n, kRowThreads, "filter_kernel", logits.data<float>(),
               logits.stride(0), vocab, params.top_k.data<int32_t>(), params.top_p.data<float>(),
               params.min_p.data<float>());
 }
@@ -511,9 +456,9 @@ void apply_top_k_top_p_min_p(Tensor& logits, const ops::SamplingFilterParams& pa
 void sample(Tensor& out_ids, const Tensor& logits, const ops::SampleParams& params) {
   const int64_t n = logits.size(0);
   if (n == 0) return;
-  launch_rows(sample_kernel<OneBlock>, sample_kernel<RowCluster>, n, "sample_kernel", out_ids.data<int32_t>(),
-              logits.data<float>(), logits.stride(0), logits.size(1), params.temperatures.data<float>(),
-              params.seeds.data<int64_t>(), params.offsets.data<int64_t>());
+  launch_rows(sample_kernel<OneBlock>, sample_kernel<RowCluster>, n, kRowThreads, "sample_kernel",
+              out_ids.data<int32_t>(), logits.data<float>(), logits.stride(0), logits.size(1),
+              params.temperatures.data<float>(), params.seeds.data<int64_t>(), params.offsets.data<int64_t>());
 }
 
 }  // namespace llmserve::cuda
