@@ -1,6 +1,7 @@
 // Logit kernels on CUDA (f32 rows, row-strided): log_softmax, argmax, top-k (radix selection) and the sampled
-// token's logprob and rank. One block per row. Rankings follow the CPU ops exactly: larger value first, ties to the
-// lower id, NaN below every number (a 64-bit key (value key, ~id) makes that one unsigned comparison).
+// token's logprob and rank. One block per row (top-k: a cluster of blocks per row while rows are few). Rankings
+// follow the CPU ops exactly: larger value first, ties to the lower id, NaN below every number (a 64-bit key
+// (value key, ~id) makes that one unsigned comparison).
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -36,46 +37,60 @@ __global__ void argmax_kernel(int32_t* out, const float* logits, int64_t stride,
 __device__ __forceinline__ uint32_t value_key(float v) { return isnan(v) ? 1u : float_key(v); }
 
 // Top-k by radix selection: the k-th largest value key, then the keys above it (fewer than k) and the
-// lowest-id ties at it, then a rank-by-counting sort of those k in shared memory. Six passes over the row.
-__global__ void __launch_bounds__(kThreads) top_k_kernel(float* values, int64_t v_stride, int32_t* ids,
-                                                         int64_t i_stride, const float* logits, int64_t stride,
-                                                         int64_t vocab, int k) {
+// lowest-id ties at it, then a rank-by-counting sort of those k in shared memory. Six passes over the row, split
+// over a group of blocks when rows are few (row_group.cuh): every block adds its picks to rank 0's list.
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    top_k_kernel(float* values, int64_t v_stride, int32_t* ids, int64_t i_stride, const float* logits, int64_t stride,
+                 int64_t vocab, int k) {
   __shared__ RadixSelectState s;
   __shared__ uint64_t picked[kMaxTopK];
   __shared__ uint32_t num_picked;
-  const float* x = logits + blockIdx.x * stride;
+  __shared__ uint32_t ties_slot;
+  const G g;
+  const int row = static_cast<int>(blockIdx.x) / g.size();
+  const int64_t slice = (vocab + g.size() - 1) / g.size();
+  const int64_t lo = min(vocab, g.rank() * slice), hi = min(vocab, lo + slice);
+  const float* x = logits + row * stride;
   auto key_of = [&](int64_t j, uint32_t* key) {
     *key = value_key(x[j]);
     return true;
   };
   uint32_t kth = 0, needed = 0;
-  radix_select(vocab, static_cast<uint32_t>(k), key_of, s, &kth, &needed);  // k <= vocab: always found
+  radix_select(g, lo, hi, static_cast<uint32_t>(k), key_of, s, &kth, &needed);  // k <= vocab: always found
   if (threadIdx.x == 0) num_picked = 0;
-  __syncthreads();
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+  g.sync();  // rank 0's list is empty before any block adds to it
+  uint64_t* const list = g.at(picked, 0);
+  uint32_t* const list_size = g.at(&num_picked, 0);
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) {
     const float v = x[j];
-    if (value_key(v) > kth) picked[atomicAdd(&num_picked, 1u)] = rank_key(v, j);
+    if (value_key(v) > kth) list[atomicAdd(list_size, 1u)] = rank_key(v, j);
   }
-  // The first `needed` ties at the k-th key in id order: threads own contiguous id ranges.
-  const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
-  const int64_t begin = threadIdx.x * chunk, end = min(vocab, begin + chunk);
+  // The first `needed` ties at the k-th key in id order: threads own contiguous id ranges of the block's slice,
+  // and the ties of the lower ranks' slices come first.
+  const int64_t chunk = (hi - lo + blockDim.x - 1) / blockDim.x;
+  const int64_t begin = lo + threadIdx.x * chunk, end = min(hi, begin + chunk);
   uint32_t mine = 0;
   for (int64_t j = begin; j < end; ++j) mine += value_key(x[j]) == kth;
-  uint32_t total;
-  uint32_t rank = block_exclusive_scan<uint32_t>(mine, &total);
+  uint32_t block_ties;
+  uint32_t rank = block_exclusive_scan<uint32_t>(mine, &block_ties);
+  if (threadIdx.x == 0) ties_slot = block_ties;
+  g.sync();
+  for (int r = 0; r < g.rank(); ++r) rank += *g.at(&ties_slot, r);
   for (int64_t j = begin; j < end && rank < needed; ++j) {
     if (value_key(x[j]) != kth) continue;
-    picked[atomicAdd(&num_picked, 1u)] = rank_key(x[j], j);
+    list[atomicAdd(list_size, 1u)] = rank_key(x[j], j);
     ++rank;
   }
-  __syncthreads();
+  g.sync();  // every block's picks are in rank 0's list
+  if (g.rank() != 0) return;
   if (threadIdx.x < k) {  // picked holds exactly k distinct keys: each one's position is how many rank above it
     const uint64_t me = picked[threadIdx.x];
     int position = 0;
     for (int i = 0; i < k; ++i) position += picked[i] > me;
     const int32_t id = key_id(me);
-    ids[blockIdx.x * i_stride + position] = id;
-    values[blockIdx.x * v_stride + position] = x[id];
+    ids[row * i_stride + position] = id;
+    values[row * v_stride + position] = x[id];
   }
 }
 
@@ -116,10 +131,9 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
   CHECK_LE(k, kMaxTopK) << "top_k: k " << k << " is above the CUDA limit " << kMaxTopK;
   const int64_t n = x.size(0), vocab = x.size(1);
   if (n == 0 || k == 0) return;
-  top_k_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(values.data<float>(), values.stride(0),
-                                                                   ids.data<int32_t>(), ids.stride(0), x.data<float>(),
-                                                                   x.stride(0), vocab, static_cast<int>(k));
-  check_launch("top_k_kernel");
+  launch_rows(top_k_kernel<OneBlock>, top_k_kernel<RowCluster>, n, kThreads, "top_k_kernel", values.data<float>(),
+              values.stride(0), ids.data<int32_t>(), ids.stride(0), x.data<float>(), x.stride(0), vocab,
+              static_cast<int>(k));
 }
 
 void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids) {
