@@ -142,33 +142,41 @@ __device__ __forceinline__ int32_t key_id(uint64_t key) {
   return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
 }
 
-// ops::argmax of one row, computed by the whole block (every thread gets it): ties to the lowest id, NaN never
-// chosen over a number, and an all-NaN row gives the last id (as the CPU op).
-__device__ __forceinline__ int32_t block_argmax(const float* x, int64_t vocab) {
+// ops::argmax over the ids [lo, hi) of one row x, as a ranking key the whole block agrees on (every thread gets it;
+// keys of several slices combine by max): ties to the lowest id, NaN never chosen over a number, and among NaNs
+// only the last id. argmax_key_id turns the row's key into the id (an all-NaN row gives the last id, as the CPU op).
+__device__ __forceinline__ uint64_t block_argmax_key(const float* x, int64_t lo, int64_t hi) {
   auto key_of = [](float v, int64_t j) {
     return isnan(v) ? (uint64_t{1} << 32) | static_cast<uint32_t>(j) : rank_key(v, j);
   };
   uint64_t best = 0;
   int64_t j = threadIdx.x;
-  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 16-byte loads, several in flight
-    const float4* x4 = reinterpret_cast<const float4*>(x);
+  const float* xs = x + lo;
+  const int64_t n = hi - lo;
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(xs) % 16 == 0) {  // 16-byte loads, several in flight
+    const float4* x4 = reinterpret_cast<const float4*>(xs);
 #pragma unroll 4
-    for (; j < vocab / 4; j += blockDim.x) {
+    for (; j < n / 4; j += blockDim.x) {
       const float4 v = x4[j];
-      const uint64_t a = key_of(v.x, 4 * j), b = key_of(v.y, 4 * j + 1), c = key_of(v.z, 4 * j + 2),
-                     d = key_of(v.w, 4 * j + 3);
+      const int64_t id = lo + 4 * j;
+      const uint64_t a = key_of(v.x, id), b = key_of(v.y, id + 1), c = key_of(v.z, id + 2), d = key_of(v.w, id + 3);
       const uint64_t ab = a > b ? a : b, cd = c > d ? c : d, m = ab > cd ? ab : cd;
       best = m > best ? m : best;
     }
   } else {
 #pragma unroll 8  // independent loads in flight
-    for (; j < vocab; j += blockDim.x) {
-      const uint64_t key = key_of(x[j], j);
+    for (; j < n; j += blockDim.x) {
+      const uint64_t key = key_of(xs[j], lo + j);
       best = key > best ? key : best;
     }
   }
-  best = block_max_u64(best);
+  return block_max_u64(best);
+}
+__device__ __forceinline__ int32_t argmax_key_id(uint64_t best) {
   return (best >> 32) == 1 ? static_cast<int32_t>(static_cast<uint32_t>(best)) : key_id(best);
+}
+__device__ __forceinline__ int32_t block_argmax(const float* x, int64_t vocab) {
+  return argmax_key_id(block_argmax_key(x, 0, vocab));
 }
 
 // Exclusive prefix sum of v over the block in thread order (blockDim.x a multiple of 32); *total gets the sum.

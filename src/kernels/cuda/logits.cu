@@ -1,5 +1,5 @@
 // Logit kernels on CUDA (f32 rows, row-strided): log_softmax, argmax, top-k (radix selection) and the sampled
-// token's logprob and rank. One block per row (top-k: a cluster of blocks per row while rows are few). Rankings
+// token's logprob and rank. One block per row, or a cluster of blocks per row while rows are few. Rankings
 // follow the CPU ops exactly: larger value first, ties to the lower id, NaN below every number (a 64-bit key
 // (value key, ~id) makes that one unsigned comparison).
 #include <cmath>
@@ -13,24 +13,38 @@ namespace {
 
 constexpr int kThreads = 1024;
 
-__global__ void log_softmax_kernel(float* out, int64_t out_stride, const float* logits, int64_t in_stride,
-                                   int64_t vocab) {
-  const float* x = logits + blockIdx.x * in_stride;
-  float* o = out + blockIdx.x * out_stride;
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    log_softmax_kernel(float* out, int64_t out_stride, const float* logits, int64_t in_stride, int64_t vocab) {
+  __shared__ float slot;
+  const G g;
+  const int row = static_cast<int>(blockIdx.x) / g.size();
+  int64_t lo, hi;
+  row_slice(g, vocab, &lo, &hi);
+  const float* x = logits + row * in_stride;
+  float* o = out + row * out_stride;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = block_max(mx);
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = group_reduce(g, block_max(mx), &slot, [](float a, float b) { return fmaxf(a, b); });
   // A NaN anywhere makes the CPU's max NaN-free but its sum NaN; fmaxf skips NaN and expf(NaN) propagates it.
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(x[j] - mx);
-  sum = block_sum(sum);
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) sum += expf(x[j] - mx);
+  sum = group_reduce(g, block_sum(sum), &slot, [](float a, float b) { return a + b; });
   const float lse = mx + logf(sum);
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) o[j] = x[j] - lse;
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) o[j] = x[j] - lse;
 }
 
-__global__ void argmax_kernel(int32_t* out, const float* logits, int64_t stride, int64_t vocab) {
-  const int32_t id = block_argmax(logits + blockIdx.x * stride, vocab);
-  if (threadIdx.x == 0) out[blockIdx.x] = id;
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(int32_t* out, const float* logits, int64_t stride, int64_t vocab) {
+  __shared__ uint64_t slot;
+  const G g;
+  const int row = static_cast<int>(blockIdx.x) / g.size();
+  int64_t lo, hi;
+  row_slice(g, vocab, &lo, &hi);
+  const uint64_t best = group_reduce(g, block_argmax_key(logits + row * stride, lo, hi), &slot,
+                                     [](uint64_t a, uint64_t b) { return a > b ? a : b; });
+  if (g.rank() == 0 && threadIdx.x == 0) out[row] = argmax_key_id(best);
 }
 
 // Value key of the ranking: NaN below every number (key 1; numbers and infinities are >= 0x007fffff).
@@ -49,8 +63,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ uint32_t ties_slot;
   const G g;
   const int row = static_cast<int>(blockIdx.x) / g.size();
-  const int64_t slice = (vocab + g.size() - 1) / g.size();
-  const int64_t lo = min(vocab, g.rank() * slice), hi = min(vocab, lo + slice);
+  int64_t lo, hi;
+  row_slice(g, vocab, &lo, &hi);
   const float* x = logits + row * stride;
   auto key_of = [&](int64_t j, uint32_t* key) {
     *key = value_key(x[j]);
@@ -94,18 +108,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void gather_logprobs_kernel(float* out_logprobs, int32_t* out_ranks, const float* logprobs, int64_t stride,
-                                       const int32_t* token_ids, int64_t vocab) {
-  const float* x = logprobs + blockIdx.x * stride;
-  const int32_t id = token_ids[blockIdx.x];
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    gather_logprobs_kernel(float* out_logprobs, int32_t* out_ranks, const float* logprobs, int64_t stride,
+                           const int32_t* token_ids, int64_t vocab) {
+  __shared__ double slot;
+  const G g;
+  const int row = static_cast<int>(blockIdx.x) / g.size();
+  int64_t lo, hi;
+  row_slice(g, vocab, &lo, &hi);
+  const float* x = logprobs + row * stride;
+  const int32_t id = token_ids[row];
   device_check(id >= 0 && id < vocab);
   const float value = x[id];
   float count = 0.f;  // exact: at most 2^24 per thread
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) count += x[j] >= value ? 1.f : 0.f;
-  const int64_t rank = static_cast<int64_t>(block_sum_t<double>(count));
-  if (threadIdx.x == 0) {
-    out_logprobs[blockIdx.x] = value;
-    out_ranks[blockIdx.x] = static_cast<int32_t>(rank);
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) count += x[j] >= value ? 1.f : 0.f;
+  const double rank =
+      group_reduce(g, block_sum_t<double>(count), &slot, [](double a, double b) { return a + b; });  // exact
+  if (g.rank() == 0 && threadIdx.x == 0) {
+    out_logprobs[row] = value;
+    out_ranks[row] = static_cast<int32_t>(rank);
   }
 }
 
@@ -114,17 +136,15 @@ __global__ void gather_logprobs_kernel(float* out_logprobs, int32_t* out_ranks, 
 void log_softmax(Tensor& out, const Tensor& logits) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (n == 0 || vocab == 0) return;
-  log_softmax_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
-      out.data<float>(), out.stride(0), logits.data<float>(), logits.stride(0), vocab);
-  check_launch("log_softmax_kernel");
+  launch_rows(log_softmax_kernel<OneBlock>, log_softmax_kernel<RowCluster>, n, kThreads, "log_softmax_kernel",
+              out.data<float>(), out.stride(0), logits.data<float>(), logits.stride(0), vocab);
 }
 
 void argmax(Tensor& out_ids, const Tensor& logits) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (n == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(out_ids.data<int32_t>(), logits.data<float>(),
-                                                                     logits.stride(0), vocab);
-  check_launch("argmax_kernel");
+  launch_rows(argmax_kernel<OneBlock>, argmax_kernel<RowCluster>, n, kThreads, "argmax_kernel", out_ids.data<int32_t>(),
+              logits.data<float>(), logits.stride(0), vocab);
 }
 
 void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
@@ -139,10 +159,9 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
 void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids) {
   const int64_t n = logprobs.size(0), vocab = logprobs.size(1);
   if (n == 0) return;
-  gather_logprobs_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
-      out_logprobs.data<float>(), out_ranks.data<int32_t>(), logprobs.data<float>(), logprobs.stride(0),
-      token_ids.data<int32_t>(), vocab);
-  check_launch("gather_logprobs_kernel");
+  launch_rows(gather_logprobs_kernel<OneBlock>, gather_logprobs_kernel<RowCluster>, n, kThreads,
+              "gather_logprobs_kernel", out_logprobs.data<float>(), out_ranks.data<int32_t>(), logprobs.data<float>(),
+              logprobs.stride(0), token_ids.data<int32_t>(), vocab);
 }
 
 }  // namespace llmserve::cuda

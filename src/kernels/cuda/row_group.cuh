@@ -39,6 +39,15 @@ struct RowCluster {
 using RowCluster = OneBlock;
 #endif
 
+// This block's ids [lo, hi) of a row of n ids: the group's slices in rank order, each a multiple of 4 ids long
+// (16-byte loads of a slice stay aligned).
+template <typename G>
+__device__ __forceinline__ void row_slice(const G& g, int64_t n, int64_t* lo, int64_t* hi) {
+  const int64_t slice = (n + 4 * g.size() - 1) / (4 * g.size()) * 4;
+  *lo = min(n, g.rank() * slice);
+  *hi = min(n, *lo + slice);
+}
+
 // merged[i] = the sum over the group's ranks of their local[i], i < n. Every thread of the group calls it once
 // each rank's local bins are complete; on return merged is visible to the block and every rank is done reading
 // the others' local bins (so they may be cleared).

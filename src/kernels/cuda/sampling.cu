@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(kRowThreads)
   __shared__ RadixSelectState select;
   const G g;
   const int row = static_cast<int>(blockIdx.x) / g.size();
-  const int64_t slice = (vocab + g.size() - 1) / g.size();
-  const int64_t lo = min(vocab, g.rank() * slice), hi = min(vocab, lo + slice);
+  int64_t lo, hi;
+  row_slice(g, vocab, &lo, &hi);
   float* x = logits + row * stride;
   const int32_t k = top_k[row];
   const float p = top_p[row], mp = min_p[row];
@@ -347,8 +347,8 @@ __global__ void __launch_bounds__(kRowThreads)
     write_argmax();
     return;
   }
-  const int64_t slice = (vocab + g.size() - 1) / g.size();
-  const int64_t lo = min(vocab, g.rank() * slice), hi = min(vocab, lo + slice);
+  int64_t lo, hi;
+  row_slice(g, vocab, &lo, &hi);
   float mx = -INFINITY;
 #pragma unroll 8
   for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) mx = fmaxf(mx, x[j]);
