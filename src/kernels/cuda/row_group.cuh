@@ -13,7 +13,8 @@ namespace llmserve::cuda {
 
 // The blocks that work on one row together. OneBlock: the block alone. RowCluster: a thread-block cluster (Hopper)
 // whose blocks each take a slice of the row and combine histograms and reductions through distributed shared
-// memory; compiled as OneBlock below sm_90, where clusters do not exist (the launcher then uses clusters of 1).
+// memory; code compiled below sm_90, where clusters do not exist, treats it as one block (the launcher never
+// starts a cluster there). One type in every compilation pass, so the kernels' names match between host and device.
 // sync() is a barrier over every thread of the group (and a block barrier); at(p, r) is rank r's copy of the
 // shared variable p.
 struct OneBlock {
@@ -25,7 +26,9 @@ struct OneBlock {
     return p;
   }
 };
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+struct RowCluster : OneBlock {};
+#else
 struct RowCluster {
   __device__ int rank() const { return static_cast<int>(cooperative_groups::this_cluster().block_rank()); }
   __device__ int size() const { return static_cast<int>(cooperative_groups::this_cluster().num_blocks()); }
@@ -35,8 +38,6 @@ struct RowCluster {
     return cooperative_groups::this_cluster().map_shared_rank(p, r);
   }
 };
-#else
-using RowCluster = OneBlock;
 #endif
 
 // This block's ids [lo, hi) of a row of n ids: the group's slices in rank order, each a multiple of 4 ids long
