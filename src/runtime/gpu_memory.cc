@@ -38,7 +38,9 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
     rc.max_model_len = max_model_len;
     ModelRunner runner(model, rc);
     runner.profile_run(tokens, reqs);
-    // The profiling runner's own (small) KV cache is counted in the peak: a margin, not an error.
+    // The runner is built inside the measured window, so its persistent buffers (step inputs, [max_num_seqs, vocab]
+    // logits, sampler arrays, attention workspace) count in the peak with the forward's activations. Its own
+    // (small) KV cache is counted too: a margin, not an error.
     plan.activation_peak_bytes = cuda::allocator_stats(dev).peak_in_use - in_use_before;
   }
   cuda::empty_cache(dev);

@@ -1,19 +1,13 @@
-// ModelRunner: SchedulerOutput deltas -> persistent request state -> packed step inputs (one host->device copy)
-// -> ForwardBatch -> logits -> Sampler.
+// ModelRunner: SchedulerOutput deltas -> persistent request state -> step inputs at fixed offsets (one host->device
+// copy) -> ForwardBatch of views -> logits (a prefix of the persistent logits) -> Sampler.
 #include "runtime/model_runner.h"
 
 #include <algorithm>
 #include <span>
 
 #include "core/logging.h"
+#include "engine/scheduler.h"
 #include "kernels/ops.h"
-
-#ifdef LLMSERVE_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "core/cuda_allocator.h"
-#include "core/cuda_stream.h"
-#endif
 
 namespace llmserve {
 
@@ -38,10 +32,50 @@ SamplingSettings to_sampling_settings(const SamplingParams &p, const std::vector
   return s;
 }
 
+ModelRunner::Limits ModelRunner::resolve_limits(const ModelRunnerConfig &config) {
+  CHECK_GT(config.num_blocks, 0);
+  CHECK_GT(config.block_size, 0);
+  const SchedulerConfig defaults;
+  const int64_t cache_tokens = static_cast<int64_t>(config.num_blocks) * config.block_size;
+  Limits l;
+  l.max_num_tokens =
+      std::min(config.max_num_tokens > 0 ? config.max_num_tokens : defaults.max_num_batched_tokens, cache_tokens);
+  l.max_num_reqs =
+      std::min<int64_t>(config.max_num_reqs > 0 ? config.max_num_reqs : defaults.max_num_seqs, l.max_num_tokens);
+  l.max_blocks_per_seq =
+      config.max_model_len > 0
+          ? std::min<int64_t>((config.max_model_len + config.block_size - 1) / config.block_size, config.num_blocks)
+          : config.num_blocks;
+  return l;
+}
+
+ModelRunner::InputLayout ModelRunner::InputLayout::plan(const Limits &limits) {
+  InputLayout l;
+  size_t off = 0;
+  auto take = [&off](int64_t bytes) {
+    const size_t at = off;
+    off += (static_cast<size_t>(bytes) + 15) / 16 * 16;
+    return at;
+  };
+  const int64_t tokens = limits.max_num_tokens, reqs = limits.max_num_reqs;
+  l.query_start_loc = take((reqs + 1) * 4);
+  l.seq_lens = take(reqs * 4);
+  l.input_ids = take(tokens * 4);
+  l.logits_indices = take(tokens * 4);
+  l.positions = take(tokens * 8);
+  l.slot_mapping = take(tokens * 8);
+  l.block_table = take(reqs * limits.max_blocks_per_seq * 4);
+  l.total = off;
+  return l;
+}
+
 ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
-    : model_(model), device_(model.device()), config_(std::move(config)), sampler_(config_.seed) {
-  CHECK_GT(config_.num_blocks, 0);
-  CHECK_GT(config_.block_size, 0);
+    : model_(model),
+      device_(model.device()),
+      config_(std::move(config)),
+      limits_(resolve_limits(config_)),
+      layout_(InputLayout::plan(limits_)),
+      sampler_(config_.seed, limits_.max_num_reqs, device_) {
   const ModelConfig &c = model.config();
   kv_cache_.num_blocks = config_.num_blocks;
   kv_cache_.block_size = config_.block_size;
@@ -50,30 +84,27 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
     kv_cache_.key.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
     kv_cache_.value.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
   }
-  // The persistent input buffers, sized for the largest step the scheduler can make.
-  const int64_t tokens = std::max<int64_t>(config_.max_num_tokens, 256);
-  const int64_t reqs = std::max<int64_t>(config_.max_num_reqs, 16);
-  const int64_t blocks = std::max<int64_t>((config_.max_model_len + config_.block_size - 1) / config_.block_size, 16);
-  reserve_input_buffers(static_cast<size_t>(tokens * 20 + reqs * (16 + 4 * blocks) + 256));
-#ifdef LLMSERVE_WITH_CUDA
+  // The persistent step buffers, allocated once: a step's inputs at fixed offsets and the sampling rows' logits.
+  const int64_t input_bytes = static_cast<int64_t>(layout_.total);
+  host_inputs_ =
+      device_.is_cpu() ? Tensor::empty({input_bytes}, DType::kU8) : Tensor::empty_pinned({input_bytes}, DType::kU8);
+  std::fill_n(host_inputs_.data<uint8_t>(), input_bytes, 0);  // block-table rows start zeroed
+  device_inputs_ = device_.is_cpu() ? host_inputs_ : Tensor::empty({input_bytes}, DType::kU8, device_);
+  inputs_copied_ = Event(device_);
+  block_table_widths_.assign(static_cast<size_t>(limits_.max_num_reqs), 0);
+  logits_ = Tensor::empty({limits_.max_num_reqs, c.vocab_size}, DType::kF32, device_);
   if (!device_.is_cpu()) {
     // The attention kernels' split-K scratch, allocated once (never inside a step) and zeroed: its leading
-    // counters must start at zero (the kernels keep them there).
-    const int64_t elems = ops::paged_attention_workspace_elems(tokens, c.num_attention_heads, c.head_dim,
-                                                               std::max<int64_t>(config_.max_model_len, 0));
+    // counters must start at zero (the kernels keep them there). Sized as it always was: its size decides the
+    // kernels' split count, so changing it would change the sums' order.
+    const int64_t elems =
+        ops::paged_attention_workspace_elems(std::max<int64_t>(config_.max_num_tokens, 256), c.num_attention_heads,
+                                             c.head_dim, std::max<int64_t>(config_.max_model_len, 0));
     if (elems > 0) attention_workspace_ = Tensor::zeros({elems}, DType::kF32, device_);
-    cudaEvent_t event = nullptr;
-    cuda::check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    inputs_copied_ = event;
   }
-#endif
 }
 
-ModelRunner::~ModelRunner() {
-#ifdef LLMSERVE_WITH_CUDA
-  if (inputs_copied_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(inputs_copied_));
-#endif
-}
+ModelRunner::~ModelRunner() = default;
 
 size_t ModelRunner::kv_block_bytes(const CausalLM &model, int32_t block_size) {
   const ModelConfig &c = model.config();
@@ -81,21 +112,14 @@ size_t ModelRunner::kv_block_bytes(const CausalLM &model, int32_t block_size) {
          dtype_size(model.activation_dtype());
 }
 
-void ModelRunner::reserve_input_buffers(size_t bytes) {
-  if (host_inputs_.defined() && static_cast<size_t>(host_inputs_.numel()) >= bytes) return;
-  const int64_t n =
-      static_cast<int64_t>(std::max(bytes, static_cast<size_t>(host_inputs_.defined() ? host_inputs_.numel() * 2 : 0)));
-#ifdef LLMSERVE_WITH_CUDA
-  if (inputs_copied_ != nullptr)
-    cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
-#endif
-  if (device_.is_cpu()) {
-    host_inputs_ = Tensor::empty({n}, DType::kU8);
-    device_inputs_ = host_inputs_;
-  } else {
-    host_inputs_ = Tensor::empty_pinned({n}, DType::kU8);
-    device_inputs_ = Tensor::empty({n}, DType::kU8, device_);
-  }
+ModelRunner::StepAddresses ModelRunner::last_step_addresses() const {
+  const ForwardBatch &b = batch_;
+  const ops::AttentionMetadata &md = b.attention;
+  return {b.input_ids.raw_data(),     b.positions.raw_data(),
+          md.slot_mapping.raw_data(), md.query_start_loc.raw_data(),
+          md.seq_lens.raw_data(),     b.logits_indices.raw_data(),
+          md.block_table.raw_data(),  step_logits_.defined() ? step_logits_.raw_data() : nullptr,
+          sampler_.params_base()};
 }
 
 void ModelRunner::apply_deltas(const SchedulerOutput &out) {
@@ -117,6 +141,7 @@ void ModelRunner::apply_deltas(const SchedulerOutput &out) {
     s.sampling = to_sampling_settings(n.sampling_params, config_.eos_token_ids);
     s.prompt_logprobs = n.sampling_params.prompt_logprobs;
     s.next_prompt_logprob_pos = 1;
+    s.row_key = next_row_key_++;
   }
   for (const CachedRequestData &c : out.scheduled_cached_reqs) {
     auto it = requests_.find(c.req_id);
@@ -140,67 +165,30 @@ ModelRunner::PromptLogprobRange ModelRunner::prompt_logprob_range(const RequestS
   return {first, std::max<int64_t>(0, last - first + 1)};
 }
 
-namespace {
-
-// Byte offsets of the step's input arrays inside the packed buffer (16-byte aligned sections).
-struct InputLayout {
-  size_t positions, slots, ids, qsl, seq_lens, logits_idx, block_table, total;
-  InputLayout(int64_t num_tokens, int64_t num_reqs, int64_t num_logits, int64_t max_blocks) {
-    size_t off = 0;
-    auto take = [&off](size_t bytes) {
-      const size_t at = off;
-      off += (bytes + 15) / 16 * 16;
-      return at;
-    };
-    positions = take(num_tokens * 8);
-    slots = take(num_tokens * 8);
-    ids = take(num_tokens * 4);
-    qsl = take((num_reqs + 1) * 4);
-    seq_lens = take(num_reqs * 4);
-    logits_idx = take(num_logits * 4);
-    block_table = take(num_reqs * max_blocks * 4);
-    total = off;
-  }
-};
-
-}  // namespace
-
-Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
-                              const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges) {
+size_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
+                                const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges) {
   const int64_t num_reqs = static_cast<int64_t>(reqs.size());
-  int64_t num_logits = static_cast<int64_t>(rows.size());
-  for (const PromptLogprobRange &range : ranges) num_logits += range.count;
-  int64_t num_tokens = 0, max_blocks = 1, max_query = 0, max_seq = 0, num_decode = 0;
-  for (int64_t r = 0; r < num_reqs; ++r) {
-    num_tokens += num_new[r];
-    max_query = std::max(max_query, num_new[r]);
-    max_seq = std::max(max_seq, reqs[r]->num_computed_tokens + num_new[r]);
-    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(reqs[r]->block_ids.size()));
-    if (num_new[r] == 1 && num_decode == r) ++num_decode;  // decode requests at the front of the batch
-  }
-  const InputLayout L(num_tokens, num_reqs, num_logits, max_blocks);
-  reserve_input_buffers(L.total);
-#ifdef LLMSERVE_WITH_CUDA
-  // The previous step's copy must have read the host buffer before it is overwritten.
-  if (inputs_copied_ != nullptr)
-    cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_copied_)), "cudaEventSynchronize");
-#endif
+  const InputLayout &L = layout_;
   auto *host = host_inputs_.data<uint8_t>();
   auto *pos = reinterpret_cast<int64_t *>(host + L.positions);
-  auto *slots = reinterpret_cast<int64_t *>(host + L.slots);
-  auto *ids = reinterpret_cast<int32_t *>(host + L.ids);
-  auto *qsl = reinterpret_cast<int32_t *>(host + L.qsl);
+  auto *slots = reinterpret_cast<int64_t *>(host + L.slot_mapping);
+  auto *ids = reinterpret_cast<int32_t *>(host + L.input_ids);
+  auto *qsl = reinterpret_cast<int32_t *>(host + L.query_start_loc);
   auto *lens = reinterpret_cast<int32_t *>(host + L.seq_lens);
-  auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_idx);
+  auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_indices);
   auto *table = reinterpret_cast<int32_t *>(host + L.block_table);
-  const int64_t bs = config_.block_size;
+  const int64_t bs = config_.block_size, width = limits_.max_blocks_per_seq;
   int64_t t = 0;
   qsl[0] = 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
     const RequestState &s = *reqs[r];
     const int64_t end = s.num_computed_tokens + num_new[r];
+    const int64_t num_blocks = static_cast<int64_t>(s.block_ids.size());
     CHECK_LE(end, static_cast<int64_t>(s.token_ids.size())) << "scheduled past the known tokens";
-    CHECK_LE(end, static_cast<int64_t>(s.block_ids.size()) * bs) << "blocks do not cover the scheduled tokens";
+    CHECK_LE(end, num_blocks * bs) << "blocks do not cover the scheduled tokens";
+    CHECK_LE(num_blocks, width) << "a request holds " << num_blocks << " blocks, more than max_blocks_per_seq " << width
+                                << " (max_model_len " << config_.max_model_len << ")";
+    CHECK_LE(t + num_new[r], limits_.max_num_tokens) << "step exceeds max_num_tokens " << limits_.max_num_tokens;
     for (int64_t p = s.num_computed_tokens; p < end; ++p, ++t) {
       const int32_t block = s.block_ids[p / bs];
       CHECK(block >= 0 && block < config_.num_blocks) << "block id " << block << " outside the cache";
@@ -210,9 +198,12 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
     }
     qsl[r + 1] = static_cast<int32_t>(t);
     lens[r] = static_cast<int32_t>(end);
-    int32_t *row = table + r * max_blocks;
+    // Row r at its fixed stride: the request's blocks, then zeros (only entries a previous step wrote are cleared).
+    int32_t *row = table + r * width;
     std::copy(s.block_ids.begin(), s.block_ids.end(), row);
-    std::fill(row + s.block_ids.size(), row + max_blocks, 0);
+    int64_t &written = block_table_widths_[r];
+    if (written > num_blocks) std::fill(row + num_blocks, row + written, 0);
+    written = num_blocks;
   }
   for (size_t i = 0; i < rows.size(); ++i) logits_idx[i] = qsl[rows[i] + 1] - 1;
   // Prompt position q is scored by the row of position q - 1.
@@ -222,36 +213,63 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
       logits_idx[next_row++] = qsl[r] + static_cast<int32_t>(q - 1 - reqs[r]->num_computed_tokens);
     }
   }
+  return L.block_table + static_cast<size_t>(num_reqs * width) * 4;
+}
 
-  // One host -> device copy of everything the step reads.
-  uint8_t *dev = device_inputs_.data<uint8_t>();
-#ifdef LLMSERVE_WITH_CUDA
-  if (!device_.is_cpu()) {
-    cudaStream_t stream = cuda::current_stream();
-    cuda::check_cuda(cudaMemcpyAsync(dev, host, L.total, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-    cuda::check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(inputs_copied_), stream), "cudaEventRecord");
+Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
+                              const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges) {
+  const int64_t num_reqs = static_cast<int64_t>(reqs.size());
+  CHECK_LE(num_reqs, limits_.max_num_reqs) << "step exceeds max_num_reqs " << limits_.max_num_reqs;
+  int64_t num_logits = static_cast<int64_t>(rows.size());
+  for (const PromptLogprobRange &range : ranges) num_logits += range.count;
+  int64_t num_tokens = 0, max_query = 0, max_seq = 0, num_decode = 0;
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    num_tokens += num_new[r];
+    max_query = std::max(max_query, num_new[r]);
+    max_seq = std::max(max_seq, reqs[r]->num_computed_tokens + num_new[r]);
+    if (num_new[r] == 1 && num_decode == r) ++num_decode;  // decode requests at the front of the batch
   }
-#endif
+  CHECK_LE(num_tokens, limits_.max_num_tokens) << "step exceeds max_num_tokens " << limits_.max_num_tokens;
+  // Each logits row is a distinct scheduled token (a prompt-logprob row is never a request's last token).
+  CHECK_LE(num_logits, num_tokens) << "more logits rows than scheduled tokens";
+  // The previous step's copy must have read the host buffer before it is overwritten.
+  inputs_copied_.synchronize();
+  const size_t used_bytes = fill_inputs(reqs, num_new, rows, ranges);
+  // One host -> device copy of everything the step reads: the prefix [0, end of the used block-table rows), as a
+  // [1, bytes] view so it is one contiguous row.
+  if (!device_.is_cpu()) {
+    const int64_t bytes = static_cast<int64_t>(used_bytes);
+    device_inputs_.slice(0, 0, bytes).view({1, bytes}).copy_from(host_inputs_.slice(0, 0, bytes).view({1, bytes}));
+    inputs_copied_.record();
+  }
+  uint8_t *dev = device_inputs_.data<uint8_t>();
   auto view = [&](size_t off, Shape shape, DType dtype) {
     return Tensor::from_blob(dev + off, std::move(shape), dtype, nullptr, device_);
   };
-  ForwardBatch batch;
-  batch.input_ids = view(L.ids, {num_tokens}, DType::kI32);
+  const InputLayout &L = layout_;
+  ForwardBatch &batch = batch_;
+  batch.input_ids = view(L.input_ids, {num_tokens}, DType::kI32);
   batch.positions = view(L.positions, {num_tokens}, DType::kI64);
-  batch.logits_indices = view(L.logits_idx, {num_logits}, DType::kI32);
+  batch.logits_indices = view(L.logits_indices, {num_logits}, DType::kI32);
   ops::AttentionMetadata &md = batch.attention;
-  md.query_start_loc = view(L.qsl, {num_reqs + 1}, DType::kI32);
+  md.query_start_loc = view(L.query_start_loc, {num_reqs + 1}, DType::kI32);
   md.seq_lens = view(L.seq_lens, {num_reqs}, DType::kI32);
-  md.block_table = view(L.block_table, {num_reqs, max_blocks}, DType::kI32);
-  md.slot_mapping = view(L.slots, {num_tokens}, DType::kI64);
+  // [num_reqs, max_blocks_per_seq] at the fixed row stride; entries past a request's blocks are 0 and never read.
+  md.block_table = view(L.block_table, {num_reqs, limits_.max_blocks_per_seq}, DType::kI32);
+  md.slot_mapping = view(L.slot_mapping, {num_tokens}, DType::kI64);
   md.num_reqs = num_reqs;
   md.num_decode_tokens = num_decode;
   md.max_query_len = max_query;
   md.max_seq_len = max_seq;
   md.workspace = attention_workspace_;
-  Tensor logits = Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32, device_);
-  model_.forward(batch, kv_cache_, logits);
-  return logits;
+  // The sampling rows fit the persistent logits (at most one per request). Prompt-logprob rows (a rare prefill
+  // feature) can number up to max_num_tokens: a persistent [max_num_tokens, vocab] f32 buffer would be gigabytes
+  // for a large vocabulary, so a step that has them uses a scratch allocated for that step.
+  step_logits_ = num_logits <= limits_.max_num_reqs
+                     ? logits_.slice(0, 0, num_logits)
+                     : Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32, device_);
+  model_.forward(batch, kv_cache_, step_logits_);
+  return step_logits_;
 }
 
 void ModelRunner::profile_run(int64_t num_tokens, int64_t num_reqs) {
@@ -275,12 +293,12 @@ void ModelRunner::profile_run(int64_t num_tokens, int64_t num_reqs) {
     num_new.push_back(len);
     rows.push_back(static_cast<size_t>(r));
   }
+  // The logits are a prefix of the persistent buffer (allocated, like every persistent buffer, by the constructor,
+  // so the profile counts them); the sampler's raw-logprobs scratch is allocated as a sampling step would.
   Tensor logits = run_model(reqs, num_new, rows, {});
-  Tensor logprobs_scratch = Tensor::empty(logits.shape(), DType::kF32, device_);  // the sampler's log_softmax
+  Tensor logprobs_scratch = Tensor::empty(logits.shape(), DType::kF32, device_);
   (void)logprobs_scratch;
-#ifdef LLMSERVE_WITH_CUDA
-  if (!device_.is_cpu()) cuda::check_cuda(cudaStreamSynchronize(cuda::current_stream()), "profile_run");
-#endif
+  synchronize_current_stream(device_);
 }
 
 void ModelRunner::compute_prompt_logprobs(const Tensor &logits, int64_t first_row,
@@ -381,6 +399,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &schedule
     sreqs[i].prompt_token_ids = std::span<const int32_t>(s.token_ids.data(), s.num_prompt_tokens);
     sreqs[i].output_token_ids = std::span<const int32_t>(s.token_ids.data() + s.num_prompt_tokens, num_outputs);
     sreqs[i].step = num_outputs;
+    sreqs[i].row_key = s.row_key;
     want_logprobs |= s.sampling.logprobs.has_value();
   }
   ASSIGN_OR_RETURN(SamplerOutput sampled, sampler_.sample(to_sample, sreqs));

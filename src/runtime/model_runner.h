@@ -3,9 +3,10 @@
 // SchedulerOutput deltas — it never sees a Request — builds one ForwardBatch for the mixed prefill + decode step,
 // runs the model and the Sampler and returns the sampled ids (and, for requests that asked, the logprobs of their
 // prompt tokens). Invariant: a request's state mirrors the scheduler's (same tokens, blocks, computed count), and
-// each prompt position's logprobs are reported exactly once, even across preemption. On CUDA a step's inputs are packed into one page-locked host
-// buffer and reach the device in one copy into a persistent device buffer; the only host wait is the copy of the
-// sampled ids (and logprobs when asked for) back.
+// each prompt position's logprobs are reported exactly once, even across preemption. A step's inputs sit at fixed
+// offsets of persistent buffers sized once at construction (never reallocated; a step beyond them is a CHECK naming
+// the limit) and reach the device in one copy from a page-locked mirror; the sampling rows' logits live in one
+// persistent buffer. The only host wait is the copy of the sampled ids (and logprobs when asked for) back.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cuda_event.h"
 #include "core/status.h"
 #include "engine/engine_core.h"
 #include "engine/sampling_params.h"
@@ -23,12 +25,13 @@
 namespace llmserve {
 
 struct ModelRunnerConfig {
-  int32_t num_blocks = 0;              // KV cache blocks (the KVCacheManager's num_blocks)
-  int32_t block_size = 16;             // tokens per block (the KVCacheManager's block_size)
-  // Sizes of the persistent input buffers (they grow if a step needs more; 0: small defaults).
+  int32_t num_blocks = 0;   // KV cache blocks (the KVCacheManager's num_blocks)
+  int32_t block_size = 16;  // tokens per block (the KVCacheManager's block_size)
+  // Capacities of the persistent buffers, fixed at construction; a larger step is a CHECK naming the limit. 0: the
+  // scheduler's default (SchedulerConfig), and always at most what the KV cache can hold (ModelRunner::Limits).
   int64_t max_num_tokens = 0;          // the scheduler's max_num_batched_tokens
   int64_t max_num_reqs = 0;            // max_num_seqs
-  int64_t max_model_len = 0;           // block-table width = max_model_len / block_size
+  int64_t max_model_len = 0;           // block-table row width = ceil(max_model_len / block_size); 0: num_blocks
   std::vector<int32_t> eos_token_ids;  // suppressed below min_tokens (with
                                        // stop_token_ids) unless ignore_eos
   uint64_t seed = 0;                   // engine-wide seed of unseeded requests
@@ -62,6 +65,23 @@ class ModelRunner : public ModelExecutor {
   // not covering tokens).
   StatusOr<ModelRunnerOutput> execute(const SchedulerOutput &scheduler_output) override;
 
+  // The capacities the persistent buffers were sized for: the config's, with zeros resolved and each bounded by the
+  // KV cache (every scheduled token writes its own slot, every request schedules >= 1 token and holds distinct blocks).
+  struct Limits {
+    int64_t max_num_tokens = 0;      // tokens per step (also logits rows per step, prompt-logprob rows included)
+    int64_t max_num_reqs = 0;        // requests per step: rows of the block table and of the persistent logits
+    int64_t max_blocks_per_seq = 0;  // block-table row width (the fixed row stride)
+  };
+  const Limits &limits() const { return limits_; }
+
+  // Device addresses of the last step's inputs and sampling logits (tests; CUDA graphs rely on them not moving).
+  struct StepAddresses {
+    const void *input_ids, *positions, *slot_mapping, *query_start_loc, *seq_lens, *logits_indices, *block_table;
+    const void *logits;  // the sampling rows' logits (rows [0, num_sampled)); null before the first step
+    const void *sampler_params;
+  };
+  StepAddresses last_step_addresses() const;
+
   // Requests the runner holds state for (running or preempted).
   int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
   const CausalLM &model() const { return model_; }
@@ -77,6 +97,7 @@ class ModelRunner : public ModelExecutor {
     // Next prompt position whose logprob is owed (position 0 has none). Survives preemption, so a recomputed
     // prompt does not report its logprobs twice.
     int64_t next_prompt_logprob_pos = 1;
+    uint64_t row_key = 0;  // unique per request lifetime: the Sampler keeps a row's parameters while it is the same
   };
   // Prompt positions [first, first + count) whose logprobs this step computes for one request: the logits of
   // position p - 1 score prompt token p. The last prompt position scores the first sampled token instead.
@@ -94,19 +115,35 @@ class ModelRunner : public ModelExecutor {
   // (ranges, batch order; empty `ranges`: none).
   Tensor run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
                    const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges);
-  // Host (pinned on CUDA) and device buffers of at least `bytes`.
-  void reserve_input_buffers(size_t bytes);
+  // Writes the step's inputs into the host mirror at their fixed offsets; returns the bytes to copy (a prefix).
+  size_t fill_inputs(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
+                     const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges);
+
+  // Byte offsets of the step inputs in the persistent buffers, fixed at construction (16-byte aligned sections).
+  // The block table is last, so a step copies the prefix [0, block_table + num_reqs rows).
+  struct InputLayout {
+    size_t query_start_loc, seq_lens, input_ids, logits_indices, positions, slot_mapping, block_table, total;
+    static InputLayout plan(const Limits &limits);
+  };
+  static Limits resolve_limits(const ModelRunnerConfig &config);
 
   CausalLM &model_;
   Device device_;
   ModelRunnerConfig config_;
+  Limits limits_;
+  InputLayout layout_;
   KVCacheTensors kv_cache_;
   Sampler sampler_;
   std::unordered_map<std::string, RequestState> requests_;
-  Tensor host_inputs_;    // u8: the packed step inputs, filled on the host
-  Tensor device_inputs_;  // u8: the same layout on the device (== host_inputs_ on CPU)
-  void *inputs_copied_ = nullptr;  // CUDA: cudaEvent_t recorded after the step's input copy
-  Tensor attention_workspace_;     // CUDA: paged attention's split-K scratch (f32), undefined when unused
+  uint64_t next_row_key_ = 1;
+  Tensor host_inputs_;    // u8 [layout_.total]: the step inputs, filled on the host (page-locked on CUDA)
+  Tensor device_inputs_;  // u8 [layout_.total]: the same layout on the device (== host_inputs_ on CPU)
+  Event inputs_copied_;   // recorded after the step's input copy: the mirror is rewritten only once it was read
+  std::vector<int64_t> block_table_widths_;  // entries of each host block-table row that may be nonzero
+  Tensor logits_;                            // [max_num_reqs, vocab] f32: the sampling rows' logits, a prefix per step
+  Tensor attention_workspace_;               // CUDA: paged attention's split-K scratch (f32), undefined when unused
+  ForwardBatch batch_;                       // the last step's views of the persistent buffers
+  Tensor step_logits_;  // the last step's logits (a prefix of logits_ unless prompt logprobs needed more)
 };
 
 }  // namespace llmserve

@@ -1,6 +1,6 @@
-// Sampler: validates each request's settings, packs them into the per-row tensors of the kernels' sampling ops
-// (moved to the logits' device) and runs those ops in vLLM V1's order (listed in sampler.h). Rows whose settings
-// make a step a no-op (penalties off, temperature 1, no filters) are passed neutral values, and a step nobody
+// Sampler: validates each request's settings, has SamplerParamBuffer place them in the persistent per-row arrays of
+// the kernels' sampling ops (one upload) and runs those ops in vLLM V1's order (listed in sampler.h). Rows whose
+// settings make a step a no-op (penalties off, temperature 1, no filters) hold neutral values, and a step nobody
 // needs is skipped.
 #include "runtime/sampler.h"
 
@@ -25,30 +25,6 @@ Status check_ids(std::span<const int32_t> ids, int64_t vocab, const char* field)
   }
   return ok_status();
 }
-
-// Tensor::from_i32 / from_f32 copy from vector::data(), which may be null for an empty vector (a memcpy from null
-// is undefined even for 0 bytes): empty lists become Tensor::empty({0}).
-Tensor i32_tensor(const std::vector<int32_t>& v) {
-  return v.empty() ? Tensor::empty({0}, DType::kI32) : Tensor::from_i32(v, {static_cast<int64_t>(v.size())});
-}
-
-Tensor f32_tensor(const std::vector<float>& v) {
-  return v.empty() ? Tensor::empty({0}, DType::kF32) : Tensor::from_f32(v, {static_cast<int64_t>(v.size())});
-}
-
-// The per-row parameter tensors are built on the host and moved to the logits' device (small copies, ordered on
-// the current stream; the caching allocator serves the device memory).
-Tensor on(const Tensor& host, Device device) { return device.is_cpu() ? host : host.to(device); }
-
-// A TokenLists (CSR) built row by row.
-struct ListsBuilder {
-  std::vector<int32_t> offsets{0};
-  std::vector<int32_t> ids;
-  std::vector<float> values;  // logit_bias only
-
-  void end_row() { offsets.push_back(static_cast<int32_t>(ids.size())); }
-  ops::TokenLists lists(Device device) const { return {on(i32_tensor(offsets), device), on(i32_tensor(ids), device)}; }
-};
 
 bool penalties_on(const SamplingSettings& s) {
   return s.repetition_penalty != 1.f || s.frequency_penalty != 0.f || s.presence_penalty != 0.f;
@@ -111,78 +87,18 @@ StatusOr<int64_t> validate_batch(std::span<const SamplerRequest> requests, int64
 }
 
 // Steps 2-4: min_tokens, logit_bias, penalties (vLLM's non-argmax-invariant processors, then penalties).
-void apply_logits_processors(Tensor& logits, std::span<const SamplerRequest> requests) {
-  const int64_t n = static_cast<int64_t>(requests.size());
-  const Device dev = logits.device();
-  ListsBuilder stop_ids, bias, prompt_ids, output_ids;
-  std::vector<float> repetition(n, 1.f), frequency(n, 0.f), presence(n, 0.f);
-  bool any_penalty = false;
-  for (int64_t r = 0; r < n; ++r) {
-    const SamplerRequest& req = requests[r];
-    const SamplingSettings& s = *req.sampling;
-    if (req.step < s.min_tokens) {
-      stop_ids.ids.insert(stop_ids.ids.end(), s.all_stop_token_ids.begin(), s.all_stop_token_ids.end());
-    }
-    stop_ids.end_row();
-    for (const auto& [id, value] : s.logit_bias) {
-      bias.ids.push_back(id);
-      bias.values.push_back(value);
-    }
-    bias.end_row();
-    if (penalties_on(s)) {  // rows without penalties keep neutral values and empty lists
-      any_penalty = true;
-      repetition[r] = s.repetition_penalty;
-      frequency[r] = s.frequency_penalty;
-      presence[r] = s.presence_penalty;
-      if (s.repetition_penalty != 1.f) {
-        prompt_ids.ids.insert(prompt_ids.ids.end(), req.prompt_token_ids.begin(), req.prompt_token_ids.end());
-      }
-      output_ids.ids.insert(output_ids.ids.end(), req.output_token_ids.begin(), req.output_token_ids.end());
-    }
-    prompt_ids.end_row();
-    output_ids.end_row();
-  }
-  if (!stop_ids.ids.empty()) ops::mask_tokens(logits, stop_ids.lists(dev));
-  if (!bias.ids.empty()) {
-    ops::apply_logit_bias(logits, {bias.lists(dev), on(f32_tensor(bias.values), dev)});
-  }
-  if (any_penalty) {
-    ops::apply_penalties(logits,
-                         {prompt_ids.lists(dev), output_ids.lists(dev), on(Tensor::from_f32(repetition, {n}), dev),
-                          on(Tensor::from_f32(frequency, {n}), dev), on(Tensor::from_f32(presence, {n}), dev)});
-  }
+void apply_logits_processors(Tensor& logits, const SamplerBatchParams& params) {
+  if (params.any_stop_ids) ops::mask_tokens(logits, params.stop_ids);
+  if (params.any_bias) ops::apply_logit_bias(logits, params.logit_bias);
+  if (params.any_penalty) ops::apply_penalties(logits, params.penalties);
 }
 
-// Steps 5-10: temperature, min-p / top-k / top-p on the rows that sample (greedy rows get neutral values), then
+// Steps 5-10: temperature, min-p / top-k / top-p on the rows that sample (greedy rows hold neutral values), then
 // the draw. Seeded rows use Philox(seed, step); unseeded rows Philox(unseeded_key, row).
-void filter_and_draw(Tensor& logits, std::span<const SamplerRequest> requests, uint64_t unseeded_key, Tensor& out_ids) {
-  const int64_t n = static_cast<int64_t>(requests.size()), vocab = logits.size(1);
-  const Device dev = logits.device();
-  std::vector<float> temperature(n), top_p(n, 1.f), min_p(n, 0.f);
-  std::vector<int32_t> top_k(n, 0);
-  std::vector<int64_t> seeds(n), offsets(n);
-  bool any_temperature = false, any_filter = false;
-  for (int64_t r = 0; r < n; ++r) {
-    const SamplerRequest& req = requests[r];
-    const SamplingSettings& s = *req.sampling;
-    temperature[r] = s.temperature;
-    seeds[r] = s.seed ? *s.seed : static_cast<int64_t>(unseeded_key);
-    offsets[r] = s.seed ? req.step : r;
-    if (is_greedy(s)) continue;
-    any_temperature |= s.temperature != 1.f;
-    top_k[r] = std::max(s.top_k, 0);
-    top_p[r] = s.top_p;
-    min_p[r] = s.min_p;
-    any_filter |= (top_k[r] > 0 && top_k[r] < vocab) || top_p[r] < 1.f || min_p[r] > 0.f;
-  }
-  const Tensor temperatures = on(Tensor::from_f32(temperature, {n}), dev);
-  if (any_temperature) ops::apply_temperature(logits, temperatures);
-  if (any_filter) {
-    ops::apply_top_k_top_p_min_p(logits, {on(Tensor::from_i32(top_k, {n}), dev), on(Tensor::from_f32(top_p, {n}), dev),
-                                          on(Tensor::from_f32(min_p, {n}), dev)});
-  }
-  ops::sample(out_ids, logits,
-              {temperatures, on(Tensor::from_i64(seeds, {n}), dev), on(Tensor::from_i64(offsets, {n}), dev)});
+void filter_and_draw(Tensor& logits, const SamplerBatchParams& params, Tensor& out_ids) {
+  if (params.any_temperature) ops::apply_temperature(logits, params.sample.temperatures);
+  if (params.any_filter) ops::apply_top_k_top_p_min_p(logits, params.filter);
+  ops::sample(out_ids, logits, params.sample);
 }
 
 // Step 11: the sampled token's logprob and rank in column 0, the k most likely tokens in columns 1..k. `ids` and
@@ -242,15 +158,18 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
     raw_logprobs = raw_logprobs_.slice(0, 0, n);
     ops::log_softmax(raw_logprobs, logits);
   }
-  apply_logits_processors(logits, requests);
-  Tensor ids = dev.is_cpu() ? out.sampled_token_ids : Tensor::empty({n}, DType::kI32, dev);
-  // On a device, an all-greedy batch (processors already applied) is one argmax kernel: no parameter uploads.
+  // On a device, an all-greedy batch (processors applied) is one argmax kernel: no sampling parameters uploaded.
   const bool all_greedy =
       std::all_of(requests.begin(), requests.end(), [](const SamplerRequest& r) { return is_greedy(*r.sampling); });
-  if (all_greedy && !dev.is_cpu()) {
-    ops::argmax(ids, logits);
+  const bool need_sampling = !(all_greedy && !dev.is_cpu());
+  const SamplerBatchParams params =
+      params_.prepare(requests, dev, vocab, need_sampling, philox::mix64(seed_ ^ philox::mix64(num_calls_)));
+  apply_logits_processors(logits, params);
+  Tensor ids = dev.is_cpu() ? out.sampled_token_ids : Tensor::empty({n}, DType::kI32, dev);
+  if (need_sampling) {
+    filter_and_draw(logits, params, ids);
   } else {
-    filter_and_draw(logits, requests, philox::mix64(seed_ ^ philox::mix64(num_calls_)), ids);
+    ops::argmax(ids, logits);
   }
   ++num_calls_;
   // The one wait of a step: the sampled ids back to the host.

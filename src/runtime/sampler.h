@@ -1,7 +1,8 @@
 // Sampler: turns a batch of logits into sampled token ids and logprobs, running the kernels' sampling ops in vLLM
 // V1's order. Invariant: a request's token depends only on its logits, its settings, its token ids and its step
 // (plus, for unseeded requests, the engine seed, its row and how many batches this Sampler sampled before).
-// Not thread-safe: one Sampler per model runner.
+// Not thread-safe: one Sampler per model runner. The per-row parameters live in persistent device arrays
+// (SamplerParamBuffer) uploaded in at most one copy per batch.
 //
 // Order (vLLM V1 Sampler.forward with the default logprobs_mode "raw_logprobs"):
 //   1. logprobs = log_softmax(raw logits), before any processing, when some request asks for logprobs;
@@ -23,6 +24,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "runtime/sampler_params.h"
 
 namespace llmserve {
 
@@ -49,6 +51,9 @@ struct SamplerRequest {
   std::span<const int32_t> prompt_token_ids;  // read for repetition_penalty only
   std::span<const int32_t> output_token_ids;  // read for the penalties only
   int64_t step = 0;  // index of the token being sampled in the request's output (= number generated so far)
+  // Identifies the request across calls (unique over the Sampler's life): a row whose key is the one it held last
+  // call keeps its constant parameters. 0: unknown, rewritten every call.
+  uint64_t row_key = 0;
 };
 
 // What sample() returns, shaped like vLLM's SamplerOutput + LogprobsTensors.
@@ -65,8 +70,10 @@ struct SamplerOutput {
 
 class Sampler {
  public:
-  // `seed` keys the streams of requests without a seed (vLLM's engine-wide seed).
-  explicit Sampler(uint64_t seed = 0) : seed_(seed) {}
+  // `seed` keys the streams of requests without a seed (vLLM's engine-wide seed). The parameter arrays are
+  // allocated for `max_num_reqs` rows on `device` (0: on first use, growing with the batches).
+  explicit Sampler(uint64_t seed = 0, int64_t max_num_reqs = 0, Device device = Device::cpu())
+      : seed_(seed), params_(max_num_reqs, device) {}
 
   // Samples one token per row of logits [requests.size(), vocab] f32, on the CPU or a CUDA device (the ops run
   // where the logits are; the results come back to the host). `logits` is used as scratch and holds the
@@ -77,10 +84,14 @@ class Sampler {
   // Validates one request's settings against the vocabulary (what sample() checks for each row).
   static Status validate(const SamplingSettings& sampling, int64_t vocab);
 
+  // The parameter arrays' device base (stable while batches fit the capacity); null before first use.
+  const void* params_base() const { return params_.device_base(); }
+
  private:
   uint64_t seed_;
   uint64_t num_calls_ = 0;  // batches sampled so far: advances the unseeded streams
   Tensor raw_logprobs_;     // [capacity, vocab] scratch, reused across calls
+  SamplerParamBuffer params_;
 };
 
 }  // namespace llmserve

@@ -1,7 +1,8 @@
 // The CUDA runtime pieces that need no model kernels: the caching allocator (reuse without cudaMalloc, stream
 // separation, accounting), Tensor host<->device copies (contiguous, row-strided, pinned), the pinned-staging
-// weight upload (sizes across several staging buffers) and the device weight source over a real checkpoint.
-// Oracle: the host bytes we started from (copies are exact). Skips when no CUDA device is present.
+// weight upload (sizes across several staging buffers), the device weight source over a real checkpoint, Event,
+// and the Sampler's persistent device parameter arrays. Oracle: the host bytes we started from (copies are exact);
+// for the Sampler, the CPU Sampler's ids. Skips when no CUDA device is present.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -10,10 +11,12 @@
 
 #include "../runtime/test_models.h"
 #include "core/cuda_allocator.h"
+#include "core/cuda_event.h"
 #include "core/cuda_stream.h"
 #include "model/device_weights.h"
 #include "model/safetensors.h"
 #include "model/weight_source.h"
+#include "runtime/sampler.h"
 
 namespace llmserve {
 namespace {
@@ -144,6 +147,69 @@ TEST_F(CudaRuntimeTest, PinnedTensorsCopyAsynchronously) {
   Tensor out = Tensor::empty_pinned({1 << 16}, DType::kI32);
   out.copy_from(dev);  // to the host: waits
   EXPECT_TRUE(same_bytes(out, pinned));
+}
+
+TEST_F(CudaRuntimeTest, EventWaitsForTheWorkRecordedBeforeIt) {
+  const Tensor host = random_bytes(1 << 22, 5);
+  Tensor pinned = Tensor::empty_pinned({1 << 22}, DType::kU8);
+  std::memcpy(pinned.raw_data(), host.raw_data(), host.nbytes());
+  Tensor dev = Tensor::empty({1 << 22}, DType::kU8, Device::cuda());
+  Event event(Device::cuda());
+  EXPECT_TRUE(event.is_device());
+  EXPECT_TRUE(event.query()) << "nothing recorded yet";
+  dev.copy_from(pinned);
+  event.record();
+  event.synchronize();
+  EXPECT_TRUE(event.query());
+  Event moved = std::move(event);
+  EXPECT_FALSE(event.is_device());  // NOLINT(bugprone-use-after-move)
+  moved.record(cuda::current_stream());
+  synchronize_current_stream(Device::cuda());
+  EXPECT_TRUE(moved.query());
+  Tensor back = Tensor::empty({1 << 22}, DType::kU8);
+  back.copy_from(dev);
+  EXPECT_TRUE(same_bytes(back, host));
+}
+
+// The Sampler on the device (parameters in its persistent arrays, kept per row across batches) gives the CPU
+// Sampler's ids for greedy and seeded rows with penalties, bias, min_tokens and filters.
+TEST_F(CudaRuntimeTest, SamplerOnTheDeviceMatchesTheCpuSampler) {
+  const int64_t v = 257;
+  std::vector<SamplingSettings> settings(4);
+  settings[0].temperature = 0.f;
+  settings[0].logit_bias = {{3, 5.f}};
+  settings[0].frequency_penalty = 0.5f;
+  settings[1].temperature = 0.7f;
+  settings[1].top_k = 5;
+  settings[1].seed = 1;
+  settings[2].temperature = 1.2f;
+  settings[2].top_p = 0.8f;
+  settings[2].seed = 2;
+  settings[2].repetition_penalty = 1.3f;
+  settings[2].min_tokens = 2;
+  settings[2].all_stop_token_ids = {0, 1};
+  settings[3].temperature = 0.f;
+  std::vector<std::vector<int32_t>> prompts(4, std::vector<int32_t>{4, 9, 16}), outputs(4);
+  const std::vector<std::vector<size_t>> batches = {{0, 1, 2}, {2, 0, 1}, {3}, {1, 3, 2, 0}, {3, 1}};
+  Sampler gpu(3, 4, Device::cuda());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const int64_t n = static_cast<int64_t>(batches[b].size());
+    Tensor logits = testing_random_f32({n, v}, static_cast<uint32_t>(b));
+    std::vector<SamplerRequest> requests;
+    for (size_t i : batches[b]) {
+      requests.push_back({&settings[i], prompts[i], outputs[i], static_cast<int64_t>(outputs[i].size()), i + 1});
+    }
+    Tensor on_device = logits.to(Device::cuda());
+    StatusOr<SamplerOutput> got = gpu.sample(on_device, requests);
+    Sampler cpu(3);
+    StatusOr<SamplerOutput> want = cpu.sample(logits, requests);
+    ASSERT_TRUE(got.ok() && want.ok());
+    for (int64_t r = 0; r < n; ++r) {
+      EXPECT_EQ(got->sampled_token_ids.data<int32_t>()[r], want->sampled_token_ids.data<int32_t>()[r])
+          << "batch " << b << " row " << r;
+      outputs[batches[b][r]].push_back(want->sampled_token_ids.data<int32_t>()[r]);
+    }
+  }
 }
 
 TEST_F(CudaRuntimeTest, DeviceCopyRejectsDtypeChange) {

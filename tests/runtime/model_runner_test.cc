@@ -1,11 +1,13 @@
 // ModelRunner driven by hand-made SchedulerOutputs (no scheduler): batching, block placement (scattered blocks,
 // small block sizes), chunked prompts and the engine loop all give the greedy ids of the recompute-everything
 // reference; prompt logprobs are reported once per position, only for requests that asked, and do not change
-// the sampled tokens.
+// the sampled tokens. The step inputs and logits keep their device addresses across steps of any size, and a step
+// beyond the runner's capacity dies naming the limit.
 #include "runtime/model_runner.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "test_models.h"
@@ -33,7 +35,8 @@ struct Driven {
 // prompt in chunks of at most `chunk` tokens, then decodes greedily; finishes them all at the end.
 Driven drive(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts,
              const std::vector<std::vector<int32_t>>& blocks, int64_t max_tokens, int64_t chunk = 1 << 20,
-             const std::vector<std::optional<int32_t>>& prompt_logprobs = {}) {
+             const std::vector<std::optional<int32_t>>& prompt_logprobs = {},
+             const std::function<void()>& after_step = nullptr) {
   const size_t n = prompts.size();
   Driven out;
   out.ids.resize(n);
@@ -66,6 +69,7 @@ Driven drive(ModelRunner& runner, const std::vector<std::vector<int32_t>>& promp
     StatusOr<ModelRunnerOutput> r = runner.execute(so);
     CHECK(r.ok()) << r.status().to_string();
     CHECK_EQ(r->req_ids.size(), so.num_scheduled_tokens.size());
+    if (after_step) after_step();
     for (size_t j = 0; j < r->req_ids.size(); ++j) {
       const size_t i = std::stoul(r->req_ids[j].str().substr(1));
       for (int32_t id : r->sampled_token_ids[j]) out.ids[i].push_back(id);
@@ -150,6 +154,72 @@ TEST(ModelRunner, PromptLogprobsOnlyForThoseAskingAndOncePerPosition) {
       EXPECT_GE(lp.sampled_token_rank, 1);
     }
   }
+}
+
+std::vector<const void*> addresses(const ModelRunner& runner) {
+  const ModelRunner::StepAddresses a = runner.last_step_addresses();
+  return {a.input_ids,      a.positions,   a.slot_mapping, a.query_start_loc, a.seq_lens,
+          a.logits_indices, a.block_table, a.logits,       a.sampler_params};
+}
+
+// Prefill chunks of 1..5 tokens over 1..3 requests, then decodes: every step reads its inputs and writes its logits
+// at the same device addresses (what CUDA graphs replay), and the tokens stay the reference's.
+TEST(ModelRunner, InputsAndLogitsKeepTheirAddressesAcrossStepSizes) {
+  const auto prompts = test_prompts();
+  ModelRunner runner(
+      model(), {.num_blocks = 16, .block_size = 16, .max_num_tokens = 64, .max_num_reqs = 4, .max_model_len = 64});
+  EXPECT_EQ(runner.limits().max_num_tokens, 64);
+  EXPECT_EQ(runner.limits().max_num_reqs, 4);
+  EXPECT_EQ(runner.limits().max_blocks_per_seq, 4);
+  std::vector<std::vector<const void*>> seen;
+  const Driven out =
+      drive(runner, prompts, contiguous_blocks(prompts, 8, 16), 8, 5, {}, [&] { seen.push_back(addresses(runner)); });
+  ASSERT_GT(seen.size(), 5u);
+  for (const void* p : seen[0]) EXPECT_NE(p, nullptr);
+  for (size_t step = 1; step < seen.size(); ++step) EXPECT_EQ(seen[step], seen[0]) << "step " << step;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(out.ids[i], testing::reference_greedy(model(), prompts[i], 8)) << "prompt " << i;
+  }
+}
+
+// More prompt-logprob rows than the persistent logits hold: those steps use a scratch, with the same results.
+TEST(ModelRunner, PromptLogprobRowsBeyondThePersistentLogits) {
+  const auto prompts = test_prompts();
+  ModelRunner plain(model(), {.num_blocks = 16});
+  const Driven want = drive(plain, prompts, contiguous_blocks(prompts, 4, 16), 4, 1 << 20, {2, 1, 0});
+  ModelRunner small(model(), {.num_blocks = 16, .max_num_reqs = 3});
+  const Driven got = drive(small, prompts, contiguous_blocks(prompts, 4, 16), 4, 1 << 20, {2, 1, 0});
+  EXPECT_EQ(got.ids, want.ids);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(got.prompt_logprobs[i].size(), want.prompt_logprobs[i].size());
+    for (size_t q = 0; q < got.prompt_logprobs[i].size(); ++q) {
+      EXPECT_EQ(got.prompt_logprobs[i][q].token_ids, want.prompt_logprobs[i][q].token_ids);
+      EXPECT_EQ(got.prompt_logprobs[i][q].logprobs, want.prompt_logprobs[i][q].logprobs);
+    }
+  }
+}
+
+TEST(ModelRunnerDeathTest, StepBeyondCapacityNamesTheLimit) {
+  const auto prompts = test_prompts();  // 4, 1 and 19 tokens
+  const auto blocks = contiguous_blocks(prompts, 2, 16);
+  EXPECT_DEATH(
+      {
+        ModelRunner runner(model(), {.num_blocks = 16, .block_size = 16, .max_num_tokens = 16});
+        drive(runner, prompts, blocks, 2);
+      },
+      "max_num_tokens 16");
+  EXPECT_DEATH(
+      {
+        ModelRunner runner(model(), {.num_blocks = 16, .block_size = 16, .max_num_reqs = 2});
+        drive(runner, prompts, blocks, 2);
+      },
+      "max_num_reqs 2");
+  EXPECT_DEATH(
+      {
+        ModelRunner runner(model(), {.num_blocks = 16, .block_size = 16, .max_model_len = 16});
+        drive(runner, prompts, blocks, 2);
+      },
+      "max_blocks_per_seq 1");
 }
 
 // The engine loop (scheduler + runner) with a budget that forces chunked prefill.

@@ -1,6 +1,7 @@
 // Sampler: validation names the row and field; vLLM's order (min_tokens, logit_bias, then penalties, on the
 // logits greedy sees; logprobs from the raw logits); seeded requests reproduce across batches and positions;
-// unseeded ones follow the engine seed; draws match the filtered softmax by chi-square.
+// unseeded ones follow the engine seed; draws match the filtered softmax by chi-square; the persistent parameter
+// arrays (rows kept while the same request sits in them) give what a fresh Sampler gives.
 #include "runtime/sampler.h"
 
 #include <gtest/gtest.h>
@@ -271,6 +272,75 @@ TEST(Sampler, DrawsMatchTheFilteredSoftmax) {
     EXPECT_GE(result.dof, 3);
     EXPECT_GT(result.p_value, 1e-6) << "chi2 " << result.statistic << " dof " << result.dof
                                     << (s->seed ? " seeded" : " unseeded");
+  }
+}
+
+// One Sampler keeps its parameter rows across batches whose membership changes (rows join, leave, swap, and a
+// penalty history outgrows the id pool); each batch must give the ids, logprobs and processed logits of a fresh
+// Sampler that rewrites every row. Every request is seeded or greedy, so a fresh Sampler draws the same streams.
+TEST(Sampler, PersistentRowsGiveWhatAFreshSamplerGives) {
+  const int64_t v = 32;
+  std::vector<SamplingSettings> settings(6);
+  settings[0].temperature = 0.f;  // greedy, with bias and a frequency penalty
+  settings[0].logit_bias = {{3, 5.f}, {7, -2.f}};
+  settings[0].frequency_penalty = 0.5f;
+  settings[1].temperature = 0.7f;
+  settings[1].top_k = 5;
+  settings[1].seed = 1;
+  settings[1].logprobs = 3;
+  settings[2].temperature = 1.2f;
+  settings[2].top_p = 0.8f;
+  settings[2].min_p = 0.05f;
+  settings[2].seed = 2;
+  settings[2].repetition_penalty = 1.3f;
+  settings[2].min_tokens = 3;
+  settings[2].all_stop_token_ids = {0, 1};
+  settings[3].seed = 3;
+  settings[3].presence_penalty = 0.4f;
+  settings[4].temperature = 0.f;
+  settings[5].temperature = 0.9f;
+  settings[5].seed = 5;
+  settings[5].top_k = 8;
+  std::vector<std::vector<int32_t>> prompts(6), outputs(6);
+  for (size_t i = 0; i < 6; ++i) prompts[i] = {static_cast<int32_t>(i), static_cast<int32_t>(2 * i + 1), 9};
+  // Batches as request indices in row order; request 3's history grows past the pool (4 rows x 64 ids) at the end.
+  const std::vector<std::vector<size_t>> batches = {{0, 1, 2}, {1, 0, 2},    {1, 2, 3}, {3},         {4, 3, 1, 0},
+                                                    {2, 4},    {5, 2, 4, 3}, {0, 5},    {3, 0, 5, 1}};
+  Sampler kept(11, 4, Device::cpu());
+  const void* base = kept.params_base();
+  ASSERT_NE(base, nullptr);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    SCOPED_TRACE("batch " + std::to_string(b));
+    if (b + 1 == batches.size()) outputs[3].resize(300, 4);  // 300 output ids: the pool must grow
+    std::vector<std::vector<float>> rows;
+    std::vector<SamplerRequest> keyed, plain;
+    for (size_t r = 0; r < batches[b].size(); ++r) {
+      const size_t i = batches[b][r];
+      rows.push_back(random_row(v, static_cast<uint32_t>(100 * b + r)));
+      plain.push_back(request(settings[i], static_cast<int64_t>(outputs[i].size()), prompts[i], outputs[i]));
+      keyed.push_back(plain.back());
+      keyed.back().row_key = i + 1;
+    }
+    Tensor kept_logits = batch(rows), fresh_logits = batch(rows);
+    StatusOr<SamplerOutput> got = kept.sample(kept_logits, keyed);
+    Sampler fresh(11);
+    StatusOr<SamplerOutput> want = fresh.sample(fresh_logits, plain);
+    ASSERT_TRUE(got.ok() && want.ok());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EXPECT_EQ(token(*got, r), token(*want, r)) << "row " << r;
+      for (int64_t t = 0; t < v; ++t) {
+        const float g = kept_logits.data<float>()[r * v + t], w = fresh_logits.data<float>()[r * v + t];
+        EXPECT_TRUE(g == w || (std::isnan(g) && std::isnan(w))) << "row " << r << " token " << t;
+      }
+    }
+    ASSERT_EQ(got->logprobs.defined(), want->logprobs.defined());
+    if (got->logprobs.defined()) ASSERT_EQ(got->logprobs.to_string(), want->logprobs.to_string());
+    for (int64_t e = 0; got->logprobs.defined() && e < got->logprobs.numel(); ++e) {
+      EXPECT_EQ(got->logprobs.data<float>()[e], want->logprobs.data<float>()[e]);
+      EXPECT_EQ(got->logprob_token_ids.data<int32_t>()[e], want->logprob_token_ids.data<int32_t>()[e]);
+    }
+    if (b + 1 < batches.size()) EXPECT_EQ(kept.params_base(), base) << "the arrays must not move while they fit";
+    for (size_t r = 0; r < rows.size(); ++r) outputs[batches[b][r]].push_back(token(*got, r));
   }
 }
 

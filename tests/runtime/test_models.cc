@@ -86,6 +86,9 @@ CoreRun run_engine_core(CausalLM& model, std::vector<EngineCoreRequest> requests
   ModelRunnerConfig rc;
   rc.num_blocks = options.num_blocks;
   rc.block_size = options.block_size;
+  rc.max_num_tokens = sc.max_num_batched_tokens;
+  rc.max_num_reqs = sc.max_num_seqs;
+  rc.max_model_len = sc.max_model_len;
   ModelRunner runner(model, rc);
   EngineCore core(sc, cache, runner);
   CoreRun run;
@@ -129,9 +132,9 @@ EngineCoreRequest greedy_request(std::string id, std::vector<int32_t> prompt, in
 std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max_len, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> prompts(count);
-  for (auto &p : prompts) {
+  for (auto& p : prompts) {
     p.resize(std::uniform_int_distribution<int>(min_len, max_len)(rng));
-    for (int32_t &id : p) id = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab - 1))(rng);
+    for (int32_t& id : p) id = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab - 1))(rng);
   }
   return prompts;
 }
