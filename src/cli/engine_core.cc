@@ -36,7 +36,7 @@ int run_engine_core(const std::vector<std::string> &args) {
     EngineArgs engine_args = to_engine_args(engine_flags, model_flags);
     engine_args.log_stats = true;  // the frontend's metrics need the core's timestamps
     EngineCoreProcessCore core;
-    ASSIGN_OR_RETURN(core.config, make_engine_core_config(*loaded.model, loaded.tokenizer.get(), engine_args));
+    ASSIGN_OR_RETURN(core.config, make_engine_core_config(*loaded.model, engine_args));
     core.instance = build_engine_core(*loaded.model, core.config);
     return core;
   });

@@ -1,7 +1,7 @@
 // start_serving_engine: in-thread (model loaded here) or engine-process (tokenizer here, model in the child).
 #include "cli/serving_engine.h"
 
-#include "ipc/async_llm_factory.h"
+#include "frontend/async_llm_factory.h"
 
 namespace llmserve::cli {
 

@@ -63,6 +63,7 @@ Request::Request(EngineCoreRequest req)
       arrival_time_(req.arrival_time),
       priority_(req.priority),
       eos_token_id_(req.eos_token_id),
+      all_stop_token_ids_(llmserve::all_stop_token_ids(sampling_params_, eos_token_id_)),
       cache_salt_(req.cache_salt),
       token_ids_(std::move(req.prompt_token_ids)),
       num_prompt_tokens_(static_cast<int64_t>(token_ids_.size())) {}

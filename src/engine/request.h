@@ -57,6 +57,9 @@ class Request {
   double arrival_time() const { return arrival_time_; }
   int32_t priority() const { return priority_; }
   std::optional<int32_t> eos_token_id() const { return eos_token_id_; }
+  // all_stop_token_ids(sampling_params(), eos_token_id()), computed once: the scheduler's stop check and (through
+  // NewRequestData) the sampler's min_tokens mask read this one set.
+  const std::vector<int32_t>& all_stop_token_ids() const { return all_stop_token_ids_; }
   uint64_t cache_salt() const { return cache_salt_; }
 
   // Prompt followed by outputs.
@@ -101,6 +104,7 @@ class Request {
   double arrival_time_;
   int32_t priority_;
   std::optional<int32_t> eos_token_id_;
+  std::vector<int32_t> all_stop_token_ids_;
   uint64_t cache_salt_;
   std::vector<int32_t> token_ids_;
   int64_t num_prompt_tokens_;

@@ -90,4 +90,10 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   return ok_status();
 }
 
+std::vector<int32_t> all_stop_token_ids(const SamplingParams& params, std::optional<int32_t> eos_token_id) {
+  std::vector<int32_t> ids = params.stop_token_ids;
+  if (!params.ignore_eos && eos_token_id) ids.push_back(*eos_token_id);
+  return ids;
+}
+
 }  // namespace llmserve

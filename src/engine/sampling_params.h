@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/sampling_eps.h"
 #include "core/status.h"
 
 namespace llmserve {
@@ -15,8 +16,6 @@ namespace llmserve {
 struct SamplingParams {
   // Largest `logprobs` / `prompt_logprobs` accepted (vLLM's default max_logprobs).
   static constexpr int32_t kMaxLogprobs = 20;
-  // Temperatures below this sample greedily (argmax).
-  static constexpr double kGreedyEpsilon = 1e-5;
   // logit_bias values are clamped by OpenAI to this magnitude; we reject beyond it.
   static constexpr double kMaxLogitBias = 100.0;
 
@@ -41,11 +40,16 @@ struct SamplingParams {
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
 
-  bool greedy() const { return temperature < kGreedyEpsilon; }
+  bool greedy() const { return temperature < kSamplingEps; }  // core/sampling_eps.h
 
   // OK, or InvalidArgument whose message starts with the offending field's name. `vocab_size` bounds
   // token ids in logit_bias and stop_token_ids.
   Status validate(int64_t vocab_size) const;
 };
+
+// vLLM's all_stop_token_ids, the one definition of a request's stop-id set: stop_token_ids, plus `eos_token_id`
+// unless ignore_eos (then EOS is an ordinary token). Once min_tokens outputs exist, sampling one of them finishes
+// the request (Scheduler's stop check); before that the Sampler masks them all (min_tokens).
+std::vector<int32_t> all_stop_token_ids(const SamplingParams &params, std::optional<int32_t> eos_token_id);
 
 }  // namespace llmserve

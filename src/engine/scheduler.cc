@@ -196,9 +196,9 @@ SchedulerOutput Scheduler::schedule() {
     out.total_num_scheduled_tokens += e.num_tokens;
     in_flight_.push_back(&req);
     if (e.kind == StepState::Kind::kNew) {
-      out.scheduled_new_reqs.push_back({req.request_id(),
-                                        std::vector<int32_t>(req.token_ids().begin(), req.token_ids().end()),
-                                        req.sampling_params(), kv_.get_block_ids(req), req.num_computed_tokens});
+      out.scheduled_new_reqs.push_back(
+          {req.request_id(), std::vector<int32_t>(req.token_ids().begin(), req.token_ids().end()),
+           req.sampling_params(), kv_.get_block_ids(req), req.num_computed_tokens, req.all_stop_token_ids()});
     } else {
       CachedRequestData& c = out.scheduled_cached_reqs.emplace_back();
       c.req_id = req.request_id();
@@ -223,17 +223,17 @@ bool Scheduler::check_stop(Request& req) const {
   const SamplingParams& sp = req.sampling_params();
   if (req.num_output_tokens() < sp.min_tokens) return false;
   const int32_t last = req.token_ids().back();
-  if (!sp.ignore_eos && req.eos_token_id() && last == *req.eos_token_id()) {
-    req.status = RequestStatus::kFinishedStopped;
+  const std::vector<int32_t>& stop_ids = req.all_stop_token_ids();
+  if (std::find(stop_ids.begin(), stop_ids.end(), last) == stop_ids.end()) return false;
+  req.status = RequestStatus::kFinishedStopped;
+  // EOS reports no stop_reason (vLLM); a stop token id, even one equal to EOS under ignore_eos, reports itself.
+  const bool is_eos = !sp.ignore_eos && req.eos_token_id() && last == *req.eos_token_id();
+  if (is_eos) {
     req.stop_reason = std::monostate{};
-    return true;
-  }
-  if (std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), last) != sp.stop_token_ids.end()) {
-    req.status = RequestStatus::kFinishedStopped;
+  } else {
     req.stop_reason = last;
-    return true;
   }
-  return false;
+  return true;
 }
 
 EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler_output,

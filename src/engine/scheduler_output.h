@@ -18,8 +18,9 @@ struct NewRequestData {
   RequestId req_id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling_params;
-  std::vector<int32_t> block_ids;   // all its blocks, in logical order
-  int64_t num_computed_tokens = 0;  // tokens already in the cache (prefix hit); computing starts here
+  std::vector<int32_t> block_ids;           // all its blocks, in logical order
+  int64_t num_computed_tokens = 0;          // tokens already in the cache (prefix hit); computing starts here
+  std::vector<int32_t> all_stop_token_ids;  // the request's stop-id set (all_stop_token_ids): min_tokens masks them
 };
 
 // A request the runner already holds state for.

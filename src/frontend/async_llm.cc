@@ -17,8 +17,8 @@ namespace {
 
 class AsyncLLMImpl final : public AsyncLLM {
  public:
-  AsyncLLMImpl(std::unique_ptr<EngineCoreClient> client, const Tokenizer *tokenizer, const EngineCoreConfig &config)
-      : client_(std::move(client)), tokenizer_(tokenizer), input_processor_(tokenizer, config), processor_(tokenizer) {
+  AsyncLLMImpl(std::unique_ptr<EngineCoreClient> client, const Tokenizer *tokenizer, const EngineCoreInfo &core)
+      : client_(std::move(client)), tokenizer_(tokenizer), input_processor_(tokenizer, core), processor_(tokenizer) {
     output_thread_ = std::thread([this] { output_loop(); });
   }
   ~AsyncLLMImpl() override { shutdown(); }
@@ -196,9 +196,9 @@ void AsyncLLMImpl::shutdown() {
 }  // namespace
 
 std::unique_ptr<AsyncLLM> make_async_llm(std::unique_ptr<EngineCoreClient> client, const Tokenizer *tokenizer,
-                                         const EngineCoreConfig &config) {
+                                         const EngineCoreInfo &core) {
   CHECK(client != nullptr);
-  return std::make_unique<AsyncLLMImpl>(std::move(client), tokenizer, config);
+  return std::make_unique<AsyncLLMImpl>(std::move(client), tokenizer, core);
 }
 
 }  // namespace llmserve

@@ -14,7 +14,7 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
-#include "frontend/engine_core_builder.h"
+#include "executor/engine_core_builder.h"
 #include "frontend/input_processor.h"
 #include "frontend/output_processor.h"
 #include "ipc/engine_core_client.h"
@@ -75,10 +75,11 @@ class AsyncLLM {
   virtual void shutdown() = 0;
 };
 
-// The AsyncLLM over `client`, whose core was built from `config` (make_engine_core_config; with
-// args.log_stats the IterationStats carry latencies, else only token counts and scheduler stats). Starts the
-// output thread. `tokenizer` may be null; it must outlive the result, as must whatever `client` runs.
+// The AsyncLLM over `client`, whose core reported `core` (EngineCoreConfig::info(), or the engine-core
+// process's Ready; with log_stats in the core the IterationStats carry latencies, else only token counts and
+// scheduler stats). Starts the output thread. `tokenizer` may be null; it must outlive the result, as must
+// whatever `client` runs.
 std::unique_ptr<AsyncLLM> make_async_llm(std::unique_ptr<EngineCoreClient> client, const Tokenizer *tokenizer,
-                                         const EngineCoreConfig &config);
+                                         const EngineCoreInfo &core);
 
 }  // namespace llmserve

@@ -1,6 +1,7 @@
 // InputProcessor: validation, tokenization and n fan-out (the checks LLMEngine::add_request used to hold).
 #include "frontend/input_processor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "runtime/model_runner.h"
@@ -8,13 +9,30 @@
 
 namespace llmserve {
 
-InputProcessor::InputProcessor(const Tokenizer *tokenizer, const EngineCoreConfig &config)
+EosTokenIds resolve_eos_token_ids(const Tokenizer *tokenizer, const std::vector<int32_t> &model_eos_token_ids,
+                                  int64_t vocab_size) {
+  EosTokenIds e;
+  if (tokenizer != nullptr && tokenizer->eos_token_id()) e.eos_token_id = tokenizer->eos_token_id();
+  std::vector<int32_t> all_eos = model_eos_token_ids;
+  if (tokenizer != nullptr) {
+    for (int32_t id : tokenizer->eos_token_ids()) all_eos.push_back(id);
+  }
+  if (!e.eos_token_id && !all_eos.empty()) e.eos_token_id = all_eos.front();
+  for (int32_t id : all_eos) {
+    if (id >= 0 && id < vocab_size && id != e.eos_token_id &&
+        std::find(e.extra_eos_ids.begin(), e.extra_eos_ids.end(), id) == e.extra_eos_ids.end()) {
+      e.extra_eos_ids.push_back(id);
+    }
+  }
+  return e;
+}
+
+InputProcessor::InputProcessor(const Tokenizer *tokenizer, const EngineCoreInfo &core)
     : tokenizer_(tokenizer),
-      vocab_size_(config.vocab_size),
-      max_model_len_(config.scheduler.max_model_len),
-      policy_(config.scheduler.policy),
-      eos_token_id_(config.eos_token_id),
-      extra_eos_ids_(config.extra_eos_ids) {}
+      vocab_size_(core.vocab_size),
+      max_model_len_(core.max_model_len),
+      policy_(core.scheduling_policy),
+      eos_(resolve_eos_token_ids(tokenizer, core.model_eos_token_ids, core.vocab_size)) {}
 
 StatusOr<ProcessedRequest> InputProcessor::process(const std::string &request_id, const PromptInput &prompt,
                                                    const SamplingParams &params, int32_t priority,
@@ -55,17 +73,17 @@ StatusOr<ProcessedRequest> InputProcessor::process(const std::string &request_id
   SamplingParams child = params;
   child.n = 1;
   if (!params.ignore_eos) {
-    child.stop_token_ids.insert(child.stop_token_ids.end(), extra_eos_ids_.begin(), extra_eos_ids_.end());
+    child.stop_token_ids.insert(child.stop_token_ids.end(), eos_.extra_eos_ids.begin(), eos_.extra_eos_ids.end());
   }
   // The sampler's own range checks, so a bad value fails here and not inside a batch with other requests.
-  RETURN_IF_ERROR(Sampler::validate(to_sampling_settings(child, {}), vocab));
+  RETURN_IF_ERROR(Sampler::validate(to_sampling_settings(child, all_stop_token_ids(child, eos_.eos_token_id)), vocab));
 
   EngineCoreRequest parent;
   parent.request_id = request_id;
   parent.prompt_token_ids = ids;
   parent.sampling_params = std::move(child);
   parent.sampling_params.n = params.n;
-  parent.eos_token_id = eos_token_id_;
+  parent.eos_token_id = eos_.eos_token_id;
   parent.arrival_time = arrival_time;
   parent.priority = priority;
   // n > 1: the engine's fan-out (children "<i>_<id>", seeds seed + i, as vLLM); n = 1 keeps the id.

@@ -1,7 +1,8 @@
 // InputProcessor: the frontend's request gate, shared by LLMEngine and AsyncLLM — validates sampling params
-// and the prompt (tokenizing text), adds the model's extra EOS ids as stop ids, and fans n > 1 out into the
-// core's child requests. Invariant: what it returns passes every check the core and the sampler make, so a
-// request it accepts is never rejected inside a batch with others. Stateless and thread-safe (const).
+// and the prompt (tokenizing text), stamps the model's EOS ids (resolved here with the tokenizer: the core has
+// none) and fans n > 1 out into the core's child requests. Invariant: what it returns passes every check the core and
+// the sampler make, so a request it accepts is never rejected inside a batch with others. Stateless and thread-safe
+// (const).
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,21 @@
 #include "core/status.h"
 #include "engine/request.h"
 #include "engine/sampling_params.h"
-#include "frontend/engine_core_builder.h"
+#include "executor/engine_core_builder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve {
+
+// The model's EOS ids as requests carry them (vLLM's generation-config handling): `eos_token_id` is each
+// request's EOS; every further EOS id joins its stop_token_ids unless ignore_eos. Both reach the core's one
+// stop-id set (engine's all_stop_token_ids).
+struct EosTokenIds {
+  std::optional<int32_t> eos_token_id;  // the tokenizer's EOS, else the model config's first
+  std::vector<int32_t> extra_eos_ids;   // the config's and the tokenizer's other EOS ids, in the vocabulary, unique
+};
+// `tokenizer` may be null; `model_eos_token_ids` is the core's (EngineCoreInfo).
+EosTokenIds resolve_eos_token_ids(const Tokenizer *tokenizer, const std::vector<int32_t> &model_eos_token_ids,
+                                  int64_t vocab_size);
 
 // A prompt as text (needs a tokenizer) or as token ids (used when non-empty).
 struct PromptInput {
@@ -34,7 +46,8 @@ struct ProcessedRequest {
 class InputProcessor {
  public:
   // `tokenizer` may be null (ids-only prompts, no stop strings) and must outlive this object.
-  InputProcessor(const Tokenizer *tokenizer, const EngineCoreConfig &config);
+  // `core`: what the engine core reported (its config in process, its Ready handshake from a process).
+  InputProcessor(const Tokenizer *tokenizer, const EngineCoreInfo &core);
 
   // InvalidArgument naming the field (sampling params, an empty / too long prompt, ids outside the vocabulary,
   // text or stop strings without a tokenizer, a non-zero priority without the priority policy). `arrival_time`
@@ -50,8 +63,7 @@ class InputProcessor {
   int64_t vocab_size_;
   int64_t max_model_len_;
   SchedulingPolicy policy_;
-  std::optional<int32_t> eos_token_id_;
-  std::vector<int32_t> extra_eos_ids_;
+  EosTokenIds eos_;
 };
 
 }  // namespace llmserve

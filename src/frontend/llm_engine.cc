@@ -1,4 +1,4 @@
-// LLMEngine: the core built by engine_core_builder, requests through the InputProcessor, outputs through the
+// LLMEngine: the core built by executor/engine_core_builder, requests through the InputProcessor, outputs through the
 // OutputProcessor, all on the caller's thread.
 #include "frontend/llm_engine.h"
 
@@ -8,7 +8,7 @@ namespace llmserve {
 
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::create(CausalLM &model, const Tokenizer *tokenizer,
                                                        const EngineArgs &args) {
-  ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model, tokenizer, args));
+  ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model, args));
   EngineCoreInstance instance = build_engine_core(model, config);
   return std::unique_ptr<LLMEngine>(new LLMEngine(tokenizer, std::move(config), std::move(instance)));
 }

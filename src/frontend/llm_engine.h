@@ -14,7 +14,7 @@
 
 #include "core/status.h"
 #include "engine/engine_core.h"
-#include "frontend/engine_core_builder.h"
+#include "executor/engine_core_builder.h"
 #include "frontend/input_processor.h"
 #include "frontend/output_processor.h"
 #include "model/causal_lm.h"
@@ -68,7 +68,7 @@ class LLMEngine {
   LLMEngine(const Tokenizer *tokenizer, EngineCoreConfig config, EngineCoreInstance instance)
       : config_(std::move(config)),
         instance_(std::move(instance)),
-        input_processor_(tokenizer, config_),
+        input_processor_(tokenizer, config_.info()),
         processor_(tokenizer) {}
 
   EngineCoreConfig config_;

@@ -86,12 +86,7 @@ int run_engine_core_process(const std::string &input_address, const std::string 
       return 1;
     }
     EngineCoreProcessCore core = std::move(made).value();
-    EngineCoreReady ready;
-    ready.vocab_size = core.config.vocab_size;
-    ready.max_model_len = core.config.scheduler.max_model_len;
-    ready.eos_token_id = core.config.eos_token_id;
-    ready.extra_eos_ids = core.config.extra_eos_ids;
-    send_message(out, ready);
+    send_message(out, EngineCoreReady(core.config.info()));
     return serve(in, out, *core.instance.core, parent);
   } catch (const zmq::error_t &e) {
     std::fprintf(stderr, "llmserve engine-core: ZMQ error: %s\n", e.what());

@@ -8,11 +8,11 @@
 #include <string>
 
 #include "core/status.h"
-#include "frontend/engine_core_builder.h"
+#include "executor/engine_core_builder.h"
 
 namespace llmserve {
 
-// A built core and the config it was built from (its Ready message is made from the config).
+// A built core and the config it was built from (its Ready message is config.info()).
 struct EngineCoreProcessCore {
   EngineCoreConfig config;
   EngineCoreInstance instance;

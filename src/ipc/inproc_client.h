@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "frontend/engine_core_builder.h"
+#include "executor/engine_core_builder.h"
 #include "ipc/engine_core_client.h"
 #include "ipc/engine_core_loop.h"
 

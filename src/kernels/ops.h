@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "core/sampling_eps.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -141,7 +142,7 @@ void argmax(Tensor& out_ids, const Tensor& logits);
 // CUDA: the same rules, one block per row (kernels/cuda/sampling.cu); apply_penalties takes vocab <= 393216.
 
 // Temperatures below this mean greedy sampling (vLLM's _SAMPLING_EPS).
-inline constexpr float kSamplingEps = 1e-5f;
+inline constexpr float kSamplingEps = static_cast<float>(llmserve::kSamplingEps);
 
 // Variable-length lists of token ids, one per row (CSR): row r owns token_ids[offsets[r], offsets[r + 1]).
 struct TokenLists {

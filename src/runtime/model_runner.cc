@@ -11,7 +11,7 @@
 
 namespace llmserve {
 
-SamplingSettings to_sampling_settings(const SamplingParams &p, const std::vector<int32_t> &eos_token_ids) {
+SamplingSettings to_sampling_settings(const SamplingParams &p, const std::vector<int32_t> &all_stop_token_ids) {
   SamplingSettings s;
   s.temperature = static_cast<float>(p.temperature);
   s.top_p = static_cast<float>(p.top_p);
@@ -23,11 +23,7 @@ SamplingSettings to_sampling_settings(const SamplingParams &p, const std::vector
   s.repetition_penalty = static_cast<float>(p.repetition_penalty);
   for (const auto &[id, bias] : p.logit_bias) s.logit_bias[id] += static_cast<float>(bias);
   s.min_tokens = static_cast<int32_t>(std::min<int64_t>(p.min_tokens, INT32_MAX));
-  s.all_stop_token_ids = p.stop_token_ids;
-  // vLLM's all_stop_token_ids: the EOS ids join the stop ids unless ignore_eos
-  // (then EOS is an ordinary token).
-  if (!p.ignore_eos)
-    s.all_stop_token_ids.insert(s.all_stop_token_ids.end(), eos_token_ids.begin(), eos_token_ids.end());
+  s.all_stop_token_ids = all_stop_token_ids;
   s.logprobs = p.logprobs;
   return s;
 }
@@ -138,7 +134,7 @@ void ModelRunner::apply_deltas(const SchedulerOutput &out) {
     s.num_prompt_tokens = static_cast<int64_t>(n.prompt_token_ids.size());
     s.block_ids = n.block_ids;
     s.num_computed_tokens = n.num_computed_tokens;
-    s.sampling = to_sampling_settings(n.sampling_params, config_.eos_token_ids);
+    s.sampling = to_sampling_settings(n.sampling_params, n.all_stop_token_ids);
     s.prompt_logprobs = n.sampling_params.prompt_logprobs;
     s.next_prompt_logprob_pos = 1;
     s.row_key = next_row_key_++;

@@ -32,14 +32,13 @@ struct ModelRunnerConfig {
   int64_t max_num_tokens = 0;          // the scheduler's max_num_batched_tokens
   int64_t max_num_reqs = 0;            // max_num_seqs
   int64_t max_model_len = 0;           // block-table row width = ceil(max_model_len / block_size); 0: num_blocks
-  std::vector<int32_t> eos_token_ids;  // suppressed below min_tokens (with
-                                       // stop_token_ids) unless ignore_eos
   uint64_t seed = 0;                   // engine-wide seed of unseeded requests
 };
 
 // The Sampler's settings for one request (vLLM's SamplingParams ->
-// SamplingMetadata).
-SamplingSettings to_sampling_settings(const SamplingParams &params, const std::vector<int32_t> &eos_token_ids);
+// SamplingMetadata). `all_stop_token_ids`: the request's stop-id set (engine's all_stop_token_ids), masked
+// below min_tokens.
+SamplingSettings to_sampling_settings(const SamplingParams &params, const std::vector<int32_t> &all_stop_token_ids);
 
 class ModelRunner : public ModelExecutor {
  public:

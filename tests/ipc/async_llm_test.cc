@@ -12,7 +12,7 @@
 #include "async_llm_harness.h"
 #include "failing_executor.h"
 #include "frontend/llm_engine.h"
-#include "ipc/async_llm_factory.h"
+#include "frontend/async_llm_factory.h"
 #include "ipc/inproc_client.h"
 #include "test_models.h"
 
@@ -323,12 +323,12 @@ TEST(AsyncLLMCoreDeathTest, EveryLiveRequestGetsAFinalAbort) {
   CausalLM &model = fixture("llama_gqa_f32");
   EngineArgs args = small_args();
   args.log_stats = true;
-  const EngineCoreConfig config = std::move(make_engine_core_config(model, nullptr, args)).value();
+  const EngineCoreConfig config = std::move(make_engine_core_config(model, args)).value();
   std::unique_ptr<InprocClient> client = std::move(InprocClient::create([&]() -> StatusOr<EngineCoreInstance> {
                                            return testing::build_core_failing_at(model, config, /*fail_at=*/6);
                                          })).value();
   OutputCollector collector;
-  std::unique_ptr<AsyncLLM> llm = make_async_llm(std::move(client), nullptr, config);
+  std::unique_ptr<AsyncLLM> llm = make_async_llm(std::move(client), nullptr, config.info());
   SamplingParams params;
   params.temperature = 0.0;
   params.ignore_eos = true;

@@ -1,11 +1,14 @@
 // The msgpack codec: random messages of every kind, with every field set to random values (optionals both
-// set and empty, every stop-reason kind), survive encode -> decode field for field; malformed bytes (every
-// truncation, random flips, garbage, forged huge lengths, wrong tags / field counts / enum values, trailing
-// bytes) give an error or a well-formed message, never a crash or a huge allocation (ASan checks that).
+// set and empty, every stop-reason kind), survive encode -> decode field for field; every struct is a map with
+// exactly its listed field names; another version, a missing or ill-typed field is an error naming it, an
+// unknown field is ignored; malformed bytes (every truncation, random flips, garbage, forged huge lengths, wrong
+// tags / enum values, trailing bytes) give an error or a well-formed message, never a crash or a huge allocation.
 #include "ipc/codec.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <msgpack.hpp>
 #include <random>
 
 namespace llmserve {
@@ -226,8 +229,7 @@ TEST(CodecTest, RandomFromCoreMessagesRoundTrip) {
     if (kind == 0) {
       m = random_outputs(g);
     } else if (kind == 1) {
-      m = EngineCoreReady{g.i(0, INT64_MAX), g.i(0, INT64_MAX),
-                          g.opt<int32_t>(static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX))), g.ids()};
+      m = EngineCoreReady{g.i(0, INT64_MAX), g.i(0, INT64_MAX), static_cast<SchedulingPolicy>(g.i(0, 1)), g.ids()};
     } else {
       m = EngineCoreFailure{static_cast<StatusCode>(g.i(1, static_cast<int64_t>(StatusCode::kAborted))), g.s()};
     }
@@ -240,8 +242,8 @@ TEST(CodecTest, RandomFromCoreMessagesRoundTrip) {
       const auto &x = std::get<EngineCoreReady>(m), &y = std::get<EngineCoreReady>(*back);
       EXPECT_EQ(x.vocab_size, y.vocab_size);
       EXPECT_EQ(x.max_model_len, y.max_model_len);
-      EXPECT_EQ(x.eos_token_id, y.eos_token_id);
-      EXPECT_EQ(x.extra_eos_ids, y.extra_eos_ids);
+      EXPECT_EQ(x.scheduling_policy, y.scheduling_policy);
+      EXPECT_EQ(x.model_eos_token_ids, y.model_eos_token_ids);
     } else {
       EXPECT_EQ(std::get<EngineCoreFailure>(m).code, std::get<EngineCoreFailure>(*back).code);
       EXPECT_EQ(std::get<EngineCoreFailure>(m).message, std::get<EngineCoreFailure>(*back).message);
@@ -293,17 +295,25 @@ TEST(CodecTest, HandCraftedBadMessages) {
   struct Case {
     std::string what, bytes, expected;
   };
+  // Messages are [version = 1, type, body]: 0x93 0x01 <type> <body>.
   const std::vector<Case> cases = {
       {"empty", "", "malformed"},
       {"not an array", bytes({0x01}), "message: expected an array"},
-      {"three fields", bytes({0x93, 0x01, 0xc0, 0xc0}), "expected 2 fields"},
-      {"unknown type", bytes({0x92, 0x63, 0xc0}), "message.type: 99"},
-      {"type is a string", bytes({0x92, 0xa1, 'x', 0xc0}), "message.type"},
-      // An array header claiming 2^32 - 1 elements in a 9-byte message: refused by the size-tied limit.
-      {"forged array length", bytes({0x92, 0x02, 0xdd, 0xff, 0xff, 0xff, 0xff, 0xa0, 0xa0}), "malformed"},
-      {"forged string length", bytes({0x92, 0x02, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff}), "malformed"},
-      {"abort ids not strings", bytes({0x92, 0x02, 0x91, 0x05}), "abort.request_ids"},
-      {"request too short", bytes({0x92, 0x01, 0x90}), "request: expected 7 fields"},
+      {"empty array", bytes({0x90}), "message: expected an array"},
+      {"version 2", bytes({0x93, 0x02, 0x01, 0x80}), "message.version: 2, but this build speaks version 1"},
+      {"version 2, another shape", bytes({0x91, 0x02}), "message.version: 2"},
+      {"version a string", bytes({0x93, 0xa1, 'x', 0x01, 0x80}), "message.version: wrong type"},
+      {"two elements", bytes({0x92, 0x01, 0x01}), "message: expected 3 elements"},
+      {"unknown type", bytes({0x93, 0x01, 0x63, 0x80}), "message.type: 99"},
+      {"type is a string", bytes({0x93, 0x01, 0xa1, 'x', 0x80}), "message.type"},
+      {"body not a map", bytes({0x93, 0x01, 0x01, 0x90}), "request: expected a map"},
+      {"empty request", bytes({0x93, 0x01, 0x01, 0x80}), "request.request_id: missing"},
+      // A map header claiming 2^32 - 1 entries in a short message: refused by the size-tied limit.
+      {"forged map length", bytes({0x93, 0x01, 0x02, 0xdf, 0xff, 0xff, 0xff, 0xff, 0xa0, 0xa0}), "malformed"},
+      {"forged string length", bytes({0x93, 0x01, 0x02, 0x81, 0xdb, 0xff, 0xff, 0xff, 0xff}), "malformed"},
+      {"abort ids not strings",
+       bytes({0x93, 0x01, 0x02, 0x81, 0xab, 'r', 'e', 'q', 'u', 'e', 's', 't', '_', 'i', 'd', 's', 0x91, 0x05}),
+       "abort.request_ids: wrong type"},
       {"deep nesting", std::string(40, static_cast<char>(0x91)) + bytes({0xc0}), "malformed"},
   };
   for (const Case &c : cases) {
@@ -320,16 +330,228 @@ TEST(CodecTest, HandCraftedBadMessages) {
   o.events.push_back({EngineCoreEventType::kPreempted, 1.0});
   std::string good = encode_message(FromCoreMessage(outs));
   ASSERT_TRUE(decode_from_core(good).ok());
-  const size_t fr = good.find(static_cast<char>(FinishReason::kAbort), good.find('r') + 1);
+  const std::string key =
+      "\xad"
+      "finish_reason";  // fixstr of 13 bytes, then the value
+  const size_t fr = good.find(key) + key.size();
+  ASSERT_EQ(good[fr], static_cast<char>(FinishReason::kAbort));
   std::string bad_reason = good;
   bad_reason[fr] = 0x07;
   StatusOr<FromCoreMessage> d = decode_from_core(bad_reason);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("output.finish_reason: 7"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find("output.finish_reason: 7 is not a valid value"), std::string::npos)
+      << d.status().message();
   const std::string failure = encode_message(FromCoreMessage(EngineCoreFailure{StatusCode::kNotFound, "x"}));
   std::string bad_code = failure;
-  bad_code[3] = 0x00;  // [0x92, 0x0c, 0x92, code, ...]: code 0 (OK) is not an error
-  EXPECT_FALSE(decode_from_core(bad_code).ok());
+  const size_t code = failure.find(
+                          "\xa4"
+                          "code") +
+                      5;
+  ASSERT_EQ(bad_code[code], static_cast<char>(StatusCode::kNotFound));
+  bad_code[code] = 0x00;  // code 0 (OK) is not an error
+  StatusOr<FromCoreMessage> f = decode_from_core(bad_code);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("failure.code: 0"), std::string::npos) << f.status().message();
+}
+
+// ---- the wire format seen as raw msgpack ----
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+msgpack::object_handle raw(const std::string &bytes) { return msgpack::unpack(bytes.data(), bytes.size()); }
+
+std::vector<std::string> keys(const msgpack::object &map) {
+  EXPECT_EQ(map.type, msgpack::type::MAP);
+  std::vector<std::string> out;
+  for (uint32_t i = 0; i < map.via.map.size; ++i) out.push_back(map.via.map.ptr[i].key.as<std::string>());
+  return out;
+}
+
+const msgpack::object &at(const msgpack::object &map, const std::string &name) {
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    if (map.via.map.ptr[i].key.as<std::string>() == name) return map.via.map.ptr[i].val;
+  }
+  ADD_FAILURE() << "no field " << name;
+  return map;
+}
+
+// Re-packs `o`; in the map reached through `path` (field names), drops `name` and, when `value` is given,
+// writes it under `name` instead (a new field when there was none).
+void repack(Packer &pk, const msgpack::object &o, const std::vector<std::string> &path, size_t depth,
+            const std::string &name, const std::function<void(Packer &)> &value) {
+  if (o.type != msgpack::type::MAP) {
+    pk.pack(o);
+    return;
+  }
+  const bool here = depth == path.size();
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < o.via.map.size; ++i) n += !(here && o.via.map.ptr[i].key.as<std::string>() == name);
+  pk.pack_map(n + (here && value ? 1 : 0));
+  for (uint32_t i = 0; i < o.via.map.size; ++i) {
+    const msgpack::object_kv &kv = o.via.map.ptr[i];
+    const std::string k = kv.key.as<std::string>();
+    if (here && k == name) continue;
+    pk.pack(kv.key);
+    if (!here && k == path[depth]) {
+      repack(pk, kv.val, path, depth + 1, name, value);
+    } else {
+      pk.pack(kv.val);
+    }
+  }
+  if (here && value) {
+    pk.pack(name);
+    value(pk);
+  }
+}
+
+// `message` (encoded) with its body edited as repack() does.
+std::string edited(const std::string &message, const std::vector<std::string> &path, const std::string &name,
+                   const std::function<void(Packer &)> &value) {
+  msgpack::object_handle h = raw(message);
+  const msgpack::object *f = h.get().via.array.ptr;
+  msgpack::sbuffer buf;
+  Packer pk(buf);
+  pk.pack_array(3);
+  pk.pack(f[0]);
+  pk.pack(f[1]);
+  repack(pk, f[2], path, 0, name, value);
+  return std::string(buf.data(), buf.size());
+}
+
+TEST(CodecTest, EveryMessageCarriesTheVersionAndItsTypeTag) {
+  Gen g(5);
+  const std::vector<std::pair<std::string, int>> messages = {
+      {encode_message(ToCoreMessage(random_request(g))), 1},
+      {encode_message(ToCoreMessage(AbortRequests{{"a"}})), 2},
+      {encode_message(ToCoreMessage(FinishRequestsStopped{{{"a", "stop"}}})), 3},
+      {encode_message(ToCoreMessage(ShutdownCore{})), 4},
+      {encode_message(FromCoreMessage(EngineCoreReady{})), 11},
+      {encode_message(FromCoreMessage(EngineCoreFailure{})), 12},
+      {encode_message(FromCoreMessage(random_outputs(g))), 13},
+  };
+  for (const auto &[bytes, type] : messages) {
+    msgpack::object_handle h = raw(bytes);
+    ASSERT_EQ(h.get().type, msgpack::type::ARRAY);
+    ASSERT_EQ(h.get().via.array.size, 3u);
+    EXPECT_EQ(h.get().via.array.ptr[0].as<int32_t>(), kCodecVersion);
+    EXPECT_EQ(h.get().via.array.ptr[1].as<int32_t>(), type);
+    EXPECT_EQ(h.get().via.array.ptr[2].type, msgpack::type::MAP);
+    // Any other version is refused, naming the version.
+    std::string other = bytes;
+    other[1] = static_cast<char>(kCodecVersion + 1);
+    const Status s = type < 10 ? decode_to_core(other).status() : decode_from_core(other).status();
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("message.version: " + std::to_string(kCodecVersion + 1)), std::string::npos)
+        << s.message();
+  }
+}
+
+// The field names are the wire contract: every struct is a map with exactly these keys.
+TEST(CodecTest, EveryStructIsAMapOfItsFieldNames) {
+  using Names = std::vector<std::string>;
+  Gen g(6);
+  EngineCoreRequest req = random_request(g);
+  msgpack::object_handle h = raw(encode_message(ToCoreMessage(req)));
+  const msgpack::object &r = h.get().via.array.ptr[2];
+  EXPECT_EQ(keys(r), (Names{"request_id", "prompt_token_ids", "sampling_params", "arrival_time", "priority",
+                            "eos_token_id", "cache_salt"}));
+  EXPECT_EQ(keys(at(r, "sampling_params")), (Names{"n",
+                                                   "temperature",
+                                                   "top_p",
+                                                   "top_k",
+                                                   "min_p",
+                                                   "seed",
+                                                   "max_tokens",
+                                                   "min_tokens",
+                                                   "stop",
+                                                   "stop_token_ids",
+                                                   "ignore_eos",
+                                                   "include_stop_str_in_output",
+                                                   "presence_penalty",
+                                                   "frequency_penalty",
+                                                   "repetition_penalty",
+                                                   "logit_bias",
+                                                   "logprobs",
+                                                   "prompt_logprobs",
+                                                   "skip_special_tokens",
+                                                   "spaces_between_special_tokens"}));
+  h = raw(encode_message(ToCoreMessage(AbortRequests{{"a"}})));
+  EXPECT_EQ(keys(h.get().via.array.ptr[2]), (Names{"request_ids"}));
+  h = raw(encode_message(ToCoreMessage(FinishRequestsStopped{{{"a", "s"}}})));
+  EXPECT_EQ(keys(h.get().via.array.ptr[2]), (Names{"stops"}));
+  h = raw(encode_message(ToCoreMessage(ShutdownCore{})));
+  EXPECT_EQ(keys(h.get().via.array.ptr[2]), Names{});
+  h = raw(encode_message(FromCoreMessage(EngineCoreReady{})));
+  EXPECT_EQ(keys(h.get().via.array.ptr[2]),
+            (Names{"vocab_size", "max_model_len", "scheduling_policy", "model_eos_token_ids"}));
+  h = raw(encode_message(FromCoreMessage(EngineCoreFailure{})));
+  EXPECT_EQ(keys(h.get().via.array.ptr[2]), (Names{"code", "message"}));
+  EngineCoreOutputs outs;
+  EngineCoreOutput &o = outs.outputs.emplace_back();
+  o.new_logprobs.emplace_back();
+  o.events.push_back({EngineCoreEventType::kQueued, 1.0});
+  h = raw(encode_message(FromCoreMessage(outs)));
+  const msgpack::object &body = h.get().via.array.ptr[2];
+  EXPECT_EQ(keys(body), (Names{"outputs", "scheduler_stats", "timestamp"}));
+  EXPECT_EQ(keys(at(body, "scheduler_stats")),
+            (Names{"num_running_reqs", "num_waiting_reqs", "kv_cache_usage", "prefix_cache_requests",
+                   "prefix_cache_queries", "prefix_cache_hits", "num_preemptions"}));
+  const msgpack::object &out = at(body, "outputs").via.array.ptr[0];
+  EXPECT_EQ(keys(out), (Names{"request_id", "new_token_ids", "new_logprobs", "new_prompt_logprobs", "finish_reason",
+                              "stop_reason", "num_cached_tokens", "events"}));
+  EXPECT_EQ(keys(at(out, "new_logprobs").via.array.ptr[0]), (Names{"token_ids", "logprobs", "sampled_token_rank"}));
+  EXPECT_EQ(keys(at(out, "events").via.array.ptr[0]), (Names{"type", "timestamp"}));
+}
+
+TEST(CodecTest, UnknownFieldsAreIgnored) {
+  Gen g(7);
+  const EngineCoreRequest req = random_request(g);
+  const std::string bytes = encode_message(ToCoreMessage(req));
+  auto future = [](Packer &pk) {
+    pk.pack_array(2);
+    pk.pack("a newer peer's field");
+    pk.pack(3.5);
+  };
+  for (const std::vector<std::string> &path : {std::vector<std::string>{}, {"sampling_params"}}) {
+    StatusOr<ToCoreMessage> back = decode_to_core(edited(bytes, path, "added_in_a_later_version", future));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    const auto &y = std::get<EngineCoreRequest>(*back);
+    EXPECT_EQ(req.request_id, y.request_id);
+    EXPECT_EQ(req.prompt_token_ids, y.prompt_token_ids);
+    expect_params_eq(req.sampling_params, y.sampling_params);
+    EXPECT_EQ(req.eos_token_id, y.eos_token_id);
+  }
+  const EngineCoreOutputs outs = random_outputs(g);
+  StatusOr<FromCoreMessage> back =
+      decode_from_core(edited(encode_message(FromCoreMessage(outs)), {"scheduler_stats"}, "num_new_thing", future));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  expect_outputs_eq(outs, std::get<EngineCoreOutputs>(*back));
+}
+
+TEST(CodecTest, AMissingOrIllTypedFieldIsNamed) {
+  Gen g(8);
+  const std::string bytes = encode_message(ToCoreMessage(random_request(g)));
+  msgpack::object_handle h = raw(bytes);
+  const msgpack::object &body = h.get().via.array.ptr[2];
+  auto expect_error = [](const std::string &b, const std::string &expected) {
+    StatusOr<ToCoreMessage> m = decode_to_core(b);
+    ASSERT_FALSE(m.ok()) << expected;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(m.status().message().find(expected), std::string::npos) << m.status().message();
+  };
+  for (const std::string &name : keys(body))
+    expect_error(edited(bytes, {}, name, nullptr), "request." + name + ": missing");
+  for (const std::string &name : keys(at(body, "sampling_params"))) {
+    expect_error(edited(bytes, {"sampling_params"}, name, nullptr), "sampling_params." + name + ": missing");
+  }
+  auto str = [](Packer &pk) { pk.pack("not a number"); };
+  expect_error(edited(bytes, {}, "priority", str), "request.priority: wrong type or out of range");
+  expect_error(edited(bytes, {"sampling_params"}, "temperature", str), "sampling_params.temperature: wrong type");
+  expect_error(edited(bytes, {}, "prompt_token_ids", str), "request.prompt_token_ids: expected an array");
+  expect_error(edited(bytes, {}, "priority", [](Packer &pk) { pk.pack(int64_t{1} << 40); }),
+               "request.priority: wrong type or out of range");
+  expect_error(edited(bytes, {}, "sampling_params", [](Packer &pk) { pk.pack_array(0); }),
+               "sampling_params: expected a map");
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <memory>
 #include <utility>
 
-#include "frontend/engine_core_builder.h"
+#include "executor/engine_core_builder.h"
 
 namespace llmserve::testing {
 

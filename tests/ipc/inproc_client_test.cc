@@ -24,7 +24,7 @@ CausalLM &model() {
 InprocClient::CoreFactory factory(int fail_at = 0) {
   return [fail_at]() -> StatusOr<EngineCoreInstance> {
     EngineArgs args;
-    ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model(), nullptr, args));
+    ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model(), args));
     return testing::build_core_failing_at(model(), config, fail_at);
   };
 }

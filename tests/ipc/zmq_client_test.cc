@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "async_llm_harness.h"
-#include "ipc/async_llm_factory.h"
+#include "frontend/async_llm_factory.h"
 #include "test_models.h"
 
 namespace llmserve {
@@ -78,7 +78,8 @@ TEST(ZmqClientTest, HandshakeReportsTheCoreLimits) {
   std::unique_ptr<ZmqClient> c = std::move(ZmqClient::spawn(options({"--max-model-len=100"}), &ready)).value();
   EXPECT_EQ(ready.max_model_len, 100);
   EXPECT_EQ(ready.vocab_size, 256);
-  EXPECT_EQ(ready.eos_token_id, std::optional<int32_t>(2));  // the fixture's config.json
+  EXPECT_EQ(ready.model_eos_token_ids, std::vector<int32_t>{2});  // the fixture's config.json
+  EXPECT_EQ(ready.scheduling_policy, SchedulingPolicy::kFcfs);
   const pid_t pid = c->pid();
   c.reset();  // shutdown + reap
   EXPECT_TRUE(process_gone(pid));
@@ -90,7 +91,7 @@ TEST(ZmqClientTest, KilledChildFailsEveryLiveRequest) {
   std::unique_ptr<ZmqClient> client = std::move(ZmqClient::spawn(options(), &ready)).value();
   const pid_t pid = client->pid();
   OutputCollector collector;
-  std::unique_ptr<AsyncLLM> llm = make_async_llm(std::move(client), nullptr, frontend_config_from(ready));
+  std::unique_ptr<AsyncLLM> llm = make_async_llm(std::move(client), nullptr, ready);
   SamplingParams params;
   params.temperature = 0.0;
   params.ignore_eos = true;

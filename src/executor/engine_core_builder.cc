@@ -1,5 +1,5 @@
-// make_engine_core_config / build_engine_core: the only place that sizes the KV cache and picks the EOS ids.
-#include "frontend/engine_core_builder.h"
+// make_engine_core_config / build_engine_core: the only place that sizes the KV cache.
+#include "executor/engine_core_builder.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,8 +9,11 @@
 
 namespace llmserve {
 
-StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Tokenizer *tokenizer,
-                                                   const EngineArgs &args) {
+EngineCoreInfo EngineCoreConfig::info() const {
+  return {vocab_size, scheduler.max_model_len, scheduler.policy, model_eos_token_ids};
+}
+
+StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const EngineArgs &args) {
   const ModelConfig &mc = model.config();
   EngineCoreConfig c;
   c.vocab_size = mc.vocab_size;
@@ -46,27 +49,14 @@ StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Tokeni
   c.cache.num_blocks = static_cast<int32_t>(num_blocks);
   RETURN_IF_ERROR(sc.validate(c.cache));
 
-  if (tokenizer != nullptr && tokenizer->eos_token_id()) c.eos_token_id = tokenizer->eos_token_id();
-  std::vector<int32_t> all_eos;
-  for (int64_t id : mc.eos_token_ids) all_eos.push_back(static_cast<int32_t>(id));
-  if (tokenizer != nullptr) {
-    for (int32_t id : tokenizer->eos_token_ids()) all_eos.push_back(id);
-  }
-  if (!c.eos_token_id && !all_eos.empty()) c.eos_token_id = all_eos.front();
-  for (int32_t id : all_eos) {
-    if (id >= 0 && id < mc.vocab_size && id != c.eos_token_id &&
-        std::find(c.extra_eos_ids.begin(), c.extra_eos_ids.end(), id) == c.extra_eos_ids.end()) {
-      c.extra_eos_ids.push_back(id);
-    }
-  }
+  // As int32 the way the frontend used them (resolve_eos_token_ids drops ids outside the vocabulary).
+  for (int64_t id : mc.eos_token_ids) c.model_eos_token_ids.push_back(static_cast<int32_t>(id));
   c.runner.num_blocks = c.cache.num_blocks;
   c.runner.block_size = c.cache.block_size;
   c.runner.max_num_tokens = sc.max_num_batched_tokens;
   c.runner.max_num_reqs = sc.max_num_seqs;
   c.runner.max_model_len = sc.max_model_len;
   c.runner.seed = args.seed;
-  if (c.eos_token_id) c.runner.eos_token_ids.push_back(*c.eos_token_id);
-  c.runner.eos_token_ids.insert(c.runner.eos_token_ids.end(), c.extra_eos_ids.begin(), c.extra_eos_ids.end());
   return c;
 }
 

@@ -1,12 +1,13 @@
-// The one home for turning a loaded model and EngineArgs into an EngineCore: resolving the scheduler / KV-cache
-// / runner configs and the EOS ids (make_engine_core_config), then building the ModelRunner and the core over
-// them (build_engine_core). LLMEngine, the in-process client and the engine-core process all use it, so a core
-// built on a thread, in a child process or inline is configured identically.
+// The one home for turning a loaded model and EngineArgs into an EngineCore (vLLM's executor + EngineCore init):
+// resolving the scheduler / KV-cache / runner configs and sizing the KV cache (make_engine_core_config), then
+// building the ModelRunner and the core over them (build_engine_core). LLMEngine, the in-process client and the
+// engine-core process all use it, so a core built inline, on a thread or in a child process is configured
+// identically. It needs no tokenizer: the EOS ids the frontend resolves with one reach the core per request.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -16,7 +17,6 @@
 #include "model/causal_lm.h"
 #include "model/model_config.h"
 #include "runtime/model_runner.h"
-#include "tokenizer/tokenizer.h"
 
 namespace llmserve {
 
@@ -37,22 +37,32 @@ struct EngineArgs {
   bool log_stats = false;  // the core stamps QUEUED / SCHEDULED / PREEMPTED events and output times
 };
 
-// Everything a core and its frontend agree on, resolved from the model's config, its tokenizer and the args.
+// What a built core tells its frontend: the limits the frontend validates against and the model config's EOS
+// ids (the frontend adds its tokenizer's). In process it is read off the config; the engine-core process sends
+// it as its Ready handshake.
+struct EngineCoreInfo {
+  int64_t vocab_size = 0;
+  int64_t max_model_len = 0;
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
+  std::vector<int32_t> model_eos_token_ids;  // config.json's eos_token_id (an id or a list), as given
+};
+
+// Everything the core is built from, resolved from the model's config and the args.
 struct EngineCoreConfig {
   SchedulerConfig scheduler;
   KVCacheConfig cache;
   ModelRunnerConfig runner;
   int64_t vocab_size = 0;
-  std::optional<int32_t> eos_token_id;  // the model's EOS (tokenizer's, else the config's first)
-  std::vector<int32_t> extra_eos_ids;   // further EOS ids: stop ids of every request unless ignore_eos (vLLM)
-  std::string kv_cache_summary;         // CUDA: the memory plan's log line (empty on CPU)
+  std::vector<int32_t> model_eos_token_ids;  // config.json's EOS ids, passed on to the frontend (info())
+  std::string kv_cache_summary;              // CUDA: the memory plan's log line (empty on CPU)
+
+  EngineCoreInfo info() const;
 };
 
 // InvalidArgument naming the field for bad args (max_model_len beyond the model's, block_size < 1, a KV cache
-// too small for one max_model_len request, ...). `tokenizer` may be null. On CUDA without num_kv_cache_tokens
-// the KV cache is sized by a profiling forward of `model` (plan_gpu_kv_cache).
-StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Tokenizer *tokenizer,
-                                                   const EngineArgs &args);
+// too small for one max_model_len request, ...). On CUDA without num_kv_cache_tokens the KV cache is sized by
+// a profiling forward of `model` (plan_gpu_kv_cache).
+StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const EngineArgs &args);
 
 // An executor (the ModelRunner, owning the KV cache) and the EngineCore stepping it; the core is destroyed first.
 struct EngineCoreInstance {
