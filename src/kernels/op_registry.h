@@ -127,8 +127,8 @@ class Op<void(Args...)> final : public OpBase {
 
   void check(Args... args) const { check_(args...); }
 
-  // Called by a backend's registration function (kernels/cpu/register_kernels.cc, kernels/cuda/register_kernels.cc);
-  // registering a device twice aborts.
+  // Called by the register_*_kernels() function at the end of each kernel file (kernels/cpu/*.cc,
+  // kernels/cuda/*.cu); registering a device twice aborts.
   void register_kernel(DeviceType type, Kernel kernel) { set_kernel(type, reinterpret_cast<AnyKernel>(kernel)); }
 
   std::string signature_arg_types() const override {
@@ -147,7 +147,8 @@ class Op<void(Args...)> final : public OpBase {
 };
 
 // Every op in the process, in construction order (ops.cc, then sampling_ops.cc), with the built backends'
-// kernels registered: the list a TORCH_LIBRARY registration or a backend test walks.
+// kernels registered: the list a TORCH_LIBRARY registration or a backend test walks. Ops are static objects
+// built before main: none may be called from another file's static initialiser.
 std::vector<const OpBase*> all_ops();
 
 }  // namespace llmserve::ops
