@@ -1,6 +1,6 @@
-// ops.h entry points: check shapes, dtypes and devices (CHECK: a mismatch is a caller bug), then dispatch on
-// the device to the CPU kernels (kernels/cpu) or, in CUDA builds, to the CUDA ones (kernels/cuda). CUDA takes
-// f32, f16 or bf16 activations where the CPU takes f32 (the model runs in its dtype on the GPU).
+// The ops of ops.h except sampling: each one's schema and check (shapes, dtypes, devices; CHECK, since a mismatch
+// is a caller bug), and the Op objects of the registry that dispatch to the registered CPU / CUDA kernels. CUDA
+// takes f32, f16 or bf16 activations where the CPU takes f32 (the model runs in its dtype on the GPU).
 // Every op accepts row-strided tensors (dimension 0 any stride, the rest contiguous) where it reads rows.
 #include "kernels/ops.h"
 
@@ -8,11 +8,7 @@
 #include <cmath>
 #include <initializer_list>
 
-#include "kernels/cpu/cpu_ops.h"
-#ifdef LLMSERVE_WITH_CUDA
-#include "kernels/cuda/attention_ops.h"
-#include "kernels/cuda/cuda_ops.h"
-#endif
+#include "kernels/cpu/cpu_ops.h"  // row_numel
 
 namespace llmserve::ops {
 namespace {
@@ -53,11 +49,6 @@ void check_float(const Tensor& t, const char* op, const char* name) {
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   CHECK(a.device() == b.device()) << op << ": tensors on different devices: " << a.to_string() << " and "
                                   << b.to_string();
-}
-
-[[maybe_unused]] [[noreturn]] void not_on_cuda(const char* op) {
-  LOG(FATAL) << op << ": not implemented on cuda yet";
-  __builtin_unreachable();
 }
 
 // Normalisation operands: x, out [n, d] (activations f32 on CPU; f32 or bf16 on CUDA); weight [d].
@@ -147,9 +138,9 @@ void check_cache_write(const Tensor& key, const Tensor& value, const Tensor& key
     check_same_device(key, *t, op);
 }
 
-}  // namespace
+// ---- each op's check (Op::Check: aborts naming the op; branches on the device where CPU and CUDA differ) ----
 
-void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
+void check_embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   constexpr const char* op = "embedding";
   check_contiguous(ids, op, "ids");
   check_contiguous(table, op, "table");
@@ -161,38 +152,21 @@ void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   CHECK(dtype_is_float(table.dtype()) && dtype_is_float(out.dtype())) << op << ": float table and out expected";
   check_same_device(out, ids, op);
   check_same_device(out, table, op);
-  if (out.device().is_cpu()) return cpu::embedding(out, ids, table);
-#ifdef LLMSERVE_WITH_CUDA
+  if (out.device().is_cpu()) return;
   check_float(table, op, "table");
   check_float(out, op, "out");
-  cuda::embedding(out, ids, table);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
+void check_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float /*eps*/) {
   check_norm_operands(out, x, weight, "rms_norm");
-  if (x.device().is_cpu()) return cpu::rms_norm(out, x, weight, eps);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::rms_norm(out, x, weight, eps);
-#else
-  not_on_cuda("rms_norm");
-#endif
 }
 
-void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
+void check_fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float /*eps*/) {
   constexpr const char* op = "fused_add_rms_norm";
   check_norm_operands(residual, x, weight, op);
-  if (x.device().is_cpu()) return cpu::fused_add_rms_norm(x, residual, weight, eps);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::fused_add_rms_norm(x, residual, weight, eps);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void silu_and_mul(Tensor& out, const Tensor& x) {
+void check_silu_and_mul(Tensor& out, const Tensor& x) {
   constexpr const char* op = "silu_and_mul";
   check_rows(x, op, "x");
   check_rows(out, op, "out");
@@ -202,17 +176,12 @@ void silu_and_mul(Tensor& out, const Tensor& x) {
   CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
   if (x.device().is_cpu()) {
     check_dtype(x, DType::kF32, op, "x");
-    return cpu::silu_and_mul(out, x);
+    return;
   }
   check_float(x, op, "x");
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::silu_and_mul(out, x);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void add(Tensor& a, const Tensor& b) {
+void check_add(Tensor& a, const Tensor& b) {
   constexpr const char* op = "add";
   check_rows(a, op, "a");
   check_rows(b, op, "b");
@@ -221,30 +190,19 @@ void add(Tensor& a, const Tensor& b) {
   if (a.device().is_cpu()) {
     check_dtype(a, DType::kF32, op, "a");
     check_dtype(b, DType::kF32, op, "b");
-    return cpu::add(a, b);
+    return;
   }
   check_float(a, op, "a");
   CHECK(b.dtype() == a.dtype()) << op << ": a " << a.to_string() << " vs b " << b.to_string();
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::add(a, b);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
-                      const Tensor& cos_sin_cache) {
+void check_rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
+                            const Tensor& cos_sin_cache) {
   constexpr const char* op = "rotary_embedding";
   check_rotary(positions, query, key, head_dim, cos_sin_cache, op);
-  if (query.device().is_cpu()) return cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
+void check_linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
   constexpr const char* op = "linear";
   check_rows(x, op, "x");
   check_rows(out, op, "out");
@@ -273,53 +231,32 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
         << op << ": out " << out.to_string() << " must be f32 or x's dtype " << dtype_name(x.dtype());
     CHECK(bias == nullptr || bias->dtype() == out.dtype() || bias->dtype() == DType::kF32)
         << op << ": bias " << bias->to_string() << " must be f32 or out's dtype " << dtype_name(out.dtype());
-#ifdef LLMSERVE_WITH_CUDA
-    return cuda::linear(out, x, weight, bias);
-#else
-    not_on_cuda(op);
-#endif
+    return;
   }
   check_f32_or_bf16(weight, op, "weight");
   if (bias != nullptr) check_f32_or_bf16(*bias, op, "bias");
   check_dtype(x, DType::kF32, op, "x");
   check_dtype(out, DType::kF32, op, "out");
-  cpu::linear(out, x, weight, bias);
 }
 
-void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
-                       const Tensor& slot_mapping) {
+void check_reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
+                             const Tensor& slot_mapping) {
   constexpr const char* op = "reshape_and_cache";
   check_cache_write(key, value, key_cache, value_cache, slot_mapping, op);
-  if (key.device().is_cpu()) return cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
-                                int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache,
-                                const Tensor& slot_mapping) {
+void check_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                      int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache,
+                                      Tensor& value_cache, const Tensor& slot_mapping) {
   constexpr const char* op = "rotary_embedding_and_cache";
   check_rotary(positions, query, key, head_dim, cos_sin_cache, op);
   check_cache_write(key, value, key_cache, value_cache, slot_mapping, op);
   CHECK(query.dim() == 3 && query.size(2) == head_dim && key.size(2) == head_dim)
       << op << ": query " << query.to_string() << ", key " << key.to_string() << " for head_dim " << head_dim;
-  if (query.device().is_cpu()) {
-    cpu::rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
-    return cpu::reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
-  }
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::rotary_embedding_and_cache(positions, query, key, value, head_dim, cos_sin_cache, key_cache, value_cache,
-                                   slot_mapping);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
-                     const AttentionMetadata& metadata, float scale, int64_t sliding_window) {
+void check_paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
+                           const AttentionMetadata& metadata, float scale, int64_t /*sliding_window*/) {
   constexpr const char* op = "paged_attention";
   check_rows(query, op, "query");
   check_rows(out, op, "out");
@@ -351,9 +288,7 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
                                                               &md.seq_lens, &md.block_table}) {
     check_same_device(query, *t, op);
   }
-  if (query.device().is_cpu()) {
-    return cpu::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
-  }
+  if (query.device().is_cpu()) return;  // the CPU kernel ignores the GPU hints and the workspace
   CHECK(md.num_decode_tokens >= 0 && md.num_decode_tokens <= md.num_reqs && md.num_decode_tokens <= query.size(0))
       << op << ": num_decode_tokens " << md.num_decode_tokens << " for " << md.num_reqs << " requests";
   CHECK(md.max_query_len >= 0 && md.max_seq_len >= 0) << op << ": max_query_len / max_seq_len negative";
@@ -362,29 +297,9 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
     check_dtype(md.workspace, DType::kF32, op, "workspace");
     check_same_device(query, md.workspace, op);
   }
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::paged_attention(out, query, key_cache, value_cache, metadata, scale, sliding_window);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_heads, int64_t head_dim,
-                                        int64_t max_model_len) {
-  // Split-K pays only while the batch has too few CTAs to fill the GPU (tens of decode tokens) and the
-  // contexts are long; the decode kernel uses at most 32 splits of >= 32 keys (attention_decode.cu). Each split
-  // keeps head_dim + 2 floats (unnormalised output, max, sum) per token and head; larger batches get fewer
-  // splits or none. Mistral-7B shape, long contexts: 64 x 32 x 32 x 130 floats = 34 MB. The counters lead.
-  constexpr int64_t kMaxSplitTokens = 64, kMaxSplits = 32, kMinKeysPerSplit = 32;
-  CHECK(max_num_tokens >= 0 && num_heads > 0 && head_dim > 0 && max_model_len >= 0)
-      << "paged_attention_workspace_elems: bad sizes";
-  const int64_t splits = std::min(kMaxSplits, (max_model_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  if (splits <= 1 || max_num_tokens == 0) return 0;
-  return kPagedAttentionWorkspaceCounters +
-         std::min(max_num_tokens, kMaxSplitTokens) * num_heads * splits * (head_dim + 2);
-}
-
-void log_softmax(Tensor& out, const Tensor& logits) {
+void check_log_softmax(Tensor& out, const Tensor& logits) {
   constexpr const char* op = "log_softmax";
   check_rows(logits, op, "logits");
   check_rows(out, op, "out");
@@ -393,15 +308,9 @@ void log_softmax(Tensor& out, const Tensor& logits) {
   check_dtype(logits, DType::kF32, op, "logits");
   check_dtype(out, DType::kF32, op, "out");
   check_same_device(out, logits, op);
-  if (out.device().is_cpu()) return cpu::log_softmax(out, logits);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::log_softmax(out, logits);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
+void check_top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
   constexpr const char* op = "top_k";
   check_rows(x, op, "x");
   check_rows(values, op, "values");
@@ -416,15 +325,9 @@ void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k) {
   check_dtype(ids, DType::kI32, op, "ids");
   check_same_device(x, values, op);
   check_same_device(x, ids, op);
-  if (x.device().is_cpu()) return cpu::top_k(values, ids, x, k);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::top_k(values, ids, x, k);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void argmax(Tensor& out_ids, const Tensor& logits) {
+void check_argmax(Tensor& out_ids, const Tensor& logits) {
   constexpr const char* op = "argmax";
   check_rows(logits, op, "logits");
   check_contiguous(out_ids, op, "out_ids");
@@ -434,12 +337,58 @@ void argmax(Tensor& out_ids, const Tensor& logits) {
   check_dtype(logits, DType::kF32, op, "logits");
   check_dtype(out_ids, DType::kI32, op, "out_ids");
   check_same_device(out_ids, logits, op);
-  if (logits.device().is_cpu()) return cpu::argmax(out_ids, logits);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::argmax(out_ids, logits);
-#else
-  not_on_cuda(op);
-#endif
+}
+
+}  // namespace
+
+// The ops (declared in ops.h, where each one's type comes from). Schemas in TORCH_LIBRARY syntax: `Tensor!` marks
+// a written argument, a Params struct is spelled as its flattened fields (SchemaArgTypes in ops.h);
+// tests/kernels/op_registry_test.cc holds every schema to its C++ signature.
+decltype(embedding) embedding("embedding", "embedding(Tensor! out, Tensor ids, Tensor table) -> ()", check_embedding);
+decltype(rms_norm) rms_norm("rms_norm", "rms_norm(Tensor! out, Tensor x, Tensor weight, float eps) -> ()",
+                            check_rms_norm);
+decltype(fused_add_rms_norm) fused_add_rms_norm(
+    "fused_add_rms_norm", "fused_add_rms_norm(Tensor! x, Tensor! residual, Tensor weight, float eps) -> ()",
+    check_fused_add_rms_norm);
+decltype(silu_and_mul) silu_and_mul("silu_and_mul", "silu_and_mul(Tensor! out, Tensor x) -> ()", check_silu_and_mul);
+decltype(add) add("add", "add(Tensor! a, Tensor b) -> ()", check_add);
+decltype(rotary_embedding) rotary_embedding(
+    "rotary_embedding",
+    "rotary_embedding(Tensor positions, Tensor! query, Tensor! key, int head_dim, Tensor cos_sin_cache) -> ()",
+    check_rotary_embedding);
+decltype(linear) linear("linear", "linear(Tensor! out, Tensor x, Tensor weight, Tensor? bias) -> ()", check_linear);
+decltype(reshape_and_cache) reshape_and_cache(
+    "reshape_and_cache",
+    "reshape_and_cache(Tensor key, Tensor value, Tensor! key_cache, Tensor! value_cache, Tensor slot_mapping) -> ()",
+    check_reshape_and_cache);
+decltype(rotary_embedding_and_cache) rotary_embedding_and_cache(
+    "rotary_embedding_and_cache",
+    "rotary_embedding_and_cache(Tensor positions, Tensor! query, Tensor! key, Tensor value, int head_dim, "
+    "Tensor cos_sin_cache, Tensor! key_cache, Tensor! value_cache, Tensor slot_mapping) -> ()",
+    check_rotary_embedding_and_cache);
+decltype(paged_attention) paged_attention(
+    "paged_attention",
+    "paged_attention(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor query_start_loc, "
+    "Tensor seq_lens, Tensor block_table, Tensor slot_mapping, int num_reqs, int num_decode_tokens, "
+    "int max_query_len, int max_seq_len, Tensor? workspace, float scale, int sliding_window) -> ()",
+    check_paged_attention);
+decltype(log_softmax) log_softmax("log_softmax", "log_softmax(Tensor! out, Tensor logits) -> ()", check_log_softmax);
+decltype(top_k) top_k("top_k", "top_k(Tensor! values, Tensor! ids, Tensor x, int k) -> ()", check_top_k);
+decltype(argmax) argmax("argmax", "argmax(Tensor! out_ids, Tensor logits) -> ()", check_argmax);
+
+int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_heads, int64_t head_dim,
+                                        int64_t max_model_len) {
+  // Split-K pays only while the batch has too few CTAs to fill the GPU (tens of decode tokens) and the
+  // contexts are long; the decode kernel uses at most 32 splits of >= 32 keys (attention_decode.cu). Each split
+  // keeps head_dim + 2 floats (unnormalised output, max, sum) per token and head; larger batches get fewer
+  // splits or none. Mistral-7B shape, long contexts: 64 x 32 x 32 x 130 floats = 34 MB. The counters lead.
+  constexpr int64_t kMaxSplitTokens = 64, kMaxSplits = 32, kMinKeysPerSplit = 32;
+  CHECK(max_num_tokens >= 0 && num_heads > 0 && head_dim > 0 && max_model_len >= 0)
+      << "paged_attention_workspace_elems: bad sizes";
+  const int64_t splits = std::min(kMaxSplits, (max_model_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  if (splits <= 1 || max_num_tokens == 0) return 0;
+  return kPagedAttentionWorkspaceCounters +
+         std::min(max_num_tokens, kMaxSplitTokens) * num_heads * splits * (head_dim + 2);
 }
 
 }  // namespace llmserve::ops

@@ -1,6 +1,8 @@
-// Every numeric op llmserve runs, declared once. Each op dispatches on the device of its tensors to the CPU
-// implementation (src/kernels/cpu) or the CUDA one (src/kernels/cuda). Shape, dtype and device mismatches are
-// programming errors and abort through CHECK; ops never allocate their outputs (graph-safe on CUDA).
+// Every numeric op llmserve runs, declared once as an Op of kernels/op_registry.h: `ops::rms_norm(out, x, w, eps)`
+// runs the op's check, then the kernel registered for its tensors' device (CPU: src/kernels/cpu, CUDA:
+// src/kernels/cuda). Each op's schema (TORCH_LIBRARY syntax, `Tensor!` = written) and check live in ops.cc /
+// sampling_ops.cc. Shape, dtype and device mismatches are programming errors and abort through CHECK; ops never
+// allocate their outputs (graph-safe on CUDA).
 // Tensors an op reads or writes row by row may be row-strided: dimension 0 any stride, the others contiguous
 // (e.g. q/k/v as column slices of a fused QKV projection).
 // CUDA (kernels/cuda): every op; activations in the model's dtype (f32, f16 or bf16) where the CPU takes f32;
@@ -14,6 +16,7 @@
 #include "core/sampling_eps.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/op_registry.h"
 
 namespace llmserve::ops {
 
@@ -22,29 +25,29 @@ namespace llmserve::ops {
 // out[t, :] = table[ids[t], :] converted to out's dtype. ids [num_tokens] i32; table [vocab, hidden];
 // out [num_tokens, hidden]. Ids outside [0, vocab) abort (the frontend validates prompt ids). CUDA: table and out
 // f32, f16 or bf16.
-void embedding(Tensor& out, const Tensor& ids, const Tensor& table);
+extern Op<void(Tensor& out, const Tensor& ids, const Tensor& table)> embedding;
 
 // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, d] (may alias); weight [d] f32 or bf16.
 // CUDA: x and out f32, f16 or bf16 (same dtype), weight f32, f16 or bf16, f32 math.
-void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps);
+extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, float eps)> rms_norm;
 
 // In place, vLLM's fused form: residual += x; x = rms_norm(residual) * weight. x, residual [n, d].
 // CUDA f16/bf16: the residual is rounded to the dtype before it is normalised (as vLLM does).
-void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps);
+extern Op<void(Tensor& x, Tensor& residual, const Tensor& weight, float eps)> fused_add_rms_norm;
 
 // out[i, :] = silu(x[i, :d]) * x[i, d:]. x [n, 2d]; out [n, d].
-void silu_and_mul(Tensor& out, const Tensor& x);
+extern Op<void(Tensor& out, const Tensor& x)> silu_and_mul;
 
 // In place: a += b (same shape; same dtype: f32 on CPU, f32/f16/bf16 on CUDA).
-void add(Tensor& a, const Tensor& b);
+extern Op<void(Tensor& a, const Tensor& b)> add;
 
 // Rotary position embedding, rotate-half (GPT-NeoX / HF Llama) layout, in place on every head.
 // positions [n] i64; query [n, num_heads * head_dim]; key [n, num_kv_heads * head_dim];
 // cos_sin_cache [max_position, head_dim] f32: columns [0, head_dim/2) hold cos, [head_dim/2, head_dim) sin
 // (any rope_scaling and attention factor already folded in). Positions past the cache abort.
 // CUDA: query and key share a dtype (f32, f16 or bf16); the cache stays f32.
-void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
-                      const Tensor& cos_sin_cache);
+extern Op<void(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim, const Tensor& cos_sin_cache)>
+    rotary_embedding;
 
 // ---- GEMM ----
 
@@ -57,7 +60,7 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
 // used); out in x's dtype or f32 (the lm_head's f32 logits); bias in out's dtype or f32. The first call on a
 // device creates its cuBLASLt handle and 32 MiB workspace (make it before graph capture); plans are cached per
 // shape, strides and alignment (bench/RESULTS.md: the rate at the Mistral-7B shapes).
-void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
+extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias)> linear;
 
 // ---- paged KV cache and attention ----
 
@@ -67,15 +70,16 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
 // are skipped (the device cannot abort without a host sync; the KV-cache manager never produces them).
 // key, value [n, num_kv_heads, head_dim] are written at slot_mapping [n] (i64); a negative slot is skipped
 // (padding tokens).
-void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
-                       const Tensor& slot_mapping);
+extern Op<void(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
+               const Tensor& slot_mapping)>
+    reshape_and_cache;
 
 // rotary_embedding(positions, query, key) then reshape_and_cache(key, value) in one pass (one launch on CUDA:
 // every short decode kernel has a fixed cost): query [n, num_heads, head_dim], key and value
 // [n, num_kv_heads, head_dim], all row-strided with one dtype (the cache's); the key is left rotated in place too.
-void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
-                                int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache,
-                                const Tensor& slot_mapping);
+extern Op<void(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value, int64_t head_dim,
+               const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache, const Tensor& slot_mapping)>
+    rotary_embedding_and_cache;
 
 // What the attention kernels need to know about a mixed prefill + decode batch. Requests are laid out in
 // the token dimension one after another; request r owns tokens [query_start_loc[r], query_start_loc[r+1]).
@@ -97,6 +101,12 @@ struct AttentionMetadata {
   Tensor workspace;
 };
 
+// In a schema: its fields in order, workspace optional.
+template <>
+struct SchemaArgTypes<const AttentionMetadata&> {
+  static constexpr std::string_view kTypes = "Tensor, Tensor, Tensor, Tensor, int, int, int, int, Tensor?";
+};
+
 // Leading elements of the attention workspace that hold the split-K counters (see AttentionMetadata).
 inline constexpr int64_t kPagedAttentionWorkspaceCounters = 1024;
 
@@ -116,24 +126,25 @@ int64_t paged_attention_workspace_elems(int64_t max_num_tokens, int64_t num_head
 // requests must have one query token each (decode kernel), the rest run the tiled prefill kernel; f32 and
 // head_dims other than 16/32/64/128 (up to 256) run a generic kernel. Launches on cuda::current_stream(), no
 // host sync, no allocation (graph-safe).
-void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
-                     const AttentionMetadata& metadata, float scale, int64_t sliding_window);
+extern Op<void(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
+               const AttentionMetadata& metadata, float scale, int64_t sliding_window)>
+    paged_attention;
 
 // ---- logits ----
 
 // out [n, vocab] = log_softmax(logits [n, vocab]) row-wise (f32; out may alias logits).
-void log_softmax(Tensor& out, const Tensor& logits);
+extern Op<void(Tensor& out, const Tensor& logits)> log_softmax;
 
 // The k largest values of each row, descending; ties keep the lower id first; NaN ranks below every number.
 // 0 <= k <= vocab (CUDA: k <= 1024).
 // x [n, vocab] f32; values [n, k] f32; ids [n, k] i32.
-void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
+extern Op<void(Tensor& values, Tensor& ids, const Tensor& x, int64_t k)> top_k;
 
 // out_ids [n] i32 = argmax of each row of logits [n, vocab]; ties pick the lowest id; NaN is never chosen over
 // a number.
-void argmax(Tensor& out_ids, const Tensor& logits);
+extern Op<void(Tensor& out_ids, const Tensor& logits)> argmax;
 
-// ==== sampling (kernels/sampling_ops.cc checks and dispatches; kernels/cpu/sampling.cc) ====
+// ==== sampling (schemas and checks: kernels/sampling_ops.cc; kernels/cpu/sampling.cc, kernels/cuda/sampling.cu) ====
 // Every op works on a batch of rows, logits [num_reqs, vocab] f32 (row-strided), edited in place, with per-row
 // parameters as tensors on the logits' device so the CUDA ops take the same arguments. Each Params struct has a
 // check() that returns InvalidArgument naming the field whose shape / dtype / device does not fit the logits;
@@ -150,6 +161,11 @@ struct TokenLists {
   Tensor token_ids;  // [total] i32, each in [0, vocab)
   Status check(const Tensor& logits, const char* name) const;
 };
+// In a schema: offsets, token_ids.
+template <>
+struct SchemaArgTypes<const TokenLists&> {
+  static constexpr std::string_view kTypes = "Tensor, Tensor";
+};
 
 // vLLM's penalties. For every id in the row's prompt or output (once, however often it occurs):
 // logit = logit > 0 ? logit * (1 / repetition_penalty) : logit * repetition_penalty. Then for every id occurring
@@ -162,7 +178,12 @@ struct PenaltyParams {
   Tensor presence_penalties;    // [num_reqs] f32; 0 = off
   Status check(const Tensor& logits) const;
 };
-void apply_penalties(Tensor& logits, const PenaltyParams& params);
+// In a schema: prompt and output token lists (offsets, token_ids), then the three penalties.
+template <>
+struct SchemaArgTypes<const PenaltyParams&> {
+  static constexpr std::string_view kTypes = "Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor";
+};
+extern Op<void(Tensor& logits, const PenaltyParams& params)> apply_penalties;
 
 // logits[r, tokens.token_ids[j]] += values[j] for each j of row r (a repeated id adds twice).
 struct LogitBiasParams {
@@ -170,14 +191,19 @@ struct LogitBiasParams {
   Tensor values;  // [total] f32, parallel to tokens.token_ids
   Status check(const Tensor& logits) const;
 };
-void apply_logit_bias(Tensor& logits, const LogitBiasParams& params);
+// In a schema: offsets, token_ids, values.
+template <>
+struct SchemaArgTypes<const LogitBiasParams&> {
+  static constexpr std::string_view kTypes = "Tensor, Tensor, Tensor";
+};
+extern Op<void(Tensor& logits, const LogitBiasParams& params)> apply_logit_bias;
 
 // logits[r, id] = -inf for every id in row r's list (min_tokens: the stop / eos ids of rows still short of it).
-void mask_tokens(Tensor& logits, const TokenLists& tokens);
+extern Op<void(Tensor& logits, const TokenLists& tokens)> mask_tokens;
 
 // logits[r, :] /= temperatures[r] for rows with temperature >= kSamplingEps; greedy rows are left unchanged.
 // temperatures [num_reqs] f32.
-void apply_temperature(Tensor& logits, const Tensor& temperatures);
+extern Op<void(Tensor& logits, const Tensor& temperatures)> apply_temperature;
 
 // vLLM's min-p, top-k and top-p masks on (temperature-scaled) logits: filtered tokens become -inf. Tokens are
 // ranked by logit descending, equal logits by lower id first; every mask keeps a prefix of that ranking and
@@ -195,7 +221,12 @@ struct SamplingFilterParams {
   Tensor min_p;  // [num_reqs] f32 in [0, 1]; <= 0: off
   Status check(const Tensor& logits) const;
 };
-void apply_top_k_top_p_min_p(Tensor& logits, const SamplingFilterParams& params);
+// In a schema: top_k, top_p, min_p.
+template <>
+struct SchemaArgTypes<const SamplingFilterParams&> {
+  static constexpr std::string_view kTypes = "Tensor, Tensor, Tensor";
+};
+extern Op<void(Tensor& logits, const SamplingFilterParams& params)> apply_top_k_top_p_min_p;
 
 // Draws one token per row. Greedy rows (temperature < kSamplingEps) take the argmax (lowest id on ties). Other
 // rows sample from softmax(logits row) by inverse CDF: u = philox::uniform(seeds[r], offsets[r]) in [0, 1),
@@ -210,11 +241,17 @@ struct SampleParams {
   Tensor offsets;       // [num_reqs] i64: Philox counter (bit pattern), e.g. the request's step index
   Status check(const Tensor& logits) const;
 };
-void sample(Tensor& out_ids, const Tensor& logits, const SampleParams& params);
+// In a schema: temperatures, seeds, offsets.
+template <>
+struct SchemaArgTypes<const SampleParams&> {
+  static constexpr std::string_view kTypes = "Tensor, Tensor, Tensor";
+};
+extern Op<void(Tensor& out_ids, const Tensor& logits, const SampleParams& params)> sample;
 
 // For each row: out_logprobs[r] = logprobs[r, token_ids[r]] and out_ranks[r] = the number of ids whose logprob
 // is >= it (1 = most likely; ties count against the token, vLLM's rank rule). logprobs [num_reqs, vocab] f32;
 // token_ids [num_reqs] i32; out_logprobs [num_reqs] f32; out_ranks [num_reqs] i32.
-void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids);
+extern Op<void(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids)>
+    gather_token_logprobs;
 
 }  // namespace llmserve::ops

@@ -1,14 +1,9 @@
-// ops.h sampling entry points: the Params structs' check() (shapes, dtypes, devices against the logits) and the
-// dispatch to the CPU kernels (kernels/cpu/sampling.cc) or the CUDA ones (kernels/cuda/sampling.cu).
+// ops.h sampling ops: the Params structs' check() (shapes, dtypes, devices against the logits), each op's schema
+// and check, and the Op objects that dispatch to kernels/cpu/sampling.cc or kernels/cuda/sampling.cu.
 // Kept apart from ops.cc so the sampling ops have one home; the same row-stride rule holds (dim 0 any stride).
 #include <string>
 
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/cpu/sampling.h"
 #include "kernels/ops.h"
-#ifdef LLMSERVE_WITH_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
 
 namespace llmserve::ops {
 namespace {
@@ -35,11 +30,6 @@ Status check_vector(const Tensor& t, DType dtype, int64_t size, const Tensor& lo
 }
 
 void check_ok(const Status& status, const char* op) { CHECK(status.ok()) << op << ": " << status.message(); }
-
-[[maybe_unused]] [[noreturn]] void not_on_cuda(const char* op) {
-  LOG(FATAL) << op << ": not implemented on cuda yet";
-  __builtin_unreachable();
-}
 
 }  // namespace
 
@@ -82,93 +72,85 @@ Status SampleParams::check(const Tensor& logits) const {
   return check_vector(offsets, DType::kI64, n, logits, "offsets");
 }
 
-void apply_penalties(Tensor& logits, const PenaltyParams& params) {
+namespace {
+
+// ---- each op's check (Op::Check: aborts naming the op) ----
+
+void check_apply_penalties(Tensor& logits, const PenaltyParams& params) {
   constexpr const char* op = "apply_penalties";
   check_logits(logits, op);
   check_ok(params.check(logits), op);
-  if (logits.device().is_cpu()) return cpu::apply_penalties(logits, params);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::apply_penalties(logits, params);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void apply_logit_bias(Tensor& logits, const LogitBiasParams& params) {
+void check_apply_logit_bias(Tensor& logits, const LogitBiasParams& params) {
   constexpr const char* op = "apply_logit_bias";
   check_logits(logits, op);
   check_ok(params.check(logits), op);
-  if (logits.device().is_cpu()) return cpu::apply_logit_bias(logits, params);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::apply_logit_bias(logits, params);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void mask_tokens(Tensor& logits, const TokenLists& tokens) {
+void check_mask_tokens(Tensor& logits, const TokenLists& tokens) {
   constexpr const char* op = "mask_tokens";
   check_logits(logits, op);
   check_ok(tokens.check(logits, "tokens"), op);
-  if (logits.device().is_cpu()) return cpu::mask_tokens(logits, tokens);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::mask_tokens(logits, tokens);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void apply_temperature(Tensor& logits, const Tensor& temperatures) {
+void check_apply_temperature(Tensor& logits, const Tensor& temperatures) {
   constexpr const char* op = "apply_temperature";
   check_logits(logits, op);
   check_ok(check_vector(temperatures, DType::kF32, logits.size(0), logits, "temperatures"), op);
-  if (logits.device().is_cpu()) return cpu::apply_temperature(logits, temperatures);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::apply_temperature(logits, temperatures);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void apply_top_k_top_p_min_p(Tensor& logits, const SamplingFilterParams& params) {
+void check_apply_top_k_top_p_min_p(Tensor& logits, const SamplingFilterParams& params) {
   constexpr const char* op = "apply_top_k_top_p_min_p";
   check_logits(logits, op);
   check_ok(params.check(logits), op);
-  if (logits.device().is_cpu()) return cpu::apply_top_k_top_p_min_p(logits, params);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::apply_top_k_top_p_min_p(logits, params);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void sample(Tensor& out_ids, const Tensor& logits, const SampleParams& params) {
+void check_sample(Tensor& out_ids, const Tensor& logits, const SampleParams& params) {
   constexpr const char* op = "sample";
   check_logits(logits, op);
   CHECK_GT(logits.size(1), 0) << op << ": logits " << logits.to_string() << " has an empty vocabulary";
   check_ok(params.check(logits), op);
   check_ok(check_vector(out_ids, DType::kI32, logits.size(0), logits, "out_ids"), op);
-  if (logits.device().is_cpu()) return cpu::sample(out_ids, logits, params);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::sample(out_ids, logits, params);
-#else
-  not_on_cuda(op);
-#endif
 }
 
-void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids) {
+void check_gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs,
+                                 const Tensor& token_ids) {
   constexpr const char* op = "gather_token_logprobs";
   check_logits(logprobs, op);
   const int64_t n = logprobs.size(0);
   check_ok(check_vector(token_ids, DType::kI32, n, logprobs, "token_ids"), op);
   check_ok(check_vector(out_logprobs, DType::kF32, n, logprobs, "out_logprobs"), op);
   check_ok(check_vector(out_ranks, DType::kI32, n, logprobs, "out_ranks"), op);
-  if (logprobs.device().is_cpu()) return cpu::gather_token_logprobs(out_logprobs, out_ranks, logprobs, token_ids);
-#ifdef LLMSERVE_WITH_CUDA
-  cuda::gather_token_logprobs(out_logprobs, out_ranks, logprobs, token_ids);
-#else
-  not_on_cuda(op);
-#endif
 }
+
+}  // namespace
+
+// The sampling ops (types from ops.h); a Params struct is spelled as its flattened fields (SchemaArgTypes).
+decltype(apply_penalties) apply_penalties(
+    "apply_penalties",
+    "apply_penalties(Tensor! logits, Tensor prompt_offsets, Tensor prompt_token_ids, Tensor output_offsets, "
+    "Tensor output_token_ids, Tensor repetition_penalties, Tensor frequency_penalties, Tensor presence_penalties) "
+    "-> ()",
+    check_apply_penalties);
+decltype(apply_logit_bias) apply_logit_bias(
+    "apply_logit_bias", "apply_logit_bias(Tensor! logits, Tensor offsets, Tensor token_ids, Tensor values) -> ()",
+    check_apply_logit_bias);
+decltype(mask_tokens) mask_tokens("mask_tokens", "mask_tokens(Tensor! logits, Tensor offsets, Tensor token_ids) -> ()",
+                                  check_mask_tokens);
+decltype(apply_temperature) apply_temperature("apply_temperature",
+                                              "apply_temperature(Tensor! logits, Tensor temperatures) -> ()",
+                                              check_apply_temperature);
+decltype(apply_top_k_top_p_min_p) apply_top_k_top_p_min_p(
+    "apply_top_k_top_p_min_p",
+    "apply_top_k_top_p_min_p(Tensor! logits, Tensor top_k, Tensor top_p, Tensor min_p) -> ()",
+    check_apply_top_k_top_p_min_p);
+decltype(sample) sample(
+    "sample", "sample(Tensor! out_ids, Tensor logits, Tensor temperatures, Tensor seeds, Tensor offsets) -> ()",
+    check_sample);
+decltype(gather_token_logprobs) gather_token_logprobs(
+    "gather_token_logprobs",
+    "gather_token_logprobs(Tensor! out_logprobs, Tensor! out_ranks, Tensor logprobs, Tensor token_ids) -> ()",
+    check_gather_token_logprobs);
 
 }  // namespace llmserve::ops

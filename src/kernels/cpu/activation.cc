@@ -26,4 +26,9 @@ void add(Tensor& a, const Tensor& b) {
   });
 }
 
+void register_activation_kernels() {
+  ops::silu_and_mul.register_kernel(DeviceType::kCPU, silu_and_mul);
+  ops::add.register_kernel(DeviceType::kCPU, add);
+}
+
 }  // namespace llmserve::cpu

@@ -108,4 +108,6 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
   });
 }
 
+void register_attention_kernels() { ops::paged_attention.register_kernel(DeviceType::kCPU, paged_attention); }
+
 }  // namespace llmserve::cpu

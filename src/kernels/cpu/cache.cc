@@ -23,4 +23,17 @@ void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache
   }
 }
 
+// rotary_embedding then reshape_and_cache: on the CPU two passes cost nothing extra worth fusing.
+void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache,
+                                const Tensor& slot_mapping) {
+  rotary_embedding(positions, query, key, head_dim, cos_sin_cache);
+  reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
+}
+
+void register_cache_kernels() {
+  ops::reshape_and_cache.register_kernel(DeviceType::kCPU, reshape_and_cache);
+  ops::rotary_embedding_and_cache.register_kernel(DeviceType::kCPU, rotary_embedding_and_cache);
+}
+
 }  // namespace llmserve::cpu

@@ -1,5 +1,6 @@
-// CPU implementations of the ops in kernels/ops.h. ops.cc has already checked shapes, dtypes and devices;
-// these check only what depends on tensor contents (ids, positions, slots, block ids in range).
+// What the CPU kernel files share, and what tests and benchmarks call directly (the GEMM library choice). The
+// kernels themselves are reached only through the op table (each file's register_*_kernels, register_kernels.cc):
+// the op's check has run, so a kernel checks only what depends on tensor contents (ids, positions, slots in range).
 // Tensors may be row-strided: dimension 0 may have any stride, the remaining dimensions are contiguous.
 #pragma once
 
@@ -10,21 +11,9 @@
 
 namespace llmserve::cpu {
 
-void embedding(Tensor& out, const Tensor& ids, const Tensor& table);
-void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps);
-void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps);
-void silu_and_mul(Tensor& out, const Tensor& x);
-void add(Tensor& a, const Tensor& b);
+// Shared by two kernels: rotary_embedding and rotary_embedding_and_cache (cache.cc) run it.
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache);
-void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
-void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
-                       const Tensor& slot_mapping);
-void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
-                     const ops::AttentionMetadata& metadata, float scale, int64_t sliding_window);
-void log_softmax(Tensor& out, const Tensor& logits);
-void top_k(Tensor& values, Tensor& ids, const Tensor& x, int64_t k);
-void argmax(Tensor& out_ids, const Tensor& logits);
 
 // Which library `linear` uses (process-wide): oneDNN on llmserve's thread pool (default), oneDNN on its own
 // OpenMP threads, or OpenBLAS (the fallback). Chosen by $LLMSERVE_GEMM (onednn | onednn-omp | openblas) or by

@@ -22,4 +22,6 @@ void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   });
 }
 
+void register_embedding_kernels() { ops::embedding.register_kernel(DeviceType::kCPU, embedding); }
+
 }  // namespace llmserve::cpu

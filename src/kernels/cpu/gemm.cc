@@ -120,4 +120,6 @@ void linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bi
   }
 }
 
+void register_gemm_kernels() { ops::linear.register_kernel(DeviceType::kCPU, linear); }
+
 }  // namespace llmserve::cpu

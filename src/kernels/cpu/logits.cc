@@ -68,4 +68,10 @@ void argmax(Tensor& out_ids, const Tensor& logits) {
   });
 }
 
+void register_logits_kernels() {
+  ops::log_softmax.register_kernel(DeviceType::kCPU, log_softmax);
+  ops::top_k.register_kernel(DeviceType::kCPU, top_k);
+  ops::argmax.register_kernel(DeviceType::kCPU, argmax);
+}
+
 }  // namespace llmserve::cpu

@@ -43,4 +43,6 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
   });
 }
 
+void register_rotary_kernels() { ops::rotary_embedding.register_kernel(DeviceType::kCPU, rotary_embedding); }
+
 }  // namespace llmserve::cpu

@@ -2,7 +2,6 @@
 // temperature, the min-p / top-k / top-p masks (partial selection, never a full-vocabulary sort unless top-p
 // needs it) and the inverse-CDF draw from a Philox stream. Rows never read each other's state, so a row's result
 // depends only on its own logits and parameters, whatever the batch around it.
-#include "kernels/cpu/sampling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -344,6 +343,16 @@ void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor
       ranks[r] = static_cast<int32_t>(rank);
     }
   });
+}
+
+void register_sampling_kernels() {
+  ops::apply_penalties.register_kernel(DeviceType::kCPU, apply_penalties);
+  ops::apply_logit_bias.register_kernel(DeviceType::kCPU, apply_logit_bias);
+  ops::mask_tokens.register_kernel(DeviceType::kCPU, mask_tokens);
+  ops::apply_temperature.register_kernel(DeviceType::kCPU, apply_temperature);
+  ops::apply_top_k_top_p_min_p.register_kernel(DeviceType::kCPU, apply_top_k_top_p_min_p);
+  ops::sample.register_kernel(DeviceType::kCPU, sample);
+  ops::gather_token_logprobs.register_kernel(DeviceType::kCPU, gather_token_logprobs);
 }
 
 }  // namespace llmserve::cpu

@@ -98,4 +98,9 @@ void add_bias(Tensor& out, const Tensor& bias) {
   });
 }
 
+void register_activation_kernels() {
+  ops::silu_and_mul.register_kernel(DeviceType::kCUDA, silu_and_mul);
+  ops::add.register_kernel(DeviceType::kCUDA, add);
+}
+
 }  // namespace llmserve::cuda

@@ -6,8 +6,8 @@
 
 #include "core/cuda_stream.h"
 #include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/attention_ops.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/ops.h"
 
 namespace llmserve::cuda {
 namespace {
@@ -120,5 +120,7 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
   k->prefill(p, stream);
   launch_zero_padding(p, stream);
 }
+
+void register_attention_kernels() { ops::paged_attention.register_kernel(DeviceType::kCUDA, paged_attention); }
 
 }  // namespace llmserve::cuda

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/cuda_stream.h"
-#include "kernels/cuda/attention_ops.h"
+#include "kernels/ops.h"
 #include "kernels/cuda/attention_params.h"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -77,5 +77,7 @@ void reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache
   }
   check_launch("reshape_and_cache_kernel");
 }
+
+void register_cache_kernels() { ops::reshape_and_cache.register_kernel(DeviceType::kCUDA, reshape_and_cache); }
 
 }  // namespace llmserve::cuda

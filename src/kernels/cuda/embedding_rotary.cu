@@ -193,4 +193,10 @@ void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& 
   });
 }
 
+void register_embedding_rotary_kernels() {
+  ops::embedding.register_kernel(DeviceType::kCUDA, embedding);
+  ops::rotary_embedding.register_kernel(DeviceType::kCUDA, rotary_embedding);
+  ops::rotary_embedding_and_cache.register_kernel(DeviceType::kCUDA, rotary_embedding_and_cache);
+}
+
 }  // namespace llmserve::cuda

@@ -217,4 +217,6 @@ void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const T
   if (bias != nullptr && !key.bias_epilogue) add_bias(out, *bias);
 }
 
+void register_gemm_kernels() { ops::linear.register_kernel(DeviceType::kCUDA, linear); }
+
 }  // namespace llmserve::cuda

@@ -164,4 +164,11 @@ void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor
               logprobs.stride(0), token_ids.data<int32_t>(), vocab);
 }
 
+void register_logits_kernels() {
+  ops::log_softmax.register_kernel(DeviceType::kCUDA, log_softmax);
+  ops::argmax.register_kernel(DeviceType::kCUDA, argmax);
+  ops::top_k.register_kernel(DeviceType::kCUDA, top_k);
+  ops::gather_token_logprobs.register_kernel(DeviceType::kCUDA, gather_token_logprobs);
+}
+
 }  // namespace llmserve::cuda

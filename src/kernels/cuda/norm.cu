@@ -157,4 +157,9 @@ void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float
   });
 }
 
+void register_norm_kernels() {
+  ops::rms_norm.register_kernel(DeviceType::kCUDA, rms_norm);
+  ops::fused_add_rms_norm.register_kernel(DeviceType::kCUDA, fused_add_rms_norm);
+}
+
 }  // namespace llmserve::cuda

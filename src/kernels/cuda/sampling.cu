@@ -461,4 +461,13 @@ void sample(Tensor& out_ids, const Tensor& logits, const ops::SampleParams& para
               params.temperatures.data<float>(), params.seeds.data<int64_t>(), params.offsets.data<int64_t>());
 }
 
+void register_sampling_kernels() {
+  ops::apply_penalties.register_kernel(DeviceType::kCUDA, apply_penalties);
+  ops::apply_logit_bias.register_kernel(DeviceType::kCUDA, apply_logit_bias);
+  ops::mask_tokens.register_kernel(DeviceType::kCUDA, mask_tokens);
+  ops::apply_temperature.register_kernel(DeviceType::kCUDA, apply_temperature);
+  ops::apply_top_k_top_p_min_p.register_kernel(DeviceType::kCUDA, apply_top_k_top_p_min_p);
+  ops::sample.register_kernel(DeviceType::kCUDA, sample);
+}
+
 }  // namespace llmserve::cuda
