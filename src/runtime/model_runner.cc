@@ -55,6 +55,9 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   const int64_t reqs = std::max<int64_t>(config_.max_num_reqs, 16);
   const int64_t blocks = std::max<int64_t>((config_.max_model_len + config_.block_size - 1) / config_.block_size, 16);
   reserve_input_buffers(static_cast<size_t>(tokens * 20 + reqs * (16 + 4 * blocks) + 256));
+  // The model's per-step activations: one allocation for the largest step (a profiling runner's arena is counted
+  // in the profile's peak); at most one logits row per scheduled token.
+  activations_ = std::make_unique<ActivationMemory>(model_, ActivationLimits{tokens, tokens});
 #ifdef LLMSERVE_WITH_CUDA
   if (!device_.is_cpu()) {
     // The attention kernels' split-K scratch, allocated once (never inside a step) and zeroed: its leading

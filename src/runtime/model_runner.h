@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -107,6 +108,7 @@ class ModelRunner : public ModelExecutor {
   Tensor device_inputs_;  // u8: the same layout on the device (== host_inputs_ on CPU)
   void *inputs_copied_ = nullptr;  // CUDA: cudaEvent_t recorded after the step's input copy
   Tensor attention_workspace_;     // CUDA: paged attention's split-K scratch (f32), undefined when unused
+  std::unique_ptr<ActivationMemory> activations_;  // the model's arena, bound while this runner lives
 };
 
 }  // namespace llmserve
