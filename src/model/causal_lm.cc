@@ -3,7 +3,8 @@
 
 namespace llmserve {
 
-ActivationMemory::ActivationMemory(CausalLM& model, const ActivationLimits& limits) : model_(model), limits_(limits) {
+ActivationMemory::ActivationMemory(CausalLM& model, const ActivationLimits& limits)
+    : model_(model), limits_(limits), previous_(model.bound_activations()) {
   CHECK(limits.max_num_tokens > 0 && limits.max_num_logits >= 0)
       << "activation limits " << limits.max_num_tokens << " tokens, " << limits.max_num_logits << " logits";
   ArenaPlanner planner;
@@ -12,6 +13,9 @@ ActivationMemory::ActivationMemory(CausalLM& model, const ActivationLimits& limi
   model.bind_activations(&arena_);
 }
 
-ActivationMemory::~ActivationMemory() { model_.bind_activations(nullptr); }
+ActivationMemory::~ActivationMemory() {
+  CHECK(model_.bound_activations() == &arena_) << "ActivationMemory objects of one model destroyed out of order";
+  model_.bind_activations(previous_);
+}
 
 }  // namespace llmserve

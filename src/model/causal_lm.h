@@ -49,13 +49,18 @@ class CausalLM {
   // forward never allocates: its per-step buffers are views of an arena bound before (ActivationMemory); a step
   // larger than the planned limits CHECK-fails naming the limit.
   virtual void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) = 0;
-  // Reserves the per-step buffers for `limits` on `planner` (and remembers the regions).
+  // Reserves the per-step buffers for `limits` on `planner` and remembers the regions. Every call reserves the
+  // same regions in the same order (only their row counts follow the limits), so any arena planned for this model
+  // can be bound.
   virtual void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) = 0;
-  // The arena allocated from the last plan (nullptr: unbind). Must outlive its use in forward.
+  // Binds an arena allocated from this model's plan (nullptr: none). It must outlive its use in forward.
   virtual void bind_activations(const Arena* arena) = 0;
+  virtual const Arena* bound_activations() const = 0;
 };
 
-// The activation memory of one model: plans, allocates once on model.device() and binds; unbinds when destroyed.
+// The activation memory of one model: plans, allocates once on model.device() and binds it; when destroyed it binds
+// back the arena bound before (so a short-lived one, e.g. a reference forward in a test, nests inside a runner's).
+// Several of one model must be destroyed in reverse order of creation (CHECKed).
 // The ModelRunner owns one; tests calling forward directly make one too.
 class ActivationMemory {
  public:
@@ -69,6 +74,7 @@ class ActivationMemory {
  private:
   CausalLM& model_;
   ActivationLimits limits_;
+  const Arena* previous_;
   Arena arena_;
 };
 

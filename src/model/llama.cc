@@ -28,6 +28,7 @@ class LlamaForCausalLM final : public CausalLM {
   void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) override;
   void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) override;
   void bind_activations(const Arena* arena) override { arena_ = arena; }
+  const Arena* bound_activations() const override { return arena_; }
 
  private:
   ModelConfig config_;
