@@ -50,6 +50,7 @@ int64_t Arena::max_rows(ArenaRegion region) const {
 }
 
 Tensor Arena::view(ArenaRegion region, int64_t rows) const {
+  CHECK(defined()) << "activation arena used before it was allocated";
   CHECK(region.valid() && region.index < static_cast<int32_t>(regions_.size())) << "arena region not planned here";
   Shape shape = regions_[region.index].max_shape;
   shape[0] = rows;
