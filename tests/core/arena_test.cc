@@ -14,7 +14,7 @@ uintptr_t address(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_da
 TEST(Arena, RegionsAreAlignedAndDisjoint) {
   ArenaPlanner planner;
   const ArenaRegion a = planner.reserve("a", {7, 3}, DType::kF32, "max_num_batched_tokens");  // 84 bytes
-  const ArenaRegion b = planner.reserve("b", {5}, DType::kI64, "max_num_logits");            // 40 bytes
+  const ArenaRegion b = planner.reserve("b", {5}, DType::kI64, "max_num_logits");             // 40 bytes
   const ArenaRegion c = planner.reserve("c", {2, 300}, DType::kBF16, "max_num_batched_tokens");
   EXPECT_EQ(planner.total_bytes(), 256u + 256u + 1280u);
   const Arena arena = planner.allocate(Device::cpu());
