@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/tensor.h"
 #include "kernels/ops.h"
 #include "model/model_config.h"
@@ -29,6 +30,12 @@ struct ForwardBatch {
   ops::AttentionMetadata attention;
 };
 
+// The largest step activations are planned for (the runner's max_num_batched_tokens and logits rows).
+struct ActivationLimits {
+  int64_t max_num_tokens = 0;  // tokens in one forward
+  int64_t max_num_logits = 0;  // rows of logits_indices in one forward
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -39,7 +46,36 @@ class CausalLM {
   virtual DType activation_dtype() const { return DType::kF32; }
   // Runs the model; writes logits [num_logits, vocab_size] (f32, on device()). Aborts (CHECK) on inconsistent shapes:
   // the runner is trusted, user input was validated before it.
+  // forward never allocates: its per-step buffers are views of an arena bound before (ActivationMemory); a step
+  // larger than the planned limits CHECK-fails naming the limit.
   virtual void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) = 0;
+  // Reserves the per-step buffers for `limits` on `planner` and remembers the regions. Every call reserves the
+  // same regions in the same order (only their row counts follow the limits), so any arena planned for this model
+  // can be bound.
+  virtual void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) = 0;
+  // Binds an arena allocated from this model's plan (nullptr: none). It must outlive its use in forward.
+  virtual void bind_activations(const Arena* arena) = 0;
+  virtual const Arena* bound_activations() const = 0;
+};
+
+// The activation memory of one model: plans, allocates once on model.device() and binds it; when destroyed it binds
+// back the arena bound before (so a short-lived one, e.g. a reference forward in a test, nests inside a runner's).
+// Several of one model must be destroyed in reverse order of creation (CHECKed).
+// The ModelRunner owns one; tests calling forward directly make one too.
+class ActivationMemory {
+ public:
+  ActivationMemory(CausalLM& model, const ActivationLimits& limits);
+  ~ActivationMemory();
+  ActivationMemory(const ActivationMemory&) = delete;
+  ActivationMemory& operator=(const ActivationMemory&) = delete;
+  size_t bytes() const { return arena_.total_bytes(); }
+  const ActivationLimits& limits() const { return limits_; }
+
+ private:
+  CausalLM& model_;
+  ActivationLimits limits_;
+  const Arena* previous_;
+  Arena arena_;
 };
 
 }  // namespace llmserve

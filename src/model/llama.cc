@@ -1,148 +1,101 @@
-// The Llama family — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM — as one
-// decoder: pre-norm attention (GQA, rotary, optional q/k/v bias, optional per-head q/k RMSNorm) + SwiGLU MLP.
+// The Llama family — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM — composed of the
+// shared blocks: embedding, DecoderLayer (pre-norm attention with GQA, rotary, optional q/k/v bias and per-head q/k
+// RMSNorm + SwiGLU MLP), final norm, lm head; plus the checkpoint-name -> parameter map.
 #include "model/llama.h"
 
-#include <cmath>
 #include <memory>
 
-#include "kernels/ops.h"
-#include "model/layers.h"
+#include "model/layers/decoder_layer.h"
+#include "model/layers/vocab_parallel_embedding.h"
 #include "model/rope.h"
 
 namespace llmserve {
 namespace {
 
-struct DecoderLayer {
-  RMSNorm input_layernorm;
-  Linear q_proj, k_proj, v_proj, o_proj;
-  Linear qkv_proj;  // CUDA without q/k norm: q, k and v stacked into one GEMM (q_proj etc. stay empty)
-  std::optional<RMSNorm> q_norm, k_norm;  // Qwen3: RMSNorm over head_dim, per head, before rotary
-  RMSNorm post_attention_layernorm;
-  Linear gate_up_proj;  // gate_proj and up_proj stacked: [2 * intermediate, hidden]
-  Linear down_proj;
+// HF checkpoints keep q/k/v and gate/up apart; the layers stack them (vLLM's stacked_params_mapping).
+const std::vector<StackedParamMapping> kStackedParams = {
+    {".qkv_proj", ".q_proj", "q"},        {".qkv_proj", ".k_proj", "k"},      {".qkv_proj", ".v_proj", "v"},
+    {".gate_up_proj", ".gate_proj", "0"}, {".gate_up_proj", ".up_proj", "1"},
 };
 
 class LlamaForCausalLM final : public CausalLM {
  public:
-  static StatusOr<std::unique_ptr<CausalLM>> create(const ModelConfig& config, WeightSource& weights,
-                                                    const ModelLoadOptions& options);
+  LlamaForCausalLM(const ModelConfig& config, const ModelLoadOptions& options);
+  Status load_weights(WeightSource& weights);
   const ModelConfig& config() const override { return config_; }
   Device device() const override { return device_; }
   DType activation_dtype() const override { return act_; }
   void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) override;
+  void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) override;
+  void bind_activations(const Arena* arena) override { arena_ = arena; }
+  const Arena* bound_activations() const override { return arena_; }
 
  private:
-  Status load(WeightSource& weights, const ModelLoadOptions& options);
-  // Fused QKV projection: on CUDA, unless per-head q/k norms need contiguous q and k.
-  bool fuse_qkv() const { return !device_.is_cpu() && !config_.qk_norm; }
-  void attention_block(const DecoderLayer& layer, int64_t layer_index, const ForwardBatch& batch, Tensor& h,
-                       KVCacheTensors& kv_cache);
-
   ModelConfig config_;
   Device device_;
   DType act_ = DType::kF32;  // activations: f32 on CPU, the weight dtype on CUDA
-  Tensor embed_tokens_;      // [vocab, hidden]
-  std::vector<DecoderLayer> layers_;
+  LinearContext linear_;
+  VocabParallelEmbedding embed_tokens_;
+  std::vector<std::unique_ptr<DecoderLayer>> layers_;
   RMSNorm norm_;
-  Linear lm_head_;
+  ParallelLMHead lm_head_;
   Tensor cos_sin_cache_;  // [max_position, head_dim]
+  // The per-step buffers: the running block output, the residual sum, the rows the lm head reads, the blocks'.
+  ArenaRegion hidden_, residual_, selected_;
+  DecoderLayer::Activations layer_act_;
+  const Arena* arena_ = nullptr;
 };
 
-StatusOr<std::unique_ptr<CausalLM>> LlamaForCausalLM::create(const ModelConfig& config, WeightSource& weights,
-                                                             const ModelLoadOptions& options) {
-  auto model = std::make_unique<LlamaForCausalLM>();
-  model->config_ = config;
-  RETURN_IF_ERROR(model->load(weights, options));
-  return std::unique_ptr<CausalLM>(std::move(model));
+LinearContext linear_context(const ModelConfig& c, const ModelLoadOptions& o) {
+  return {&single_process_communicator(), &unquantized_linear_method(), resolve_weight_dtype(c, o)};
 }
 
-Status LlamaForCausalLM::load(WeightSource& weights, const ModelLoadOptions& options) {
-  const ModelConfig& c = config_;
-  const DType wt = resolve_weight_dtype(c, options);
-  device_ = options.device;
-  act_ = device_.is_cpu() ? DType::kF32 : wt;
-  const int64_t hidden = c.hidden_size, head_dim = c.head_dim;
-  const int64_t q_size = c.num_attention_heads * head_dim, kv_size = c.num_key_value_heads * head_dim;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  ASSIGN_OR_RETURN(embed_tokens_, weights.get("model.embed_tokens.weight", {c.vocab_size, hidden}, wt));
-  layers_.resize(c.num_hidden_layers);
+LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options)
+    : config_(c),
+      device_(options.device),
+      act_(options.device.is_cpu() ? DType::kF32 : resolve_weight_dtype(c, options)),
+      linear_(linear_context(c, options)),
+      embed_tokens_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype),
+      norm_(c.hidden_size, static_cast<float>(c.rms_norm_eps)),
+      lm_head_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    DecoderLayer& l = layers_[i];
-    ASSIGN_OR_RETURN(l.input_layernorm, RMSNorm::load(weights, p + "input_layernorm.weight", hidden, eps));
-    if (fuse_qkv()) {  // one GEMM launch instead of three: decode at small batch is launch-bound
-      ASSIGN_OR_RETURN(l.qkv_proj,
-                       Linear::load(weights, {p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"},
-                                    {q_size, kv_size, kv_size}, hidden, c.attention_qkv_bias, wt));
-    } else {
-      ASSIGN_OR_RETURN(l.q_proj,
-                       Linear::load(weights, {p + "self_attn.q_proj"}, {q_size}, hidden, c.attention_qkv_bias, wt));
-      ASSIGN_OR_RETURN(l.k_proj,
-                       Linear::load(weights, {p + "self_attn.k_proj"}, {kv_size}, hidden, c.attention_qkv_bias, wt));
-      ASSIGN_OR_RETURN(l.v_proj,
-                       Linear::load(weights, {p + "self_attn.v_proj"}, {kv_size}, hidden, c.attention_qkv_bias, wt));
-    }
-    ASSIGN_OR_RETURN(l.o_proj,
-                     Linear::load(weights, {p + "self_attn.o_proj"}, {hidden}, q_size, c.attention_out_bias, wt));
-    if (c.qk_norm) {
-      ASSIGN_OR_RETURN(l.q_norm, RMSNorm::load(weights, p + "self_attn.q_norm.weight", head_dim, eps));
-      ASSIGN_OR_RETURN(l.k_norm, RMSNorm::load(weights, p + "self_attn.k_norm.weight", head_dim, eps));
-    }
-    ASSIGN_OR_RETURN(l.post_attention_layernorm,
-                     RMSNorm::load(weights, p + "post_attention_layernorm.weight", hidden, eps));
-    const int64_t inter = c.intermediate_size;
-    ASSIGN_OR_RETURN(l.gate_up_proj, Linear::load(weights, {p + "mlp.gate_proj", p + "mlp.up_proj"}, {inter, inter},
-                                                  hidden, c.mlp_bias, wt));
-    ASSIGN_OR_RETURN(l.down_proj, Linear::load(weights, {p + "mlp.down_proj"}, {hidden}, inter, c.mlp_bias, wt));
+    AttentionOptions a;
+    a.hidden_size = c.hidden_size;
+    a.num_heads = c.num_attention_heads;
+    a.num_kv_heads = c.num_key_value_heads;
+    a.head_dim = c.head_dim;
+    a.qkv_bias = c.attention_qkv_bias;
+    a.o_bias = c.attention_out_bias;
+    a.qk_norm = c.qk_norm;
+    a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
+    a.sliding_window = c.sliding_window_for_layer(i);
+    // One GEMM launch instead of three on CUDA (decode at small batch is launch-bound), unless per-head q/k norms
+    // need contiguous q and k. The CPU runs three: that is the numerics its outputs are pinned to.
+    a.fuse_qkv = !device_.is_cpu() && !c.qk_norm;
+    layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, c.intermediate_size, c.mlp_bias));
   }
-  ASSIGN_OR_RETURN(norm_, RMSNorm::load(weights, "model.norm.weight", hidden, eps));
-  if (c.tie_word_embeddings) {
-    lm_head_ = Linear::from_weight(embed_tokens_);
-  } else {
-    ASSIGN_OR_RETURN(lm_head_, Linear::load(weights, {"lm_head"}, {c.vocab_size}, hidden, false, wt));
-  }
-  ASSIGN_OR_RETURN(cos_sin_cache_, build_rope_cos_sin_cache(c, c.max_position_embeddings));
+}
+
+Status LlamaForCausalLM::load_weights(WeightSource& weights) {
+  NamedParameters params;
+  embed_tokens_.named_parameters("model.embed_tokens", params);
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->named_parameters("model.layers." + std::to_string(i), params);
+  norm_.named_parameters("model.norm", params);
+  if (!config_.tie_word_embeddings) lm_head_.named_parameters("lm_head", params);
+  RETURN_IF_ERROR(load_parameters(params, weights, kStackedParams));
+  for (auto& layer : layers_) RETURN_IF_ERROR(layer->process_weights_after_loading());
+  if (config_.tie_word_embeddings) lm_head_.tie_to(embed_tokens_);
+  ASSIGN_OR_RETURN(cos_sin_cache_, build_rope_cos_sin_cache(config_, config_.max_position_embeddings));
   if (!device_.is_cpu()) cos_sin_cache_ = cos_sin_cache_.to(device_);
   return ok_status();
 }
 
-// h [T, hidden] in: normed hidden states; out: attention output projected back to [T, hidden].
-void LlamaForCausalLM::attention_block(const DecoderLayer& l, int64_t layer_index, const ForwardBatch& batch, Tensor& h,
-                                       KVCacheTensors& kv_cache) {
-  const ModelConfig& c = config_;
-  const int64_t T = h.size(0), D = c.head_dim;
-  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  Tensor q, k, v;
-  if (fuse_qkv()) {  // q, k, v: column slices (row-strided) of one [T, (nh + 2 nkv) D] output
-    const int64_t width = (nh + 2 * nkv) * D;
-    Tensor qkv = Tensor::empty({T, width}, act_, device_);
-    l.qkv_proj.forward(qkv, h);
-    q = qkv.slice(1, 0, nh * D);
-    k = qkv.slice(1, nh * D, (nh + nkv) * D);
-    v = qkv.slice(1, (nh + nkv) * D, width);
-  } else {
-    q = Tensor::empty({T, nh * D}, act_, device_);
-    k = Tensor::empty({T, nkv * D}, act_, device_);
-    v = Tensor::empty({T, nkv * D}, act_, device_);
-    l.q_proj.forward(q, h);
-    l.k_proj.forward(k, h);
-    l.v_proj.forward(v, h);
-  }
-  // [T, heads, D] views that keep the row stride of the fused output.
-  auto heads = [T, D](const Tensor& t, int64_t n) { return t.as_strided({T, n, D}, {t.stride(0), D, 1}); };
-  if (l.q_norm) {
-    Tensor q_rows = q.view({T * nh, D}), k_rows = k.view({T * nkv, D});
-    l.q_norm->forward(q_rows, q_rows);
-    l.k_norm->forward(k_rows, k_rows);
-  }
-  Tensor qh = heads(q, nh), kh = heads(k, nkv);  // rotary in place, then K and V into the cache: one pass
-  ops::rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache_, kv_cache.key[layer_index],
-                                  kv_cache.value[layer_index], batch.attention.slot_mapping);
-  Tensor attn = Tensor::empty({T, nh, D}, act_, device_);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ops::paged_attention(attn, qh, kv_cache.key[layer_index], kv_cache.value[layer_index], batch.attention,
-                       scale, c.sliding_window_for_layer(layer_index).value_or(0));
-  l.o_proj.forward(h, attn.view({T, nh * D}));
+void LlamaForCausalLM::plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) {
+  const int64_t T = limits.max_num_tokens, H = config_.hidden_size;
+  hidden_ = planner.reserve("hidden", {T, H}, act_, "max_num_batched_tokens");
+  residual_ = planner.reserve("residual", {T, H}, act_, "max_num_batched_tokens");
+  selected_ = planner.reserve("lm_head.rows", {limits.max_num_logits, H}, act_, "max_num_logits");
+  layer_act_ = layers_.front()->plan_activations(T, act_, planner);
 }
 
 void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) {
@@ -150,25 +103,13 @@ void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cac
   const int64_t T = batch.input_ids.size(0);
   CHECK_EQ(batch.positions.size(0), T);
   CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), c.num_hidden_layers);
-  // Scratch on the weights' device; on CUDA the caching allocator serves these without cudaMalloc.
-  Tensor x = Tensor::empty({T, c.hidden_size}, act_, device_);  // the running block output
-  Tensor residual = Tensor::empty({T, c.hidden_size}, act_, device_);
-  Tensor act = Tensor::empty({T, c.intermediate_size}, act_, device_);
-  Tensor gate_up = Tensor::empty({T, 2 * c.intermediate_size}, act_, device_);
-  ops::embedding(x, batch.input_ids, embed_tokens_);
+  CHECK(arena_ != nullptr) << "forward before activation memory was bound (ActivationMemory)";
+  Tensor x = arena_->view(hidden_, T);  // the running block output
+  Tensor residual = arena_->view(residual_, T);
+  embed_tokens_.forward(x, batch.input_ids);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const DecoderLayer& l = layers_[i];
-    if (i == 0) {
-      residual.copy_from(x);
-      l.input_layernorm.forward(x, x);
-    } else {
-      l.input_layernorm.forward_with_residual(x, residual);
-    }
-    attention_block(l, i, batch, x, kv_cache);
-    l.post_attention_layernorm.forward_with_residual(x, residual);
-    l.gate_up_proj.forward(gate_up, x);
-    ops::silu_and_mul(act, gate_up);
-    l.down_proj.forward(x, act);
+    layers_[i]->forward(batch, kv_cache.key[i], kv_cache.value[i], cos_sin_cache_, *arena_, layer_act_, i == 0, x,
+                        residual);
   }
   const int64_t num_logits = batch.logits_indices.size(0);
   CHECK(logits.shape() == (Shape{num_logits, c.vocab_size})) << "logits " << logits.to_string();
@@ -176,7 +117,7 @@ void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cac
   norm_.forward_with_residual(x, residual);
   // Only the requested rows go through the (large) vocabulary projection. The row gather is an embedding lookup
   // with x as the table (on the device, from the device's index buffer: no host round trip).
-  Tensor selected = Tensor::empty({num_logits, c.hidden_size}, act_, device_);
+  Tensor selected = arena_->view(selected_, num_logits);
   ops::embedding(selected, batch.logits_indices, x);
   lm_head_.forward(logits, selected);
 }
@@ -185,7 +126,9 @@ void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cac
 
 StatusOr<std::unique_ptr<CausalLM>> create_llama_family_model(const ModelConfig& config, WeightSource& weights,
                                                               const ModelLoadOptions& options) {
-  return LlamaForCausalLM::create(config, weights, options);
+  auto model = std::make_unique<LlamaForCausalLM>(config, options);
+  RETURN_IF_ERROR(model->load_weights(weights));
+  return std::unique_ptr<CausalLM>(std::move(model));
 }
 
 }  // namespace llmserve

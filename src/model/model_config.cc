@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/architectures.h"
+
 namespace llmserve {
 
 namespace {
@@ -111,25 +113,8 @@ Status require_int(const json& j, const std::string& key, int64_t* out) {
 constexpr int64_t kMaxSize = int64_t{1} << 31;
 constexpr int64_t kMaxHeadDim = 4096;
 
-enum class SlidingStyle { kNone, kAllLayers, kQwen };
-
-struct ArchSpec {
-  const char* architecture;
-  const char* model_type;
-  int64_t default_max_position_embeddings;
-  bool qkv_bias_always;      // Qwen2
-  bool attention_bias_flag;  // `attention_bias` adds q/k/v/o biases
-  bool mlp_bias_flag;
-  bool qk_norm;
-  SlidingStyle sliding;
-};
-
-constexpr ArchSpec kArchSpecs[] = {
-    {"LlamaForCausalLM", "llama", 2048, false, true, true, false, SlidingStyle::kNone},
-    {"MistralForCausalLM", "mistral", 4096 * 32, false, false, false, false, SlidingStyle::kAllLayers},
-    {"Qwen2ForCausalLM", "qwen2", 32768, true, false, false, false, SlidingStyle::kQwen},
-    {"Qwen3ForCausalLM", "qwen3", 32768, false, true, false, true, SlidingStyle::kQwen},
-};
+// Per-architecture defaults come from the one architecture table (architectures.h).
+using ArchSpec = ArchitectureConfigDefaults;
 
 std::string supported_architecture_list() {
   std::string out;
@@ -137,7 +122,7 @@ std::string supported_architecture_list() {
   return out;
 }
 
-StatusOr<const ArchSpec*> find_arch(const json& config, ModelConfig* cfg) {
+StatusOr<const Architecture*> find_arch(const json& config, ModelConfig* cfg) {
   std::optional<std::string> model_type;
   RETURN_IF_ERROR(get_string(config, "model_type", &model_type));
   cfg->model_type = model_type.value_or("");
@@ -148,17 +133,15 @@ StatusOr<const ArchSpec*> find_arch(const json& config, ModelConfig* cfg) {
     }
     cfg->architecture = (*it)[0].get<std::string>();
   } else {
-    for (const ArchSpec& s : kArchSpecs) {
-      if (cfg->model_type == s.model_type) cfg->architecture = s.architecture;
+    for (const Architecture& a : architectures()) {
+      if (cfg->model_type == a.model_type) cfg->architecture = a.name;
     }
     if (cfg->architecture.empty()) {
       return invalid_argument("no 'architectures' field and model_type '" + cfg->model_type +
                               "' is not supported (supported: " + supported_architecture_list() + ")");
     }
   }
-  for (const ArchSpec& s : kArchSpecs) {
-    if (cfg->architecture == s.architecture) return &s;
-  }
+  if (const Architecture* a = find_architecture(cfg->architecture)) return a;
   return invalid_argument("architecture '" + cfg->architecture +
                           "' is not supported (supported: " + supported_architecture_list() + ")");
 }
@@ -309,7 +292,7 @@ Status parse_sizes(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
   RETURN_IF_ERROR(require_int(config, "intermediate_size", &cfg->intermediate_size));
   RETURN_IF_ERROR(require_int(config, "num_hidden_layers", &cfg->num_hidden_layers));
   RETURN_IF_ERROR(require_int(config, "num_attention_heads", &cfg->num_attention_heads));
-  cfg->max_position_embeddings = spec.default_max_position_embeddings;
+  cfg->max_position_embeddings = spec.max_position_embeddings;
   RETURN_IF_ERROR(read_or_keep(config, "max_position_embeddings", &cfg->max_position_embeddings));
   for (auto [name, v] : {std::pair<const char*, int64_t>{"vocab_size", cfg->vocab_size},
                          {"hidden_size", cfg->hidden_size},
@@ -423,7 +406,7 @@ std::optional<int64_t> ModelConfig::sliding_window_for_layer(int64_t layer) cons
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> kNames = [] {
     std::vector<std::string> v;
-    for (const ArchSpec& s : kArchSpecs) v.emplace_back(s.architecture);
+    for (const Architecture& a : architectures()) v.emplace_back(a.name);
     return v;
   }();
   return kNames;
@@ -433,7 +416,8 @@ StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config) {
   if (!config.is_object()) return invalid_argument("config is not a JSON object");
   try {
     ModelConfig cfg;
-    ASSIGN_OR_RETURN(const ArchSpec* spec, find_arch(config, &cfg));
+    ASSIGN_OR_RETURN(const Architecture* arch, find_arch(config, &cfg));
+    const ArchSpec* spec = &arch->config;
     RETURN_IF_ERROR(parse_sizes(config, *spec, &cfg));
     RETURN_IF_ERROR(parse_flags(config, *spec, &cfg));
     RETURN_IF_ERROR(parse_rope(config, &cfg));

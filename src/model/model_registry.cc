@@ -1,36 +1,19 @@
-// The architecture table: HF `architectures` name -> factory.
+// Loading a model directory and building the model its architecture names (the table: architectures.cc).
 #include "model/model_registry.h"
-
-#include <map>
 
 #ifdef LLMSERVE_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
+#include "model/architectures.h"
 #include "model/device_weights.h"
-#include "model/llama.h"
 
 namespace llmserve {
-namespace {
-
-const std::map<std::string, ModelFactory>& registry() {
-  static const std::map<std::string, ModelFactory> table = {
-      {"LlamaForCausalLM", create_llama_family_model},
-      {"MistralForCausalLM", create_llama_family_model},
-      {"Qwen2ForCausalLM", create_llama_family_model},
-      {"Qwen3ForCausalLM", create_llama_family_model},
-  };
-  return table;
-}
-
-}  // namespace
-
 bool parse_dtype_flag(const std::string& name, std::optional<DType>* dtype) {
   DType parsed;
   if (name == "auto") {
     dtype->reset();
-  } else if (parse_dtype(name, &parsed) &&
-             (parsed == DType::kF32 || parsed == DType::kBF16 || parsed == DType::kF16)) {
+  } else if (parse_dtype(name, &parsed) && (parsed == DType::kF32 || parsed == DType::kBF16 || parsed == DType::kF16)) {
     *dtype = parsed;
   } else {
     return false;
@@ -62,10 +45,14 @@ bool parse_device_flag(const std::string& name, Device* device) {
 }
 
 bool parse_load_format(const std::string& name, LoadFormat* format) {
-  if (name == "auto") *format = LoadFormat::kAuto;
-  else if (name == "safetensors") *format = LoadFormat::kSafetensors;
-  else if (name == "dummy") *format = LoadFormat::kDummy;
-  else return false;
+  if (name == "auto")
+    *format = LoadFormat::kAuto;
+  else if (name == "safetensors")
+    *format = LoadFormat::kSafetensors;
+  else if (name == "dummy")
+    *format = LoadFormat::kDummy;
+  else
+    return false;
   return true;
 }
 
@@ -107,13 +94,13 @@ StatusOr<std::unique_ptr<CausalLM>> load_model(const std::string& model_dir, con
 
 StatusOr<std::unique_ptr<CausalLM>> create_model(const ModelConfig& config, WeightSource& weights,
                                                  const ModelLoadOptions& options) {
-  auto it = registry().find(config.architecture);
-  if (it == registry().end()) {
+  const Architecture* arch = find_architecture(config.architecture);
+  if (arch == nullptr) {
     std::string list;
-    for (const auto& [name, factory] : registry()) list += (list.empty() ? "" : ", ") + name;
+    for (const Architecture& a : architectures()) list += (list.empty() ? "" : ", ") + std::string(a.name);
     return invalid_argument("unsupported architecture '" + config.architecture + "'; supported: " + list);
   }
-  return it->second(config, weights, options);
+  return arch->factory(config, weights, options);
 }
 
 }  // namespace llmserve

@@ -89,6 +89,10 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   inputs_copied_ = Event(device_);
   block_table_widths_.assign(static_cast<size_t>(limits_.max_num_reqs), 0);
   logits_ = Tensor::empty({limits_.max_num_reqs, c.vocab_size}, DType::kF32, device_);
+  // The model's per-step activations: one allocation for the largest step (a profiling runner's arena is counted
+  // in the profile's peak); at most one logits row per scheduled token (prompt logprobs).
+  activations_ = std::make_unique<ActivationMemory>(
+      model_, ActivationLimits{limits_.max_num_tokens, limits_.max_num_tokens});
   if (!device_.is_cpu()) {
     // The attention kernels' split-K scratch, allocated once (never inside a step) and zeroed: its leading
     // counters must start at zero (the kernels keep them there). Sized as it always was: its size decides the

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -143,6 +144,7 @@ class ModelRunner : public ModelExecutor {
   Tensor attention_workspace_;               // CUDA: paged attention's split-K scratch (f32), undefined when unused
   ForwardBatch batch_;                       // the last step's views of the persistent buffers
   Tensor step_logits_;  // the last step's logits (a prefix of logits_ unless prompt logprobs needed more)
+  std::unique_ptr<ActivationMemory> activations_;  // the model's arena, bound while this runner lives
 };
 
 }  // namespace llmserve

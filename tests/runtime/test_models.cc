@@ -38,6 +38,8 @@ std::unique_ptr<CausalLM> load_model_or_die(const std::string& dir) {
 std::vector<int32_t> reference_greedy(CausalLM& model, const std::vector<int32_t>& prompt, int64_t max_tokens) {
   const ModelConfig& c = model.config();
   std::vector<int32_t> seq = prompt, out;
+  // forward reads its buffers from an arena planned for the longest step: the whole final sequence.
+  const ActivationMemory activations(model, {static_cast<int64_t>(prompt.size()) + max_tokens, 1});
   for (int64_t step = 0; step < max_tokens; ++step) {
     const int64_t n = static_cast<int64_t>(seq.size());
     // One block holding the whole sequence, fresh every step: nothing is read back from an earlier step.

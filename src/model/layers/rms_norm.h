@@ -1,0 +1,28 @@
+// RMSNorm over the last dim with a learned f32 scale; the fused residual form is the decoder's pre-norm step.
+// Rows of x are [.., dim]; eps from the config.
+#pragma once
+
+#include "core/tensor.h"
+#include "model/layers/parameter.h"
+
+namespace llmserve {
+
+class RMSNorm {
+ public:
+  RMSNorm(int64_t dim, float eps);
+  RMSNorm(const RMSNorm&) = delete;
+  RMSNorm& operator=(const RMSNorm&) = delete;
+  // out = norm(x) * w (out may be x).
+  void forward(Tensor& out, const Tensor& x) const;
+  // residual += x; x = norm(residual) * w.
+  void forward_with_residual(Tensor& x, Tensor& residual) const;
+  void named_parameters(const std::string& prefix, NamedParameters& out) {
+    out.emplace_back(prefix + ".weight", &weight_);
+  }
+
+ private:
+  Parameter weight_;  // [dim] f32
+  float eps_;
+};
+
+}  // namespace llmserve
