@@ -46,22 +46,19 @@ ModelRunner::Limits ModelRunner::resolve_limits(const ModelRunnerConfig &config)
 }
 
 ModelRunner::InputLayout ModelRunner::InputLayout::plan(const Limits &limits) {
+  // The six per-step arrays are rows of one pitched region (pitch: the widest, max_num_tokens 8-byte elements), so a
+  // step copies each array's used prefix in one pitched copy; the block table follows at its own row stride.
   InputLayout l;
-  size_t off = 0;
-  auto take = [&off](int64_t bytes) {
-    const size_t at = off;
-    off += (static_cast<size_t>(bytes) + 15) / 16 * 16;
-    return at;
-  };
   const int64_t tokens = limits.max_num_tokens, reqs = limits.max_num_reqs;
-  l.query_start_loc = take((reqs + 1) * 4);
-  l.seq_lens = take(reqs * 4);
-  l.input_ids = take(tokens * 4);
-  l.logits_indices = take(tokens * 4);
-  l.positions = take(tokens * 8);
-  l.slot_mapping = take(tokens * 8);
-  l.block_table = take(reqs * limits.max_blocks_per_seq * 4);
-  l.total = off;
+  l.pitch = (static_cast<size_t>(std::max(tokens * 8, (reqs + 1) * 4)) + 15) / 16 * 16;
+  l.query_start_loc = 0;
+  l.seq_lens = l.pitch;
+  l.input_ids = 2 * l.pitch;
+  l.logits_indices = 3 * l.pitch;
+  l.positions = 4 * l.pitch;
+  l.slot_mapping = 5 * l.pitch;
+  l.block_table = 6 * l.pitch;
+  l.total = l.block_table + static_cast<size_t>(reqs * limits.max_blocks_per_seq) * 4;
   return l;
 }
 
@@ -91,8 +88,8 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   logits_ = Tensor::empty({limits_.max_num_reqs, c.vocab_size}, DType::kF32, device_);
   // The model's per-step activations: one allocation for the largest step (a profiling runner's arena is counted
   // in the profile's peak); at most one logits row per scheduled token (prompt logprobs).
-  activations_ = std::make_unique<ActivationMemory>(
-      model_, ActivationLimits{limits_.max_num_tokens, limits_.max_num_tokens});
+  activations_ =
+      std::make_unique<ActivationMemory>(model_, ActivationLimits{limits_.max_num_tokens, limits_.max_num_tokens});
   if (!device_.is_cpu()) {
     // The attention kernels' split-K scratch, allocated once (never inside a step) and zeroed: its leading
     // counters must start at zero (the kernels keep them there). Sized as it always was: its size decides the
@@ -165,8 +162,8 @@ ModelRunner::PromptLogprobRange ModelRunner::prompt_logprob_range(const RequestS
   return {first, std::max<int64_t>(0, last - first + 1)};
 }
 
-size_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
-                                const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges) {
+int64_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
+                                 const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges) {
   const int64_t num_reqs = static_cast<int64_t>(reqs.size());
   const InputLayout &L = layout_;
   auto *host = host_inputs_.data<uint8_t>();
@@ -178,7 +175,7 @@ size_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const s
   auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_indices);
   auto *table = reinterpret_cast<int32_t *>(host + L.block_table);
   const int64_t bs = config_.block_size, width = limits_.max_blocks_per_seq;
-  int64_t t = 0;
+  int64_t t = 0, max_blocks = 1;
   qsl[0] = 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
     const RequestState &s = *reqs[r];
@@ -204,6 +201,7 @@ size_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const s
     int64_t &written = block_table_widths_[r];
     if (written > num_blocks) std::fill(row + num_blocks, row + written, 0);
     written = num_blocks;
+    max_blocks = std::max(max_blocks, num_blocks);
   }
   for (size_t i = 0; i < rows.size(); ++i) logits_idx[i] = qsl[rows[i] + 1] - 1;
   // Prompt position q is scored by the row of position q - 1.
@@ -213,7 +211,7 @@ size_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const s
       logits_idx[next_row++] = qsl[r] + static_cast<int32_t>(q - 1 - reqs[r]->num_computed_tokens);
     }
   }
-  return L.block_table + static_cast<size_t>(num_reqs * width) * 4;
+  return max_blocks;
 }
 
 Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
@@ -234,12 +232,20 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   CHECK_LE(num_logits, num_tokens) << "more logits rows than scheduled tokens";
   // The previous step's copy must have read the host buffer before it is overwritten.
   inputs_copied_.synchronize();
-  const size_t used_bytes = fill_inputs(reqs, num_new, rows, ranges);
-  // One host -> device copy of everything the step reads: the prefix [0, end of the used block-table rows), as a
-  // [1, bytes] view so it is one contiguous row.
+  const int64_t max_blocks = fill_inputs(reqs, num_new, rows, ranges);
+  // Two pitched host -> device copies of only what this step wrote (a decode step's inputs are a few KB whatever
+  // the capacities): the used prefix of the six arrays (at most num_tokens 8-byte elements each; num_reqs + 1 <=
+  // 2 num_tokens 4-byte ones), and the used columns of the block table's num_reqs rows.
   if (!device_.is_cpu()) {
-    const int64_t bytes = static_cast<int64_t>(used_bytes);
-    device_inputs_.slice(0, 0, bytes).view({1, bytes}).copy_from(host_inputs_.slice(0, 0, bytes).view({1, bytes}));
+    const InputLayout &L = layout_;
+    auto pitched = [](const Tensor &buffer, size_t offset, int64_t rows, int64_t row_bytes, int64_t pitch) {
+      return buffer.slice(0, static_cast<int64_t>(offset), buffer.numel()).as_strided({rows, row_bytes}, {pitch, 1});
+    };
+    const int64_t pitch = static_cast<int64_t>(L.pitch), width = std::min(num_tokens * 8, pitch);
+    pitched(device_inputs_, 0, 6, width, pitch).copy_from(pitched(host_inputs_, 0, 6, width, pitch));
+    const int64_t table_pitch = limits_.max_blocks_per_seq * 4;
+    pitched(device_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch)
+        .copy_from(pitched(host_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch));
     inputs_copied_.record();
   }
   uint8_t *dev = device_inputs_.data<uint8_t>();
@@ -254,7 +260,8 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   ops::AttentionMetadata &md = batch.attention;
   md.query_start_loc = view(L.query_start_loc, {num_reqs + 1}, DType::kI32);
   md.seq_lens = view(L.seq_lens, {num_reqs}, DType::kI32);
-  // [num_reqs, max_blocks_per_seq] at the fixed row stride; entries past a request's blocks are 0 and never read.
+  // [num_reqs, max_blocks_per_seq] at the fixed row stride. On the device only this step's columns were copied:
+  // entries past a request's blocks hold zeros or an earlier step's (valid) ids, and the kernels never read them.
   md.block_table = view(L.block_table, {num_reqs, limits_.max_blocks_per_seq}, DType::kI32);
   md.slot_mapping = view(L.slot_mapping, {num_tokens}, DType::kI64);
   md.num_reqs = num_reqs;

@@ -30,10 +30,10 @@ struct ModelRunnerConfig {
   int32_t block_size = 16;  // tokens per block (the KVCacheManager's block_size)
   // Capacities of the persistent buffers, fixed at construction; a larger step is a CHECK naming the limit. 0: the
   // scheduler's default (SchedulerConfig), and always at most what the KV cache can hold (ModelRunner::Limits).
-  int64_t max_num_tokens = 0;          // the scheduler's max_num_batched_tokens
-  int64_t max_num_reqs = 0;            // max_num_seqs
-  int64_t max_model_len = 0;           // block-table row width = ceil(max_model_len / block_size); 0: num_blocks
-  uint64_t seed = 0;                   // engine-wide seed of unseeded requests
+  int64_t max_num_tokens = 0;  // the scheduler's max_num_batched_tokens
+  int64_t max_num_reqs = 0;    // max_num_seqs
+  int64_t max_model_len = 0;   // block-table row width = ceil(max_model_len / block_size); 0: num_blocks
+  uint64_t seed = 0;           // engine-wide seed of unseeded requests
 };
 
 // The Sampler's settings for one request (vLLM's SamplingParams ->
@@ -115,14 +115,14 @@ class ModelRunner : public ModelExecutor {
   // (ranges, batch order; empty `ranges`: none).
   Tensor run_model(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
                    const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges);
-  // Writes the step's inputs into the host mirror at their fixed offsets; returns the bytes to copy (a prefix).
-  size_t fill_inputs(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
-                     const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges);
+  // Writes the step's inputs into the host mirror at their fixed offsets; returns the widest block-table row used.
+  int64_t fill_inputs(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
+                      const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges);
 
-  // Byte offsets of the step inputs in the persistent buffers, fixed at construction (16-byte aligned sections).
-  // The block table is last, so a step copies the prefix [0, block_table + num_reqs rows).
+  // Byte offsets of the step inputs in the persistent buffers, fixed at construction: the six per-step arrays at
+  // multiples of one pitch (16-byte aligned), then the block table, so a step copies only the used prefix of each.
   struct InputLayout {
-    size_t query_start_loc, seq_lens, input_ids, logits_indices, positions, slot_mapping, block_table, total;
+    size_t pitch, query_start_loc, seq_lens, input_ids, logits_indices, positions, slot_mapping, block_table, total;
     static InputLayout plan(const Limits &limits);
   };
   static Limits resolve_limits(const ModelRunnerConfig &config);
