@@ -26,6 +26,7 @@ void add_model_flags(ArgParser &parser, ModelFlags *f) {
                     "Hugging Face model directory (config.json, *.safetensors, "
                     "tokenizer.json)");
   parser.add_string("tokenizer", &f->tokenizer, "tokenizer directory (default: the model directory)");
+  parser.add_string("tokenizer-pipeline", &f->tokenizer_pipeline, kTokenizerPipelineHelp);
   parser.add_string("config", &f->config_file, "config.json to use with --load-format dummy (no weights needed)");
   parser.add_string("dtype", &f->dtype,
                     "weight (on cuda also activation) dtype: auto (the checkpoint's) | float32 | bfloat16 | float16");
@@ -191,7 +192,12 @@ StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_from_flags(const ModelFlags 
   const std::string tok_dir = f.tokenizer.empty() ? f.model : f.tokenizer;
   if (!tok_dir.empty() &&
       (need_tokenizer || std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json"))) {
-    return Tokenizer::from_dir(tok_dir);
+    TokenizerPipeline pipeline;
+    if (!parse_tokenizer_pipeline(f.tokenizer_pipeline, &pipeline)) {
+      return invalid_argument("--tokenizer-pipeline '" + f.tokenizer_pipeline +
+                              "': expected transformers or tokenizers");
+    }
+    return Tokenizer::from_dir(tok_dir, pipeline);
   }
   if (need_tokenizer) return invalid_argument("--tokenizer: a tokenizer directory is needed for text prompts");
   return std::unique_ptr<Tokenizer>();
@@ -205,6 +211,7 @@ std::vector<std::string> to_args(const ModelFlags &f) {
   };
   add("--model", f.model);
   add("--tokenizer", f.tokenizer);
+  add("--tokenizer-pipeline", f.tokenizer_pipeline);
   add("--config", f.config_file);
   add("--load-format", f.load_format);
   add("--dtype", f.dtype);
@@ -215,9 +222,11 @@ std::vector<std::string> to_args(const ModelFlags &f) {
 }
 
 std::vector<std::string> to_args(const EngineFlags &f) {
-  return {"--max-model-len=" + std::to_string(f.max_model_len), "--max-num-seqs=" + std::to_string(f.max_num_seqs),
+  return {"--max-model-len=" + std::to_string(f.max_model_len),
+          "--max-num-seqs=" + std::to_string(f.max_num_seqs),
           "--max-num-batched-tokens=" + std::to_string(f.max_num_batched_tokens),
-          "--block-size=" + std::to_string(f.block_size), "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
+          "--block-size=" + std::to_string(f.block_size),
+          "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
           "--gpu-memory-utilization=" + std::to_string(f.gpu_memory_utilization),
           "--scheduling-policy=" + f.scheduling_policy,
           f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching"};

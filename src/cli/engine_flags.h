@@ -20,9 +20,15 @@ namespace llmserve::cli {
 
 struct ModelFlags {
   std::string model, tokenizer, config_file, load_format = "auto", dtype = "auto", device = "cpu";
-  int64_t seed = -1;  // sampling seed when >= 0; also seeds dummy weights (0 when unset)
+  std::string tokenizer_pipeline = "transformers";  // transformers | tokenizers (TokenizerPipeline)
+  int64_t seed = -1;                                // sampling seed when >= 0; also seeds dummy weights (0 when unset)
   int64_t num_threads = 0;
 };
+// --tokenizer-pipeline's help (vLLM's --tokenizer-mode picks a tokenizer implementation; this picks whose
+// pipeline ours reproduces, hence another name).
+inline constexpr const char *kTokenizerPipelineHelp =
+    "transformers (default: as transformers 5's AutoTokenizer, what vLLM uses) | tokenizers (tokenizer.json "
+    "exactly as the HF `tokenizers` library runs it)";
 void add_model_flags(ArgParser &parser, ModelFlags *f);
 
 struct EngineFlags {

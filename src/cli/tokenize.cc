@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "core/thread_pool.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/incremental_detokenizer.h"
@@ -45,8 +46,8 @@ Json ids_and_tokens(const Tokenizer& tok, const std::vector<int32_t>& ids) {
 // Renders the conversation with the model's chat template as transformers' apply_chat_template does (tools and
 // documents null when absent, the tokenizer's bos/eos strings), then encodes without adding special tokens: the
 // template writes them itself.
-std::string process_messages(const Tokenizer& tok, const StatusOr<ChatTemplate>& chat_template,
-                             const std::string& line, const std::string& where) {
+std::string process_messages(const Tokenizer& tok, const StatusOr<ChatTemplate>& chat_template, const std::string& line,
+                             const std::string& where) {
   if (!chat_template.ok()) return error_line(where + chat_template.status().message());
   // Parsed again with key order kept: templates print tool schemas with tojson.
   nlohmann::ordered_json in = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -108,7 +109,7 @@ std::string process_line(const Tokenizer& tok, const StatusOr<ChatTemplate>& cha
 }
 
 int run_tokenize(const std::vector<std::string>& args) {
-  std::string tokenizer_path, input = "-";
+  std::string tokenizer_path, input = "-", pipeline_name = "transformers";
   ArgParser parser("tokenize",
                    "Tokenizes JSONL: each line {\"text\": ..., \"add_special_tokens\": bool} gives "
                    "{\"ids\": [...], \"tokens\": [...]}; {\"ids\": [...]} gives {\"text\": ...};\n"
@@ -116,12 +117,19 @@ int run_tokenize(const std::vector<std::string>& args) {
                    "template and gives {\"ids\", \"tokens\", \"text\"}.");
   parser.add_string("tokenizer", &tokenizer_path, "model directory or tokenizer.json path");
   parser.add_string("input", &input, "JSONL file, or - for stdin (default)");
+  parser.add_string("tokenizer-pipeline", &pipeline_name, kTokenizerPipelineHelp);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (tokenizer_path.empty()) {
     std::fprintf(stderr, "tokenize: --tokenizer is required\n");
     return 2;
   }
-  auto tok = Tokenizer::from_dir(tokenizer_path);
+  TokenizerPipeline pipeline;
+  if (!parse_tokenizer_pipeline(pipeline_name, &pipeline)) {
+    std::fprintf(stderr, "tokenize: --tokenizer-pipeline '%s': expected transformers or tokenizers\n",
+                 pipeline_name.c_str());
+    return 2;
+  }
+  auto tok = Tokenizer::from_dir(tokenizer_path, pipeline);
   if (!tok.ok()) {
     std::fprintf(stderr, "tokenize: %s\n", tok.status().to_string().c_str());
     return 1;
@@ -143,7 +151,8 @@ int run_tokenize(const std::vector<std::string>& args) {
       source ? ChatTemplate::parse(*source) : StatusOr<ChatTemplate>(not_found("the tokenizer has no chat template"));
   std::vector<std::string> results(lines.size());
   ThreadPool::global().parallel_for(static_cast<int64_t>(lines.size()), 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) results[i] = process_line(**tok, chat_template, lines[i], static_cast<size_t>(i + 1));
+    for (int64_t i = begin; i < end; ++i)
+      results[i] = process_line(**tok, chat_template, lines[i], static_cast<size_t>(i + 1));
   });
   for (const auto& r : results) {
     std::fwrite(r.data(), 1, r.size(), stdout);

@@ -37,10 +37,17 @@ std::optional<std::string> token_string(const Json& j, const char* key) {
   return std::nullopt;
 }
 
+// tokenizer.json as the chosen pipeline runs it: transformers' class may rebuild some components.
+StatusOr<Json> pipeline_json(const std::string& text, const Json& config, std::string_view model_type,
+                             TokenizerPipeline pipeline) {
+  ASSIGN_OR_RETURN(Json j, parse_json(text, "tokenizer.json"));
+  if (pipeline == TokenizerPipeline::kHfTokenizers) return j;
+  return apply_transformers_class(std::move(j), config, transformers_tokenizer_class(config, model_type));
+}
+
 }  // namespace
 
-Status Tokenizer::load_tokenizer_json(const std::string& text) {
-  ASSIGN_OR_RETURN(Json j, parse_json(text, "tokenizer.json"));
+Status Tokenizer::load_tokenizer_json(const Json& j) {
   auto ctx = [](const Status& s) { return s.with_context("tokenizer.json"); };
   const Json* model = json_util::find(j, "model");
   if (model == nullptr) return invalid_argument("tokenizer.json: model: missing");
@@ -111,8 +118,7 @@ Status Tokenizer::load_tokenizer_json(const std::string& text) {
   return ok_status();
 }
 
-Status Tokenizer::load_config(const std::string& text, const std::string& file) {
-  ASSIGN_OR_RETURN(Json j, parse_json(text, file));
+Status Tokenizer::load_config(const Json& j, const std::string& file, TokenizerPipeline pipeline) {
   if (auto s = token_string(j, "bos_token")) bos_token_ = *s;
   if (auto s = token_string(j, "eos_token")) eos_token_ = *s;
   if (auto s = token_string(j, "pad_token")) pad_token_ = *s;
@@ -141,12 +147,14 @@ Status Tokenizer::load_config(const std::string& text, const std::string& file) 
       return invalid_argument(file + ": chat_template: expected a string or a list of {name, template}");
     }
   }
-  // transformers rebuilds the post-processor of Llama-family fast tokenizers from these two flags.
+  // The tokenizers pipeline keeps this library's earlier rule: Llama-family classes rebuild the post-processor
+  // from these flags (add_bos_token defaulting to true). transformers 5 drops both flags whenever tokenizer.json
+  // exists (PreTrainedTokenizerBase.from_pretrained) and keeps its post-processor, so it never applies them.
   std::string cls;
   if (auto c = token_string(j, "tokenizer_class")) cls = *c;
   bool llama_like = cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast" || cls == "CodeLlamaTokenizer" ||
                     cls == "CodeLlamaTokenizerFast" || cls == "GemmaTokenizer" || cls == "GemmaTokenizerFast";
-  if (llama_like && (add_bos_token_ || add_eos_token_)) {
+  if (pipeline == TokenizerPipeline::kHfTokenizers && llama_like && (add_bos_token_ || add_eos_token_)) {
     std::vector<int32_t> prefix, suffix;
     bool add_bos = add_bos_token_.value_or(true), add_eos = add_eos_token_.value_or(false);
     if (add_bos) {
@@ -199,17 +207,21 @@ void Tokenizer::finish_loading() {
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_json(const std::string& tokenizer_json_text,
-                                                          const std::string& tokenizer_config_json_text) {
-  std::unique_ptr<Tokenizer> t(new Tokenizer());
-  RETURN_IF_ERROR(t->load_tokenizer_json(tokenizer_json_text));
+                                                          const std::string& tokenizer_config_json_text,
+                                                          TokenizerPipeline pipeline) {
+  Json config = Json::object();
   if (!tokenizer_config_json_text.empty()) {
-    RETURN_IF_ERROR(t->load_config(tokenizer_config_json_text, "tokenizer_config.json"));
+    ASSIGN_OR_RETURN(config, parse_json(tokenizer_config_json_text, "tokenizer_config.json"));
   }
+  ASSIGN_OR_RETURN(Json j, pipeline_json(tokenizer_json_text, config, "", pipeline));
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  RETURN_IF_ERROR(t->load_tokenizer_json(j));
+  if (!tokenizer_config_json_text.empty()) RETURN_IF_ERROR(t->load_config(config, "tokenizer_config.json", pipeline));
   t->finish_loading();
   return t;
 }
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_dir(const std::string& dir_or_file) {
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_dir(const std::string& dir_or_file, TokenizerPipeline pipeline) {
   namespace fs = std::filesystem;
   fs::path path(dir_or_file);
   std::error_code ec;
@@ -217,14 +229,27 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_dir(const std::string& dir_
   fs::path json_path = fs::is_directory(path, ec) ? path / "tokenizer.json" : path;
   auto json_text = read_file(json_path);
   if (!json_text) return not_found(json_path.string() + ": cannot read tokenizer.json");
+  const std::string config_file = (dir / "tokenizer_config.json").string();
+  auto config_text = read_file(config_file);
+  Json config = Json::object();
+  if (config_text) {
+    ASSIGN_OR_RETURN(config, parse_json(*config_text, config_file));
+  }
+  // AutoTokenizer lets config.json's model_type override the configured class; an unreadable config.json is
+  // the model loader's error to report, here it only means "no model_type".
+  std::string model_type;
+  if (auto text = read_file(dir / "config.json")) {
+    Json c = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (auto m = token_string(c, "model_type")) model_type = *m;
+  }
+  auto j = pipeline_json(*json_text, config, model_type, pipeline);
+  if (!j.ok()) return j.status().with_context(json_path.string());
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  RETURN_IF_ERROR(t->load_tokenizer_json(*json_text).with_context(json_path.string()));
+  RETURN_IF_ERROR(t->load_tokenizer_json(*j).with_context(json_path.string()));
   if (auto text = read_file(dir / "special_tokens_map.json")) {
     RETURN_IF_ERROR(t->load_special_tokens_map(*text, (dir / "special_tokens_map.json").string()));
   }
-  if (auto text = read_file(dir / "tokenizer_config.json")) {
-    RETURN_IF_ERROR(t->load_config(*text, (dir / "tokenizer_config.json").string()));
-  }
+  if (config_text) RETURN_IF_ERROR(t->load_config(config, config_file, pipeline));
   if (auto text = read_file(dir / "chat_template.jinja")) t->chat_templates_["default"] = *text;
   if (auto text = read_file(dir / "generation_config.json")) t->add_generation_eos(*text);
   t->finish_loading();

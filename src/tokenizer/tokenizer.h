@@ -22,6 +22,7 @@
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/transformers_compat.h"
 
 namespace llmserve {
 
@@ -31,10 +32,14 @@ class Tokenizer {
   // chat_template.jinja and generation_config.json when present) or a tokenizer.json path. NotFound if
   // tokenizer.json is missing; InvalidArgument naming the file and JSON field for malformed content;
   // Unimplemented naming the component for a kind of normalizer/model/... this library does not support.
-  static StatusOr<std::unique_ptr<Tokenizer>> from_dir(const std::string& dir);
-  // The same from file contents (config may be empty).
+  // kTransformers applies what transformers 5's AutoTokenizer changes (the class from tokenizer_config.json and
+  // config.json's model_type); kHfTokenizers runs tokenizer.json as the `tokenizers` library does.
+  static StatusOr<std::unique_ptr<Tokenizer>> from_dir(const std::string& dir,
+                                                       TokenizerPipeline pipeline = TokenizerPipeline::kTransformers);
+  // The same from file contents (config may be empty; no config.json).
   static StatusOr<std::unique_ptr<Tokenizer>> from_json(const std::string& tokenizer_json_text,
-                                                        const std::string& tokenizer_config_json_text = "");
+                                                        const std::string& tokenizer_config_json_text = "",
+                                                        TokenizerPipeline pipeline = TokenizerPipeline::kTransformers);
 
   // Ids of `text`; with add_special_tokens the post-processor adds BOS/EOS/CLS/... Invalid UTF-8 in `text`
   // is first replaced by U+FFFD (HF only accepts valid strings).
@@ -76,8 +81,8 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
-  Status load_tokenizer_json(const std::string& text);
-  Status load_config(const std::string& text, const std::string& file);
+  Status load_tokenizer_json(const json_util::Json& j);
+  Status load_config(const json_util::Json& j, const std::string& file, TokenizerPipeline pipeline);
   Status load_special_tokens_map(const std::string& text, const std::string& file);
   void add_generation_eos(const std::string& text);
   void finish_loading();

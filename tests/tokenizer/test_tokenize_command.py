@@ -68,7 +68,9 @@ def test_messages_lines_match_jinja2_and_hf_tokenizers(llmserve_bin, testdata):
     bad = ['{"messages": "hi"}', '{"messages": [], "add_generation_prompt": 1}',
            '{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 3}']
     lines = [json.dumps(c, ensure_ascii=False) for c in conversations] + bad
-    r = run(llmserve_bin, "--tokenizer", str(tok_dir), stdin="\n".join(lines) + "\n")
+    # The `tokenizers` pipeline: HF tokenizers is the oracle here (test_tokenizer_transformers.py: the default).
+    r = run(llmserve_bin, "--tokenizer", str(tok_dir), "--tokenizer-pipeline", "tokenizers",
+            stdin="\n".join(lines) + "\n")
     assert r.returncode == 0, r.stderr
     outs = [json.loads(line) for line in r.stdout.split("\n") if line]
     for conv, out in zip(conversations, outs):

@@ -1,6 +1,7 @@
 # Differential tests of `llmserve tokenize` against HF `tokenizers` (the installed wheel) on every tokenizer we
 # have or can rebuild: ids on fixed vectors plus 2,000 random strings each, decode and streaming decode on
-# random id sequences, and the independent llama.cpp / swift-transformers / llama2.c expectations.
+# random id sequences, and the independent llama.cpp / swift-transformers / llama2.c expectations. These run the
+# `tokenizers` pipeline (--tokenizer-pipeline tokenizers); test_tokenizer_transformers.py covers the default.
 import json
 import subprocess
 
@@ -28,7 +29,8 @@ def tokenizer_dirs(testdata, tmp_path_factory):
 
 def run_tokenize(llmserve_bin, path, requests):
     lines = "\n".join(json.dumps(r) for r in requests) + "\n"
-    r = subprocess.run([str(llmserve_bin), "tokenize", "--tokenizer", str(path)], input=lines,
+    r = subprocess.run([str(llmserve_bin), "tokenize", "--tokenizer", str(path), "--tokenizer-pipeline", "tokenizers"],
+                       input=lines,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     outs = [json.loads(line) for line in r.stdout.split("\n") if line]  # not splitlines(): U+2028 is data

@@ -55,13 +55,20 @@ TEST(Tokenizer, ConfigTemplatesAndLlamaFlags) {
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ((*plain)->encode("a"), (std::vector<int32_t>{0, 2}));
   EXPECT_FALSE((*plain)->chat_template().has_value());
-  // transformers rebuilds a Llama tokenizer's post-processor from add_bos_token / add_eos_token.
+  // The tokenizers pipeline rebuilds a Llama tokenizer's post-processor from add_bos_token / add_eos_token.
   std::string config = R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>",
     "eos_token": {"content": "</s>", "special": true}, "add_bos_token": false, "add_eos_token": true,
     "chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})";
-  auto llama = Tokenizer::from_json(json, config);
+  auto llama = Tokenizer::from_json(json, config, TokenizerPipeline::kHfTokenizers);
   ASSERT_TRUE(llama.ok()) << llama.status().to_string();
   EXPECT_EQ((*llama)->encode("a"), (std::vector<int32_t>{2, 1}));
+  // transformers 5 drops both flags when tokenizer.json exists: tokenizer.json's post-processor (BOS) stays.
+  auto v5 = Tokenizer::from_json(json, config);
+  ASSERT_TRUE(v5.ok()) << v5.status().to_string();
+  std::vector<int32_t> ids = (*v5)->encode("a");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), 0);
+  EXPECT_NE(ids.back(), 1);
   EXPECT_EQ((*llama)->chat_template(), "D");
   EXPECT_EQ((*llama)->chat_template("tool_use"), "T");
   EXPECT_EQ((*llama)->chat_template_names(), (std::vector<std::string>{"default", "tool_use"}));
