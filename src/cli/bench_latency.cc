@@ -10,6 +10,7 @@
 #include "cli/bench_serve.h"
 #include "cli/bench_throughput.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "model/model_registry.h"
@@ -161,6 +162,8 @@ int run_latency(const std::vector<std::string>& args) {
   parser.add_int("num-threads", &f.num_threads, "CPU threads (default: all)");
   parser.add_int("num-iters", &f.num_iters, "timed repetitions; the best is reported (default 3)");
   parser.add_int("seed", &f.seed, "seed for dummy weights and prompts");
+  EngineFlags graph_flags;  // only the CUDA-graph flags are registered
+  add_cuda_graph_flags(parser, &graph_flags);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (f.batch_size <= 0 || f.input_len <= 0 || f.output_len <= 0 || f.num_iters <= 0) {
     return fail(invalid_argument("--batch-size, --input-len, --output-len and --num-iters must be positive"));
@@ -205,6 +208,10 @@ int run_latency(const std::vector<std::string>& args) {
   rc.max_num_tokens = f.batch_size * f.input_len;
   rc.max_num_reqs = f.batch_size;
   rc.max_model_len = f.input_len + f.output_len + 1;
+  StatusOr<CudaGraphFlags> graphs = resolve_cuda_graph_flags(graph_flags);
+  if (!graphs.ok()) return fail(graphs.status());
+  rc.cuda_graph_mode = graphs->mode;
+  rc.cuda_graph_capture_sizes = graphs->capture_sizes;
   ModelRunner runner(**model, rc);
   std::mt19937 rng(static_cast<uint32_t>(f.seed));
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -286,6 +293,12 @@ int run_latency(const std::vector<std::string>& args) {
               static_cast<long long>(f.output_len),
               on_cuda ? options.device.to_string().c_str()
                       : ("cpu, " + std::to_string(ThreadPool::global().num_threads()) + " threads").c_str());
+  const std::vector<int64_t> graph_sizes = runner.cuda_graph_sizes();
+  std::printf("cuda graphs: %s\n", graph_sizes.empty() ? "none (eager)"
+                                                       : ("FULL decode, " + std::to_string(graph_sizes.size()) +
+                                                          " sizes up to " + std::to_string(graph_sizes.back()) + ", " +
+                                                          std::to_string(runner.cuda_graph_bytes() >> 20) + " MiB")
+                                                             .c_str());
   std::printf("model load: %.2f s (%s)\n", load_s,
               f.load_format == "dummy" ? "dummy weights generated on the host" : "safetensors");
   if (on_cuda) {

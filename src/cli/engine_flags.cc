@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <utility>
 
 #include "cli/builtin_default.h"
+#include "core/logging.h"
 #include "core/thread_pool.h"
 #include "model/model_registry.h"
 
@@ -51,6 +53,55 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_bool("enable-prefix-caching", &f->enable_prefix_caching, "reuse cached prompt blocks (default on)");
   parser.add_string("scheduling-policy", &f->scheduling_policy,
                     "fcfs (default) | priority (a request's priority: lower is served earlier)");
+  add_cuda_graph_flags(parser, f);
+}
+
+void add_cuda_graph_flags(ArgParser &parser, EngineFlags *f) {
+  parser.add_string("cuda-graph-mode", &f->cuda_graph_mode,
+                    "none | piecewise | full | full_decode_only | full_and_piecewise (default): FULL graphs of "
+                    "uniform decode batches; PIECEWISE is not built (prefill and mixed batches run eagerly); "
+                    "ignored on cpu");
+  parser.add_string("cuda-graph-capture-sizes", &f->cuda_graph_capture_sizes,
+                    "decode batch sizes to capture, e.g. 1,2,4,8 (default: vLLM's list up to min(2 x "
+                    "max-num-seqs, 512), capped by max-num-seqs and max-num-batched-tokens)");
+  parser.add_string("compilation-config", &f->compilation_config,
+                    "JSON: {\"cudagraph_mode\": \"...\", \"cudagraph_capture_sizes\": [...]} (other keys refused)");
+  parser.add_bool("enforce-eager", &f->enforce_eager, "no CUDA graphs (= --cuda-graph-mode none)");
+}
+
+StatusOr<CudaGraphFlags> resolve_cuda_graph_flags(const EngineFlags &f) {
+  CudaGraphFlags out;
+  std::optional<CudaGraphMode> mode;
+  if (!f.cuda_graph_mode.empty()) {
+    ASSIGN_OR_RETURN(CudaGraphMode m, parse_cuda_graph_mode(f.cuda_graph_mode, "--cuda-graph-mode"));
+    mode = m;
+  }
+  if (!f.cuda_graph_capture_sizes.empty()) {
+    ASSIGN_OR_RETURN(out.capture_sizes, parse_capture_sizes(f.cuda_graph_capture_sizes, "--cuda-graph-capture-sizes"));
+  }
+  if (!f.compilation_config.empty()) {
+    ASSIGN_OR_RETURN(CompilationConfig c, parse_compilation_config(f.compilation_config));
+    if (c.has_mode) {
+      if (mode && *mode != c.mode) {
+        return invalid_argument("--compilation-config cudagraph_mode and --cuda-graph-mode disagree");
+      }
+      mode = c.mode;
+    }
+    if (!c.capture_sizes.empty()) {
+      if (!out.capture_sizes.empty() && out.capture_sizes != c.capture_sizes) {
+        return invalid_argument("--compilation-config cudagraph_capture_sizes and --cuda-graph-capture-sizes disagree");
+      }
+      out.capture_sizes = c.capture_sizes;
+    }
+  }
+  if (f.enforce_eager) {
+    if (mode && *mode != CudaGraphMode::kNone) {
+      return invalid_argument("--enforce-eager contradicts cudagraph_mode " + std::string(cuda_graph_mode_name(*mode)));
+    }
+    mode = CudaGraphMode::kNone;
+  }
+  if (mode) out.mode = *mode;
+  return out;
 }
 
 void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temperature) {
@@ -229,14 +280,18 @@ std::vector<std::string> to_args(const EngineFlags &f) {
           "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
           "--gpu-memory-utilization=" + std::to_string(f.gpu_memory_utilization),
           "--scheduling-policy=" + f.scheduling_policy,
-          f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching"};
+          f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching",
+          "--cuda-graph-mode=" + f.cuda_graph_mode,
+          "--cuda-graph-capture-sizes=" + f.cuda_graph_capture_sizes,
+          "--compilation-config=" + f.compilation_config,
+          f.enforce_eager ? "--enforce-eager" : "--no-enforce-eager"};
 }
 
 Status check_engine_flags(const EngineFlags &f) {
   if (f.scheduling_policy != "fcfs" && f.scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy '" + f.scheduling_policy + "': expected fcfs or priority");
   }
-  return ok_status();
+  return resolve_cuda_graph_flags(f).status();
 }
 
 EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {
@@ -250,6 +305,11 @@ EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {
   a.enable_prefix_caching = f.enable_prefix_caching;
   a.scheduling_policy = f.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   a.seed = static_cast<uint64_t>(std::max<int64_t>(0, m.seed));
+  // check_engine_flags ran first; invalid CUDA-graph flags never get here.
+  StatusOr<CudaGraphFlags> graphs = resolve_cuda_graph_flags(f);
+  CHECK(graphs.ok()) << graphs.status().message();
+  a.cuda_graph_mode = graphs->mode;
+  a.cuda_graph_capture_sizes = graphs->capture_sizes;
   return a;
 }
 

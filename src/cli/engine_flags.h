@@ -14,6 +14,7 @@
 #include "engine/sampling_params.h"
 #include "frontend/llm_engine.h"
 #include "model/causal_lm.h"
+#include "runtime/cuda_graph_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve::cli {
@@ -37,8 +38,20 @@ struct EngineFlags {
   double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
   std::string scheduling_policy = "fcfs";  // fcfs | priority (checked by check_engine_flags)
+  // CUDA graphs, vLLM's flags (checked by check_engine_flags; empty: not given).
+  std::string cuda_graph_mode, cuda_graph_capture_sizes, compilation_config;
+  bool enforce_eager = false;
 };
-// InvalidArgument naming the flag for values the parser cannot check (--scheduling-policy).
+// The CUDA-graph mode and capture sizes the flags ask for (full_and_piecewise and vLLM's sizes when none is given).
+// InvalidArgument naming the flag for a bad value, an unknown --compilation-config key, or flags that disagree.
+struct CudaGraphFlags {
+  CudaGraphMode mode = CudaGraphMode::kFullAndPiecewise;
+  std::vector<int64_t> capture_sizes;
+};
+StatusOr<CudaGraphFlags> resolve_cuda_graph_flags(const EngineFlags &f);
+// The four CUDA-graph flags alone (add_engine_flags registers them too; bench latency only these).
+void add_cuda_graph_flags(ArgParser &parser, EngineFlags *f);
+// InvalidArgument naming the flag for values the parser cannot check (--scheduling-policy, the CUDA-graph flags).
 Status check_engine_flags(const EngineFlags &f);
 void add_engine_flags(ArgParser &parser, EngineFlags *f);
 

@@ -32,11 +32,14 @@ StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Engine
   if (args.block_size < 1) return invalid_argument("block_size must be at least 1");
   c.cache.block_size = args.block_size;
   c.cache.enable_prefix_caching = args.enable_prefix_caching;
+  ModelRunnerConfig graphs;
+  graphs.cuda_graph_mode = args.cuda_graph_mode;
+  graphs.cuda_graph_capture_sizes = args.cuda_graph_capture_sizes;
   int64_t num_blocks = 0;
   if (args.num_kv_cache_tokens <= 0 && !model.device().is_cpu()) {
     ASSIGN_OR_RETURN(KVCachePlan plan,
                      plan_gpu_kv_cache(model, args.block_size, std::min<int64_t>(sc.max_num_batched_tokens, INT32_MAX),
-                                       sc.max_num_seqs, sc.max_model_len, args.gpu_memory_utilization));
+                                       sc.max_num_seqs, sc.max_model_len, args.gpu_memory_utilization, graphs));
     c.kv_cache_summary = plan.summary;
     std::fprintf(stderr, "llmserve: %s\n", plan.summary.c_str());
     num_blocks = plan.num_blocks;
@@ -57,6 +60,8 @@ StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Engine
   c.runner.max_num_reqs = sc.max_num_seqs;
   c.runner.max_model_len = sc.max_model_len;
   c.runner.seed = args.seed;
+  c.runner.cuda_graph_mode = args.cuda_graph_mode;
+  c.runner.cuda_graph_capture_sizes = args.cuda_graph_capture_sizes;
   return c;
 }
 

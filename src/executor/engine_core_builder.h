@@ -35,6 +35,9 @@ struct EngineArgs {
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   uint64_t seed = 0;       // engine seed of unseeded sampling
   bool log_stats = false;  // the core stamps QUEUED / SCHEDULED / PREEMPTED events and output times
+  // CUDA graphs (vLLM's default full_and_piecewise; the CPU runs eagerly whatever the mode). Empty sizes: vLLM's.
+  CudaGraphMode cuda_graph_mode = CudaGraphMode::kFullAndPiecewise;
+  std::vector<int64_t> cuda_graph_capture_sizes;
 };
 
 // What a built core tells its frontend: the limits the frontend validates against and the model config's EOS

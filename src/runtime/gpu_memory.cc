@@ -15,7 +15,8 @@
 namespace llmserve {
 
 StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int64_t max_num_batched_tokens,
-                                        int64_t max_num_seqs, int64_t max_model_len, double gpu_memory_utilization) {
+                                        int64_t max_num_seqs, int64_t max_model_len, double gpu_memory_utilization,
+                                        const ModelRunnerConfig& graphs) {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) +
                             " must be in (0, 1]");
@@ -36,7 +37,15 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
     rc.max_num_tokens = tokens;
     rc.max_num_reqs = reqs;
     rc.max_model_len = max_model_len;
+    const std::vector<int64_t> sizes = captures_full_decode(graphs.cuda_graph_mode)
+                                           ? resolve_capture_sizes(graphs.cuda_graph_capture_sizes, reqs, tokens)
+                                           : std::vector<int64_t>{};
+    if (!sizes.empty()) {  // every graph has the same kernels: the largest one's memory stands for each
+      rc.cuda_graph_mode = graphs.cuda_graph_mode;
+      rc.cuda_graph_capture_sizes = {sizes.back()};
+    }
     ModelRunner runner(model, rc);
+    if (!sizes.empty()) plan.cuda_graph_bytes = runner.cuda_graph_bytes() * sizes.size() + plan.block_bytes;
     runner.profile_run(tokens, reqs);
     // The runner is built inside the measured window, so its persistent buffers (step inputs, [max_num_seqs, vocab]
     // logits, sampler arrays, attention workspace) count in the peak with the forward's activations. Its own
@@ -50,19 +59,21 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
   plan.used_before_bytes = total_bytes - free_bytes;
   plan.budget_bytes = static_cast<size_t>(gpu_memory_utilization * static_cast<double>(total_bytes));
   const double left = static_cast<double>(plan.budget_bytes) - static_cast<double>(plan.used_before_bytes) -
-                      static_cast<double>(plan.activation_peak_bytes);
+                      static_cast<double>(plan.activation_peak_bytes) - static_cast<double>(plan.cuda_graph_bytes);
   plan.num_blocks = left > 0 ? static_cast<int64_t>(left / static_cast<double>(plan.block_bytes)) : 0;
   plan.num_blocks = std::min<int64_t>(plan.num_blocks, INT32_MAX);
   const double gib = 1024.0 * 1024.0 * 1024.0;
   char line[512];
   std::snprintf(line, sizeof(line),
                 "GPU memory: total %.2f GiB, budget %.2f GiB (utilization %.2f), in use after loading %.2f GiB, "
-                "activation peak %.2f GiB (profiled at %lld tokens / %lld seqs); KV cache: %lld blocks of %d tokens "
+                "activation peak %.2f GiB (profiled at %lld tokens / %lld seqs), CUDA graphs %.1f MiB; KV cache: %lld "
+                "blocks of %d tokens "
                 "(%.2f GiB, %lld tokens); maximal concurrency at max_model_len %lld: %.2fx",
                 total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
                 plan.activation_peak_bytes / gib, static_cast<long long>(tokens), static_cast<long long>(reqs),
-                static_cast<long long>(plan.num_blocks), block_size, plan.num_blocks * plan.block_bytes / gib,
-                static_cast<long long>(plan.num_blocks * block_size), static_cast<long long>(max_model_len),
+                plan.cuda_graph_bytes / (1024.0 * 1024.0), static_cast<long long>(plan.num_blocks), block_size,
+                plan.num_blocks * plan.block_bytes / gib, static_cast<long long>(plan.num_blocks * block_size),
+                static_cast<long long>(max_model_len),
                 max_model_len > 0 ? static_cast<double>(plan.num_blocks * block_size) / max_model_len : 0.0);
   plan.summary = line;
   if (plan.num_blocks < 1 || plan.num_blocks * block_size < max_model_len) {
@@ -73,7 +84,7 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
   }
   return plan;
 #else
-  (void)model, (void)block_size, (void)max_num_batched_tokens, (void)max_num_seqs, (void)max_model_len;
+  (void)model, (void)block_size, (void)max_num_batched_tokens, (void)max_num_seqs, (void)max_model_len, (void)graphs;
   return invalid_argument("--gpu-memory-utilization: this build has no CUDA support");
 #endif
 }

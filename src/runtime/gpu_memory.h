@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "model/causal_lm.h"
+#include "runtime/model_runner.h"
 
 namespace llmserve {
 
@@ -18,6 +19,7 @@ struct KVCachePlan {
   size_t total_bytes = 0;            // device memory
   size_t used_before_bytes = 0;      // in use by anything (weights, context, other processes) before the KV cache
   size_t activation_peak_bytes = 0;  // the profiling forward's peak above that
+  size_t cuda_graph_bytes = 0;       // estimate for the FULL decode graphs (0 without graphs), plus the scratch block
   size_t budget_bytes = 0;           // utilization x total
   std::string summary;               // one line for the log
 };
@@ -25,7 +27,10 @@ struct KVCachePlan {
 // Runs the profiling forward of `max_num_batched_tokens` tokens over min(max_num_seqs, tokens) requests on the
 // model's device and returns the KV-cache plan. InvalidArgument (naming --gpu-memory-utilization) when the
 // budget leaves no room for a single block, or for max_model_len tokens.
+// With CUDA graphs (`graphs`: mode and capture sizes as the runner will get them) the profiling runner captures the
+// largest size once; that graph's memory times the number of sizes, and the scratch block, leave the budget first.
 StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int64_t max_num_batched_tokens,
-                                        int64_t max_num_seqs, int64_t max_model_len, double gpu_memory_utilization);
+                                        int64_t max_num_seqs, int64_t max_model_len, double gpu_memory_utilization,
+                                        const ModelRunnerConfig& graphs = {});
 
 }  // namespace llmserve

@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "engine/scheduler.h"
 #include "kernels/ops.h"
+#include "runtime/cuda_graph_runner.h"
 
 namespace llmserve {
 
@@ -70,9 +71,18 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
       layout_(InputLayout::plan(limits_)),
       sampler_(config_.seed, limits_.max_num_reqs, device_) {
   const ModelConfig &c = model.config();
-  kv_cache_.num_blocks = config_.num_blocks;
+  const bool use_graphs = !device_.is_cpu() && captures_full_decode(config_.cuda_graph_mode);
+  if (use_graphs) {
+    graph_padding_ = std::make_unique<CudaGraphPadding>(
+        resolve_capture_sizes(config_.cuda_graph_capture_sizes, limits_.max_num_reqs, limits_.max_num_tokens));
+    if (graph_padding_->sizes().empty()) graph_padding_.reset();
+  }
+  // With graphs, one extra block past the manager's: the scratch block padded rows read (never written: their
+  // slots are -1), so padding never touches a request's blocks and needs none reserved from the manager.
+  if (graph_padding_) scratch_block_ = config_.num_blocks;
+  kv_cache_.num_blocks = config_.num_blocks + (graph_padding_ ? 1 : 0);
   kv_cache_.block_size = config_.block_size;
-  const Shape shape = {config_.num_blocks, config_.block_size, c.num_key_value_heads, c.head_dim};
+  const Shape shape = {kv_cache_.num_blocks, config_.block_size, c.num_key_value_heads, c.head_dim};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     kv_cache_.key.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
     kv_cache_.value.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
@@ -98,6 +108,74 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
         ops::paged_attention_workspace_elems(std::max<int64_t>(config_.max_num_tokens, 256), c.num_attention_heads,
                                              c.head_dim, std::max<int64_t>(config_.max_model_len, 0));
     if (elems > 0) attention_workspace_ = Tensor::zeros({elems}, DType::kF32, device_);
+  }
+  static bool logged_mode = false;  // one line per process: every engine of a process gets the same flags
+  const CudaGraphMode mode = config_.cuda_graph_mode;
+  if (mode != CudaGraphMode::kNone && !logged_mode) {
+    logged_mode = true;
+    if (device_.is_cpu()) {
+      LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode) << ": eager on cpu (the CPU backend has no graphs)";
+    } else if (!graph_padding_) {
+      LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode)
+                << ": PIECEWISE graphs are not built and no FULL capture size fits; every batch runs eagerly";
+    } else {
+      LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode) << ": FULL graphs for uniform decode batches of "
+                << "up to " << graph_padding_->sizes().back()
+                << " requests; prefill, mixed and larger batches run eagerly (PIECEWISE graphs are not built)";
+    }
+  }
+  if (graph_padding_) capture_cuda_graphs();
+}
+
+std::vector<int64_t> ModelRunner::cuda_graph_sizes() const {
+  return graphs_ ? graph_padding_->sizes() : std::vector<int64_t>{};
+}
+
+size_t ModelRunner::cuda_graph_bytes() const { return graphs_ ? graphs_->graph_bytes() : 0; }
+
+void ModelRunner::capture_cuda_graphs() {
+  graphs_ = std::make_unique<CudaGraphRunner>(device_);
+  const std::vector<int64_t> &sizes = graph_padding_->sizes();
+  // Largest first (vLLM's order): a later, smaller graph's kernels are a subset in shape of what was warmed up.
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+    const int64_t size = *it;
+    inputs_copied_.synchronize();
+    fill_padding(0, size);
+    upload_inputs(size, size, 1);
+    bind_batch(size, size, size, size, 1, graph_max_seq_len());
+    Tensor logits = logits_.slice(0, 0, size);
+    graphs_->capture(size, [&] { model_.forward(batch_, kv_cache_, logits); });
+  }
+  LOG(INFO) << "CUDA graphs: captured " << graphs_->num_graphs() << " FULL decode graphs (sizes " << sizes.front()
+            << ".." << sizes.back() << ") in " << graphs_->capture_seconds() << " s, "
+            << graphs_->graph_bytes() / (1024.0 * 1024.0) << " MiB";
+}
+
+int64_t ModelRunner::graph_size_for(int64_t num_reqs, int64_t num_tokens, int64_t num_logits) const {
+  if (!graphs_ || num_tokens != num_reqs || num_logits != num_reqs) return 0;
+  return graph_padding_->padded_size(num_reqs);
+}
+
+void ModelRunner::fill_padding(int64_t first, int64_t padded) {
+  const InputLayout &L = layout_;
+  auto *host = host_inputs_.data<uint8_t>();
+  auto *pos = reinterpret_cast<int64_t *>(host + L.positions);
+  auto *slots = reinterpret_cast<int64_t *>(host + L.slot_mapping);
+  auto *ids = reinterpret_cast<int32_t *>(host + L.input_ids);
+  auto *qsl = reinterpret_cast<int32_t *>(host + L.query_start_loc);
+  auto *lens = reinterpret_cast<int32_t *>(host + L.seq_lens);
+  auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_indices);
+  auto *table = reinterpret_cast<int32_t *>(host + L.block_table);
+  if (first == 0) qsl[0] = 0;
+  for (int64_t r = first; r < padded; ++r) {  // uniform decode: row r is token r
+    ids[r] = 0;
+    pos[r] = 0;
+    slots[r] = -1;
+    qsl[r + 1] = static_cast<int32_t>(r + 1);
+    lens[r] = 1;
+    logits_idx[r] = static_cast<int32_t>(r);
+    table[r * limits_.max_blocks_per_seq] = scratch_block_;
+    block_table_widths_[r] = std::max<int64_t>(block_table_widths_[r], 1);
   }
 }
 
@@ -233,21 +311,50 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   // The previous step's copy must have read the host buffer before it is overwritten.
   inputs_copied_.synchronize();
   const int64_t max_blocks = fill_inputs(reqs, num_new, rows, ranges);
+  // A uniform decode batch padded up to a capture size replays its graph: the metadata's host values are the
+  // graph's (all rows decode, max_query_len 1, max_seq_len the block table's reach), the padded rows' logits are
+  // computed but only the real rows' are returned.
+  const int64_t graph_size = graph_size_for(num_reqs, num_tokens, num_logits);
+  last_graph_size_ = graph_size;
+  if (graph_size > 0) {
+    fill_padding(num_reqs, graph_size);
+    upload_inputs(graph_size, graph_size, max_blocks);
+    bind_batch(graph_size, graph_size, graph_size, graph_size, 1, graph_max_seq_len());
+    graphs_->replay(graph_size);
+    step_logits_ = logits_.slice(0, 0, num_logits);
+    return step_logits_;
+  }
+  upload_inputs(num_tokens, num_reqs, max_blocks);
+  bind_batch(num_tokens, num_reqs, num_logits, num_decode, max_query, max_seq);
+  // The sampling rows fit the persistent logits (at most one per request). Prompt-logprob rows (a rare prefill
+  // feature) can number up to max_num_tokens: a persistent [max_num_tokens, vocab] f32 buffer would be gigabytes
+  // for a large vocabulary, so a step that has them uses a scratch allocated for that step.
+  step_logits_ = num_logits <= limits_.max_num_reqs
+                     ? logits_.slice(0, 0, num_logits)
+                     : Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32, device_);
+  model_.forward(batch_, kv_cache_, step_logits_);
+  return step_logits_;
+}
+
+void ModelRunner::upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t max_blocks) {
   // Two pitched host -> device copies of only what this step wrote (a decode step's inputs are a few KB whatever
   // the capacities): the used prefix of the six arrays (at most num_tokens 8-byte elements each; num_reqs + 1 <=
   // 2 num_tokens 4-byte ones), and the used columns of the block table's num_reqs rows.
-  if (!device_.is_cpu()) {
-    const InputLayout &L = layout_;
-    auto pitched = [](const Tensor &buffer, size_t offset, int64_t rows, int64_t row_bytes, int64_t pitch) {
-      return buffer.slice(0, static_cast<int64_t>(offset), buffer.numel()).as_strided({rows, row_bytes}, {pitch, 1});
-    };
-    const int64_t pitch = static_cast<int64_t>(L.pitch), width = std::min(num_tokens * 8, pitch);
-    pitched(device_inputs_, 0, 6, width, pitch).copy_from(pitched(host_inputs_, 0, 6, width, pitch));
-    const int64_t table_pitch = limits_.max_blocks_per_seq * 4;
-    pitched(device_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch)
-        .copy_from(pitched(host_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch));
-    inputs_copied_.record();
-  }
+  if (device_.is_cpu()) return;
+  const InputLayout &L = layout_;
+  auto pitched = [](const Tensor &buffer, size_t offset, int64_t rows, int64_t row_bytes, int64_t pitch) {
+    return buffer.slice(0, static_cast<int64_t>(offset), buffer.numel()).as_strided({rows, row_bytes}, {pitch, 1});
+  };
+  const int64_t pitch = static_cast<int64_t>(L.pitch), width = std::min(num_tokens * 8, pitch);
+  pitched(device_inputs_, 0, 6, width, pitch).copy_from(pitched(host_inputs_, 0, 6, width, pitch));
+  const int64_t table_pitch = limits_.max_blocks_per_seq * 4;
+  pitched(device_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch)
+      .copy_from(pitched(host_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch));
+  inputs_copied_.record();
+}
+
+void ModelRunner::bind_batch(int64_t num_tokens, int64_t num_reqs, int64_t num_logits, int64_t num_decode,
+                             int64_t max_query, int64_t max_seq) {
   uint8_t *dev = device_inputs_.data<uint8_t>();
   auto view = [&](size_t off, Shape shape, DType dtype) {
     return Tensor::from_blob(dev + off, std::move(shape), dtype, nullptr, device_);
@@ -269,14 +376,6 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   md.max_query_len = max_query;
   md.max_seq_len = max_seq;
   md.workspace = attention_workspace_;
-  // The sampling rows fit the persistent logits (at most one per request). Prompt-logprob rows (a rare prefill
-  // feature) can number up to max_num_tokens: a persistent [max_num_tokens, vocab] f32 buffer would be gigabytes
-  // for a large vocabulary, so a step that has them uses a scratch allocated for that step.
-  step_logits_ = num_logits <= limits_.max_num_reqs
-                     ? logits_.slice(0, 0, num_logits)
-                     : Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32, device_);
-  model_.forward(batch, kv_cache_, step_logits_);
-  return step_logits_;
 }
 
 void ModelRunner::profile_run(int64_t num_tokens, int64_t num_reqs) {

@@ -21,9 +21,12 @@
 #include "engine/engine_core.h"
 #include "engine/sampling_params.h"
 #include "model/causal_lm.h"
+#include "runtime/cuda_graph_config.h"
 #include "runtime/sampler.h"
 
 namespace llmserve {
+
+class CudaGraphRunner;
 
 struct ModelRunnerConfig {
   int32_t num_blocks = 0;   // KV cache blocks (the KVCacheManager's num_blocks)
@@ -34,6 +37,11 @@ struct ModelRunnerConfig {
   int64_t max_num_reqs = 0;    // max_num_seqs
   int64_t max_model_len = 0;   // block-table row width = ceil(max_model_len / block_size); 0: num_blocks
   uint64_t seed = 0;           // engine-wide seed of unseeded requests
+  // CUDA graphs (ignored on the CPU, which always runs eagerly): FULL graphs of uniform decode batches at these
+  // sizes (empty: vLLM's defaults), captured by the constructor. The engine's default is full_and_piecewise; a bare
+  // runner's is none.
+  CudaGraphMode cuda_graph_mode = CudaGraphMode::kNone;
+  std::vector<int64_t> cuda_graph_capture_sizes;
 };
 
 // The Sampler's settings for one request (vLLM's SamplingParams ->
@@ -82,6 +90,12 @@ class ModelRunner : public ModelExecutor {
   };
   StepAddresses last_step_addresses() const;
 
+  // CUDA graphs: the capture sizes (empty when none were captured), the graphs' device memory, and the size the last
+  // step replayed (0: it ran eagerly).
+  std::vector<int64_t> cuda_graph_sizes() const;
+  size_t cuda_graph_bytes() const;
+  int64_t last_step_graph_size() const { return last_graph_size_; }
+
   // Requests the runner holds state for (running or preempted).
   int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
   const CausalLM &model() const { return model_; }
@@ -127,6 +141,20 @@ class ModelRunner : public ModelExecutor {
   };
   static Limits resolve_limits(const ModelRunnerConfig &config);
 
+  // Copies the step's used inputs to the device (two pitched copies) and points batch_ at them.
+  void upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t max_blocks);
+  void bind_batch(int64_t num_tokens, int64_t num_reqs, int64_t num_logits, int64_t num_decode, int64_t max_query,
+                  int64_t max_seq);
+  // CUDA graphs (cuda_graph_runner.h). The capture size a step is padded up to: uniform decode batches only
+  // (one token and one sampled row per request); 0: eager.
+  int64_t graph_size_for(int64_t num_reqs, int64_t num_tokens, int64_t num_logits) const;
+  // Host rows [first, padded) as padding: token 0 at position 0, slot -1 (no cache write), seq_len 1 over the
+  // scratch block, logits row = its own row (computed, never sampled).
+  void fill_padding(int64_t first, int64_t padded);
+  // The attention metadata's max_seq_len in every graph: the block table's reach, so no step exceeds it.
+  int64_t graph_max_seq_len() const { return limits_.max_blocks_per_seq * config_.block_size; }
+  void capture_cuda_graphs();
+
   CausalLM &model_;
   Device device_;
   ModelRunnerConfig config_;
@@ -145,6 +173,12 @@ class ModelRunner : public ModelExecutor {
   ForwardBatch batch_;                       // the last step's views of the persistent buffers
   Tensor step_logits_;  // the last step's logits (a prefix of logits_ unless prompt logprobs needed more)
   std::unique_ptr<ActivationMemory> activations_;  // the model's arena, bound while this runner lives
+  // CUDA graphs: null when none were captured. Padded rows read the scratch block, one block past the
+  // KVCacheManager's num_blocks (allocated only with graphs), which no request ever owns.
+  std::unique_ptr<CudaGraphPadding> graph_padding_;
+  std::unique_ptr<CudaGraphRunner> graphs_;
+  int32_t scratch_block_ = -1;
+  int64_t last_graph_size_ = 0;
 };
 
 }  // namespace llmserve

@@ -330,5 +330,7 @@ TEST_F(ModelGpuTest, MemoryPlanFitsTheBudgetAndStepsDoNotCudaMalloc) {
   }
 }
 
+#include "cuda_graph_gpu_test.inc"  // NOLINT: shares this file's helpers
+
 }  // namespace
 }  // namespace llmserve
