@@ -91,19 +91,20 @@ def chat_model(testdata, tmp_path_factory):
 
 def test_chat_over_a_pipe_matches_template_and_generate(llmserve_bin, chat_model):
     jinja2 = pytest.importorskip("jinja2")
-    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
     model, tok_dir = chat_model
     common = ["--model", str(model), "--load-format", "dummy", "--tokenizer", str(tok_dir), "--max-tokens", "12",
               "--ignore-eos"]
     r = run(llmserve_bin, "chat", *common, stdin="Hello there!\nTell me more.\n")
-    # Oracle for turn 1: jinja2 renders the template, HF tokenizers encodes, `generate` runs the same ids.
+    # Oracle for turn 1: jinja2 renders the template, transformers' AutoTokenizer (what vLLM tokenizes with) encodes,
+    # `generate` runs the same ids.
     tok_config = json.loads((tok_dir / "tokenizer_config.json").read_text())
     source = (tok_dir / "chat_template.jinja").read_text() if (tok_dir / "chat_template.jinja").exists() \
         else tok_config["chat_template"]
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     text = env.from_string(source).render(messages=[{"role": "user", "content": "Hello there!"}],
                                           add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
-    ids = tokenizers.Tokenizer.from_file(str(tok_dir / "tokenizer.json")).encode(text, add_special_tokens=False).ids
+    ids = transformers.AutoTokenizer.from_pretrained(str(tok_dir)).encode(text, add_special_tokens=False)
     g = run(llmserve_bin, "generate", *common, "--prompt-ids", ",".join(map(str, ids)), "--output", "json")
     reply = json.loads(g.stdout)["text"]
     assert r.stdout.startswith(reply + "\n")
