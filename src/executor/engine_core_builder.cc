@@ -35,6 +35,7 @@ StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Engine
   ModelRunnerConfig graphs;
   graphs.cuda_graph_mode = args.cuda_graph_mode;
   graphs.cuda_graph_capture_sizes = args.cuda_graph_capture_sizes;
+  graphs.run_graph_batches_eagerly = args.run_graph_batches_eagerly;
   int64_t num_blocks = 0;
   if (args.num_kv_cache_tokens <= 0 && !model.device().is_cpu()) {
     ASSIGN_OR_RETURN(KVCachePlan plan,
@@ -62,6 +63,7 @@ StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Engine
   c.runner.seed = args.seed;
   c.runner.cuda_graph_mode = args.cuda_graph_mode;
   c.runner.cuda_graph_capture_sizes = args.cuda_graph_capture_sizes;
+  c.runner.run_graph_batches_eagerly = args.run_graph_batches_eagerly;
   return c;
 }
 

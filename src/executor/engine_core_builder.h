@@ -38,6 +38,7 @@ struct EngineArgs {
   // CUDA graphs (vLLM's default full_and_piecewise; the CPU runs eagerly whatever the mode). Empty sizes: vLLM's.
   CudaGraphMode cuda_graph_mode = CudaGraphMode::kFullAndPiecewise;
   std::vector<int64_t> cuda_graph_capture_sizes;
+  bool run_graph_batches_eagerly = false;  // tests only: ModelRunnerConfig::run_graph_batches_eagerly
 };
 
 // What a built core tells its frontend: the limits the frontend validates against and the model config's EOS

@@ -124,7 +124,7 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
                 << " requests; prefill, mixed and larger batches run eagerly (PIECEWISE graphs are not built)";
     }
   }
-  if (graph_padding_) capture_cuda_graphs();
+  if (graph_padding_ && !config_.run_graph_batches_eagerly) capture_cuda_graphs();
 }
 
 std::vector<int64_t> ModelRunner::cuda_graph_sizes() const {
@@ -152,7 +152,8 @@ void ModelRunner::capture_cuda_graphs() {
 }
 
 int64_t ModelRunner::graph_size_for(int64_t num_reqs, int64_t num_tokens, int64_t num_logits) const {
-  if (!graphs_ || num_tokens != num_reqs || num_logits != num_reqs) return 0;
+  if (!graph_padding_ || (!graphs_ && !config_.run_graph_batches_eagerly)) return 0;
+  if (num_tokens != num_reqs || num_logits != num_reqs) return 0;
   return graph_padding_->padded_size(num_reqs);
 }
 
@@ -320,7 +321,12 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
     fill_padding(num_reqs, graph_size);
     upload_inputs(graph_size, graph_size, max_blocks);
     bind_batch(graph_size, graph_size, graph_size, graph_size, 1, graph_max_seq_len());
-    graphs_->replay(graph_size);
+    if (graphs_) {
+      graphs_->replay(graph_size);
+    } else {  // run_graph_batches_eagerly: the captured forward's very inputs, eagerly
+      Tensor logits = logits_.slice(0, 0, graph_size);
+      model_.forward(batch_, kv_cache_, logits);
+    }
     step_logits_ = logits_.slice(0, 0, num_logits);
     return step_logits_;
   }

@@ -42,6 +42,9 @@ struct ModelRunnerConfig {
   // runner's is none.
   CudaGraphMode cuda_graph_mode = CudaGraphMode::kNone;
   std::vector<int64_t> cuda_graph_capture_sizes;
+  // Tests: a batch that would replay a graph runs its exact padded inputs and metadata eagerly instead (nothing is
+  // captured), so graph replays can be checked bit for bit against the same kernels run eagerly.
+  bool run_graph_batches_eagerly = false;
 };
 
 // The Sampler's settings for one request (vLLM's SamplingParams ->
