@@ -124,12 +124,13 @@ double measure_device_gemm_rate(Device device, DType dtype, int64_t m, int64_t n
 }  // namespace
 
 MeasuredRates measure_rates(Device device, DType weight_dtype, [[maybe_unused]] const ModelConfig& c,
-                            [[maybe_unused]] int64_t gemm_m) {
+                            [[maybe_unused]] int64_t prefill_tokens) {
   MeasuredRates r;
   char text[256] = "";
   if (!device.is_cpu()) {
 #ifdef LLMSERVE_WITH_CUDA
     r.bandwidth = measure_device_copy_bandwidth(device);
+    const int64_t gemm_m = std::max<int64_t>(prefill_tokens, 8192);
     r.gemm_rate = measure_device_gemm_rate(device, weight_dtype, gemm_m, 2 * c.intermediate_size, c.hidden_size);
     std::snprintf(text, sizeof(text),
                   "device copy bandwidth %.1f GB/s (read + write), cuBLASLt GEMM (%s, %lld x %lld x %lld) "

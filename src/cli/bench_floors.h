@@ -18,8 +18,10 @@ struct MeasuredRates {
 };
 
 // CPU: read bandwidth of a 512 MiB sum and ops::linear at 512 x 2048 x 2048. CUDA: a 2 GiB device copy and
-// cuBLASLt at the prefill's gate_up shape (gemm_m tokens x hidden -> 2 x intermediate), timed with events.
-MeasuredRates measure_rates(Device device, DType weight_dtype, const ModelConfig& c, int64_t gemm_m);
+// cuBLASLt at the model's gate_up shape (hidden -> 2 x intermediate) with max(prefill_tokens, 8192) rows, timed
+// with events: the rate the hardware reaches, not the library's rate at a small prefill's own shape (a small
+// prefill is bounded by reading the weights instead; see prefill_floor).
+MeasuredRates measure_rates(Device device, DType weight_dtype, const ModelConfig& c, int64_t prefill_tokens);
 
 // Parameters of every transformer layer's projections (attention + MLP), and of the LM head.
 double layer_matmul_params(const ModelConfig& c);

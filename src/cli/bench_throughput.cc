@@ -27,8 +27,8 @@ namespace {
 void print_floor(CausalLM &model, DType weight_dtype, const EngineArgs &a, int64_t num_prompts, int64_t input_len,
                  int64_t output_tokens, double seconds) {
   const ModelConfig &c = model.config();
-  const int64_t gemm_m = std::min<int64_t>(a.max_num_batched_tokens, num_prompts * input_len);
-  const MeasuredRates rates = measure_rates(model.device(), weight_dtype, c, gemm_m);
+  const int64_t step_tokens = std::min<int64_t>(a.max_num_batched_tokens, num_prompts * input_len);
+  const MeasuredRates rates = measure_rates(model.device(), weight_dtype, c, step_tokens);
   const double weight_bytes = matmul_params(c) * dtype_size(weight_dtype);
   // Each request's first token comes from its prefill (one LM-head row per request); the rest are decode tokens.
   const PrefillFloor prefill =
