@@ -1,6 +1,7 @@
 // scheduler_bench: CPU cost of Scheduler::schedule() + update_from_output() per decode step with 16, 256 and
 // 1024 running requests. The runner is faked (one token per request, never EOS), so the figure is pure
-// scheduling overhead; building the fake ModelRunnerOutput is excluded. Bar: <= 50 us per step at 256.
+// scheduling overhead; building the fake ModelRunnerOutput is excluded. Bar: <= 50 us of wall time per step (p50)
+// at 256; the thread's CPU time is printed beside it (it excludes the slices other processes take).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -115,13 +116,13 @@ Result run(int num_reqs, int prompt_len, int num_steps, bool long_ids) {
 
 }  // namespace
 
-// Runs `trials` times and keeps the trial with the median mean; also returns the best trial's mean. The
+// Runs `trials` times and keeps the trial with the median wall p50; also returns the best trial's wall p50. The
 // shared CI machine is noisy: the best trial is the closest to the uncontended cost.
 Result median_of_trials(int n, int prompt_len, int num_steps, bool long_ids, int trials, double* best_total) {
   std::vector<Result> rs;
   for (int t = 0; t < trials; ++t) rs.push_back(run(n, prompt_len, num_steps, long_ids));
-  std::sort(rs.begin(), rs.end(), [](const Result& a, const Result& b) { return a.cpu_us < b.cpu_us; });
-  *best_total = rs.front().cpu_us;
+  std::sort(rs.begin(), rs.end(), [](const Result& a, const Result& b) { return a.p50_us < b.p50_us; });
+  *best_total = rs.front().p50_us;
   return rs[rs.size() / 2];
 }
 
@@ -129,20 +130,23 @@ int main(int argc, char** argv) {
   const int prompt_len = 128, num_steps = 2000;
   const int trials = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   std::printf("scheduler_bench: decode steps, prompt %d tokens, block 16, %d measured steps\n", prompt_len, num_steps);
-  std::printf("trial with the median CPU time of %d; wall-clock columns from that trial; best = lowest trial\n",
+  std::printf("trial with the median wall p50 of %d; every column from that trial; best = lowest trial's wall p50\n",
               trials);
   std::printf(
-      "| running | id chars | CPU us/step | best CPU us/step | wall schedule() us | wall update_from_output() us "
-      "| wall p50 us | wall p99 us | CPU ns/request |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| running | id chars | wall p50 us | wall p99 us | best wall p50 us | wall mean us | wall schedule() us "
+      "| wall update_from_output() us | CPU us/step | CPU ns/request |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  double bar_p50 = 0;
   for (bool long_ids : {true, false}) {
     for (int n : {16, 256, 1024}) {
       double best = 0;
       const Result r = median_of_trials(n, prompt_len, num_steps, long_ids, trials, &best);
-      std::printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n", n, long_ids ? 37 : 12, r.cpu_us,
-                  best, r.schedule_us, r.update_us, r.p50_us, r.p99_us, 1000.0 * r.cpu_us / n);
+      std::printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n", n, long_ids ? 37 : 12,
+                  r.p50_us, r.p99_us, best, r.total(), r.schedule_us, r.update_us, r.cpu_us, 1000.0 * r.cpu_us / n);
+      if (n == 256 && long_ids) bar_p50 = r.p50_us;
     }
   }
-  std::printf("bar: <= 50 us per step (CPU) at 256 running requests\n");
+  std::printf("bar: <= 50 us per step (wall p50) at 256 running requests (37-char ids): %.2f us, %s\n", bar_p50,
+              bar_p50 <= 50 ? "met" : "NOT met");
   return 0;
 }

@@ -1,12 +1,12 @@
 // `llmserve bench latency`: prefill and decode throughput of one batch through the engine's ModelRunner (CPU or
-// CUDA), each printed beside its physical floor measured on the same machine in the same run and the ratio. CPU:
-// read bandwidth and the GEMM rate of ops::linear. CUDA: device-to-device copy bandwidth and the cuBLASLt GEMM rate
-// (ops::linear) at the prefill's own shape, both timed with events.
+// CUDA), each printed beside its physical floor measured on the same machine in the same run and the ratio
+// (bench_floors.h: the FLOPs actually executed, the weight-read floor where larger, the decode bytes).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 
+#include "cli/bench_floors.h"
 #include "cli/bench_serve.h"
 #include "cli/bench_throughput.h"
 #include "cli/command.h"
@@ -16,125 +16,12 @@
 #include "model/model_registry.h"
 #include "runtime/model_runner.h"
 
-#ifdef LLMSERVE_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
-
-#include "core/cuda_allocator.h"
-#include "core/cuda_stream.h"
-#include "model/device_weights.h"
-#endif
-
 namespace llmserve::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Bytes read per second by the pool summing a buffer far larger than the caches: decode streams weights and KV
-// the same way (reads only), so this, not memcpy, bounds it.
-double measure_read_bandwidth() {
-  const int64_t n = int64_t{128} << 20;  // floats: 512 MiB
-  Tensor buf = Tensor::empty({n}, DType::kF32);
-  buf.fill(1.0f);
-  std::vector<double> sums(64, 0.0);
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto start = Clock::now();
-    parallel_for(n, int64_t{1} << 20, [&](int64_t b, int64_t e) {
-      const float* p = buf.data<float>();
-      float acc[8] = {};
-      for (int64_t i = b; i + 8 <= e; i += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
-      }
-      sums[(b >> 20) % 64] += acc[0] + acc[7];  // keeps the loop alive
-    });
-    best = std::min(best, seconds_since(start));
-  }
-  return static_cast<double>(n) * sizeof(float) / best;
-}
-
-// FLOP/s of ops::linear with `weight_dtype` weights on a shape that reaches the GEMM library's peak.
-double measure_gemm_rate(DType weight_dtype) {
-  const int64_t m = 512, k = 2048, n = 2048;
-  Tensor x = Tensor::empty({m, k}, DType::kF32), w = Tensor::empty({n, k}, weight_dtype);
-  Tensor out = Tensor::empty({m, n}, DType::kF32);
-  x.fill(0.5f);
-  w.fill(0.25f);
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    auto start = Clock::now();
-    ops::linear(out, x, w, nullptr);
-    best = std::min(best, seconds_since(start));
-  }
-  return 2.0 * m * k * n / best;
-}
-
-#ifdef LLMSERVE_WITH_CUDA
-// Median milliseconds of `fn` on the current stream over `reps` runs, timed with events, after one warm-up.
-template <typename Fn>
-double median_ms(int reps, Fn fn) {
-  cudaStream_t stream = cuda::current_stream();
-  cudaEvent_t start, stop;
-  cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-  cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  fn();
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    cuda::check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-    fn();
-    cuda::check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
-    cuda::check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float t = 0;
-    cuda::check_cuda(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-// Device memory bandwidth from a 2 GiB device-to-device copy, counting bytes read plus bytes written.
-double measure_device_copy_bandwidth(Device device) {
-  const size_t bytes = size_t{1} << 31;
-  Tensor a = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
-  Tensor b = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
-  cuda::check_cuda(cudaMemsetAsync(a.raw_data(), 1, bytes, cuda::current_stream()), "cudaMemsetAsync");
-  const double ms = median_ms(10, [&] {
-    cuda::check_cuda(
-        cudaMemcpyAsync(b.raw_data(), a.raw_data(), bytes, cudaMemcpyDeviceToDevice, cuda::current_stream()),
-        "cudaMemcpyAsync");
-  });
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
-}
-
-// A device tensor of uniform random values in [-1, 1) (never zeros: they run faster than real data).
-Tensor random_device_tensor(Shape shape, DType dtype, Device device, uint32_t seed) {
-  Tensor host = Tensor::empty(shape, DType::kF32);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = u(rng);
-  return upload_to_device(host.to(dtype), device);
-}
-
-// FLOP/s of ops::linear (cuBLASLt) for x [m, k] @ w [n, k]^T in `dtype`, on random data.
-double measure_device_gemm_rate(Device device, DType dtype, int64_t m, int64_t n, int64_t k) {
-  Tensor x = random_device_tensor({m, k}, dtype, device, 1), w = random_device_tensor({n, k}, dtype, device, 2);
-  Tensor out = Tensor::empty({m, n}, dtype, device);
-  const double ms = median_ms(10, [&] { ops::linear(out, x, w, nullptr); });
-  return 2.0 * m * n * k / (ms * 1e-3);
-}
-#endif
-
-// Parameters read by every decode step: all projection matrices and the LM head (embedding rows are gathered).
-double matmul_params(const ModelConfig& c) {
-  const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  const double per_layer = h * q + 2 * h * kv + q * h + 3 * h * c.intermediate_size;
-  return c.num_hidden_layers * per_layer + static_cast<double>(c.vocab_size) * h;
-}
 
 struct BenchFlags {
   std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu";
@@ -264,26 +151,16 @@ int run_latency(const std::vector<std::string>& args) {
 
   const DType weight_dtype = resolve_weight_dtype(c, options);
   const bool on_cuda = !options.device.is_cpu();
-  double bandwidth = 0, gemm_rate = 0;
-  if (on_cuda) {
-#ifdef LLMSERVE_WITH_CUDA
-    bandwidth = measure_device_copy_bandwidth(options.device);
-    // The prefill's largest GEMM shape (gate_up: tokens x hidden -> 2 x intermediate) in the model's dtype.
-    gemm_rate = measure_device_gemm_rate(options.device, weight_dtype, f.batch_size * f.input_len,
-                                         2 * c.intermediate_size, c.hidden_size);
-#endif
-  } else {
-    bandwidth = measure_read_bandwidth();
-    gemm_rate = measure_gemm_rate(weight_dtype);
-  }
+  const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, f.batch_size * f.input_len);
   const double params = matmul_params(c);
   const double weight_bytes = params * dtype_size(weight_dtype);
-  const double kv_bytes_per_token =
-      2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * dtype_size((*model)->activation_dtype());
+  const double kv_bytes = kv_bytes_per_token(c, (*model)->activation_dtype());
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
-  const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes_per_token;
-  const double decode_floor = f.output_len * decode_step_bytes / bandwidth;
-  const double prefill_floor = 2.0 * params * f.batch_size * f.input_len / gemm_rate;
+  const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes;
+  const double decode_floor = f.output_len * decode_step_bytes / rates.bandwidth;
+  // The prefill samples one token per sequence: the LM head runs on batch_size rows, not on every prompt token.
+  const PrefillFloor prefill =
+      prefill_floor(prefill_flops(c, f.batch_size, f.input_len, f.batch_size), weight_bytes, rates);
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
@@ -301,26 +178,19 @@ int run_latency(const std::vector<std::string>& args) {
                                                              .c_str());
   std::printf("model load: %.2f s (%s)\n", load_s,
               f.load_format == "dummy" ? "dummy weights generated on the host" : "safetensors");
-  if (on_cuda) {
-    std::printf(
-        "measured: device copy bandwidth %.1f GB/s (read + write), cuBLASLt GEMM (%s, %lld x %lld x %lld) "
-        "%.1f TFLOP/s\n",
-        bandwidth / 1e9, std::string(dtype_name(weight_dtype)).c_str(),
-        static_cast<long long>(f.batch_size * f.input_len), static_cast<long long>(2 * c.intermediate_size),
-        static_cast<long long>(c.hidden_size), gemm_rate / 1e12);
-  } else {
-    std::printf("measured: read bandwidth %.2f GB/s, GEMM (%s weights) %.1f GFLOP/s\n", bandwidth / 1e9,
-                std::string(dtype_name(weight_dtype)).c_str(), gemm_rate / 1e9);
-  }
+  std::printf("measured: %s\n", rates.description.c_str());
   std::printf("%-8s %12s %12s %14s %8s\n", "phase", "tok/s", "time (ms)", "floor (ms)", "ratio");
-  std::printf("%-8s %12.1f %12.2f %14.2f %7.1f%%\n", "prefill", prefill_tps, best_prefill * 1e3, prefill_floor * 1e3,
-              100.0 * prefill_floor / best_prefill);
+  std::printf("%-8s %12.1f %12.2f %14.2f %7.1f%%\n", "prefill", prefill_tps, best_prefill * 1e3, prefill.seconds * 1e3,
+              100.0 * prefill.seconds / best_prefill);
   std::printf("%-8s %12.1f %12.2f %14.2f %7.1f%%\n", "decode", decode_tps, best_decode * 1e3, decode_floor * 1e3,
               100.0 * decode_floor / best_decode);
   std::printf(
-      "floors: prefill = 2 x params x tokens / GEMM rate; decode = (weights %.1f MB + KV %.1f MB) read per "
-      "step / %s bandwidth\n",
-      weight_bytes / 1e6, f.batch_size * avg_context * kv_bytes_per_token / 1e6, on_cuda ? "copy" : "read");
+      "floors: prefill = max(FLOPs executed %.3g at the GEMM rate: %.2f ms, one read of the weights: %.2f ms), "
+      "bound by %s (FLOPs: projections on every token, causal attention, LM head on the %lld sampled rows); "
+      "decode = (weights %.1f MB + KV %.1f MB) read per step / %s bandwidth\n",
+      prefill_flops(c, f.batch_size, f.input_len, f.batch_size), prefill.compute_s * 1e3, prefill.weight_read_s * 1e3,
+      prefill.bound, static_cast<long long>(f.batch_size), weight_bytes / 1e6,
+      f.batch_size * avg_context * kv_bytes / 1e6, on_cuda ? "copy" : "read");
   return 0;
 }
 

@@ -2,7 +2,7 @@
 // tokens, each generating --output-len tokens, all submitted at once to one
 // LLMEngine; prints requests/s, total tok/s and output tok/s measured from the
 // first add_request to the last finished output (model loading excluded), as
-// vLLM's throughput benchmark does.
+// vLLM's throughput benchmark does; then the run's floor from rates measured after it (bench_floors.h) and the ratio.
 #include "cli/bench_throughput.h"
 
 #include <chrono>
@@ -10,12 +10,46 @@
 #include <random>
 #include <string>
 
+#include "cli/bench_floors.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "core/thread_pool.h"
 #include "frontend/llm_engine.h"
+#include "model/model_registry.h"
 
 namespace llmserve::cli {
+
+namespace {
+
+// The run's floor: its prefills (FLOPs executed, or one read of the weights where larger) plus its decode steps
+// (weights once per step, at least ceil(decode tokens / max_num_seqs) steps, and each token's KV context), each at
+// the rate measured on this machine. The phases are counted one after the other (a mixed step could overlap them).
+void print_floor(CausalLM &model, DType weight_dtype, const EngineArgs &a, int64_t num_prompts, int64_t input_len,
+                 int64_t output_tokens, double seconds) {
+  const ModelConfig &c = model.config();
+  const int64_t step_tokens = std::min<int64_t>(a.max_num_batched_tokens, num_prompts * input_len);
+  const MeasuredRates rates = measure_rates(model.device(), weight_dtype, c, step_tokens);
+  const double weight_bytes = matmul_params(c) * dtype_size(weight_dtype);
+  // Each request's first token comes from its prefill (one LM-head row per request); the rest are decode tokens.
+  const PrefillFloor prefill =
+      prefill_floor(prefill_flops(c, num_prompts, input_len, num_prompts), weight_bytes, rates);
+  const int64_t decode_tokens = std::max<int64_t>(0, output_tokens - num_prompts);
+  const int64_t min_steps = (decode_tokens + a.max_num_seqs - 1) / a.max_num_seqs;
+  const double avg_output = static_cast<double>(output_tokens) / num_prompts;
+  const double kv_read =
+      decode_tokens * (input_len + avg_output / 2.0) * kv_bytes_per_token(c, model.activation_dtype());
+  const double decode_s = (min_steps * weight_bytes + kv_read) / rates.bandwidth;
+  const double floor_s = prefill.seconds + decode_s;
+  std::printf("measured: %s\n", rates.description.c_str());
+  std::printf(
+      "floor: %.2f s = prefill %.2f s (bound by %s; LM head on %lld rows) + decode %.2f s (%lld steps x weights "
+      "%.1f MB + KV %.1f MB at the %s bandwidth); elapsed %.2f s: %.1f%% of the floor's speed\n",
+      floor_s, prefill.seconds, prefill.bound, static_cast<long long>(num_prompts), decode_s,
+      static_cast<long long>(min_steps), weight_bytes / 1e6, kv_read / 1e6, model.device().is_cpu() ? "read" : "copy",
+      seconds, 100.0 * floor_s / seconds);
+}
+
+}  // namespace
 
 int run_bench_throughput(const std::vector<std::string> &args) {
   ModelFlags m;
@@ -101,6 +135,9 @@ int run_bench_throughput(const std::vector<std::string> &args) {
       "Throughput: %.2f requests/s, %.1f total tokens/s, %.1f output "
       "tokens/s\n",
       num_prompts / seconds, total_tokens / seconds, output_tokens / seconds);
+  ModelLoadOptions load_options;
+  parse_dtype_flag(m.dtype, &load_options.weight_dtype);  // checked when the model was loaded
+  print_floor(model, resolve_weight_dtype(c, load_options), args_e, num_prompts, input_len, output_tokens, seconds);
   return 0;
 }
 

@@ -26,13 +26,22 @@ def test_generate_json_and_prompt_ids(llmserve_bin, testdata, stories_dir):
     assert line["text"].startswith("Once upon a time")
 
 
-def test_tokenizer_json_matches_hf_tokenizers(stories_dir):
+def test_tokenizer_json_matches_hf_tokenizers(llmserve_bin, stories_dir):
+    # The converted tokenizer.json, read by HF tokenizers (the oracle) and by `llmserve tokenize`: same ids, same text.
     tokenizers = pytest.importorskip("tokenizers")
     tok = tokenizers.Tokenizer.from_file(str(stories_dir / "tokenizer.json"))
-    text = "Once upon a time, there was a little girl named Lily."
-    ids = tok.encode(text).ids
-    assert ids[0] == 1
-    assert tok.decode(ids, skip_special_tokens=True) == text
+    texts = ["Once upon a time, there was a little girl named Lily.", "  two  spaces\nand a newline", "Zz!?"]
+    requests = [{"text": t, "add_special_tokens": True} for t in texts]
+    r = run(llmserve_bin, "tokenize", "--tokenizer", str(stories_dir), stdin="\n".join(map(json.dumps, requests)))
+    outs = [json.loads(line) for line in r.stdout.split("\n") if line]
+    assert len(outs) == len(texts)
+    for text, out in zip(texts, outs):
+        ids = tok.encode(text).ids
+        assert ids[0] == 1
+        assert out["ids"] == ids, text
+    dec = run(llmserve_bin, "tokenize", "--tokenizer", str(stories_dir),
+              stdin=json.dumps({"ids": outs[0]["ids"], "skip_special_tokens": True}))
+    assert json.loads(dec.stdout)["text"] == tok.decode(outs[0]["ids"], skip_special_tokens=True) == texts[0]
 
 
 def test_builtin_default_runs_and_says_so(llmserve_bin):

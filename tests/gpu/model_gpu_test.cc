@@ -1,7 +1,7 @@
 // Whole models on the GPU through the engine (LLMEngine -> ModelRunner on CUDA -> Sampler on the device):
 //  - the committed HF fixtures match transformers by the CPU tests' rule (equal greedy ids, or at the first
 //    divergence each side's token in the other's top-5, then stop) in f32 and in bf16 (every fixture, f32 ones
-//    rounded to bf16 too). Logprobs: f32 within the CPU tests' 1e-3 (bf16 checkpoints widened to f32: 3e-2). bf16
+//    rounded to bf16 too). Logprobs: f32 within the CPU tests' 1e-3 (bf16 checkpoints in f32: kGpuBf16*). bf16
 //    within 0.2, not the CPU's 0.1: the CPU's bf16 path rounds only the GEMM inputs, the GPU keeps every
 //    activation and the residual stream in bf16 (as vLLM does); on the H100 (2026-11-22) that put
 //    low-probability tokens (logprob ~ -3 to -7) up to 0.15 away from transformers' f32 while every id rule held;
@@ -15,8 +15,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -106,7 +109,7 @@ bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.beg
 int compare_runs(const std::vector<int32_t>& a_ids, const std::vector<std::vector<int32_t>>& a_top,
                  const std::vector<std::vector<float>>& a_lps, const std::vector<int32_t>& b_ids,
                  const std::vector<std::vector<int32_t>>& b_top, const std::vector<std::vector<float>>& b_lps,
-                 float tolerance, const std::string& what) {
+                 float tolerance, const std::string& what, float* max_distance = nullptr) {
   int compared = 0;
   EXPECT_EQ(a_ids.size(), b_ids.size()) << what;
   for (size_t s = 0; s < std::min(a_ids.size(), b_ids.size()); ++s) {
@@ -114,6 +117,7 @@ int compare_runs(const std::vector<int32_t>& a_ids, const std::vector<std::vecto
       for (size_t j = 0; j < a_top[s].size(); ++j) {
         if (a_top[s][j] == b_top[s][k]) {
           EXPECT_NEAR(a_lps[s][j], b_lps[s][k], tolerance) << what << " step " << s << " token " << b_top[s][k];
+          if (max_distance) *max_distance = std::max(*max_distance, std::fabs(a_lps[s][j] - b_lps[s][k]));
           ++compared;
         }
       }
@@ -141,12 +145,22 @@ TopK top_of(const Generation& g) {
   return t;
 }
 
+// Logprob tolerances against transformers (each test prints "[ distance ]" lines: set a tolerance to ~2x the
+// largest distance its row shows). f32: as the CPU. bf16 checkpoints run in f32: 1e-3 once the fixtures carry
+// float32 rotary frequencies (make_fixtures.py after issue 21), 3e-2 for older fixtures (their own rotary error
+// reaches 2.8e-2). bf16 on the GPU: 0.2, see the header (to re-derive from the regenerated fixtures' distances).
+constexpr float kGpuF32Tolerance = 1e-3f, kGpuBf16WidenedTolerance = 1e-3f, kGpuBf16LegacyTolerance = 3e-2f,
+                kGpuBf16Tolerance = 2e-1f;
+
 void compare_fixture_on_gpu(const std::string& name, DType dtype) {
   const std::string dir = testing::fixtures_dir() + "/" + name;
   std::ifstream in(dir + "/expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
   const bool bf16_fixture = expected["weights_dtype"] == "bfloat16";
-  const float tolerance = dtype == DType::kBF16 ? 2e-1f : bf16_fixture ? 3e-2f : 1e-3f;
+  const bool exact_rotary = expected.value("rotary_inv_freq", "") == "float32";
+  const float tolerance = dtype == DType::kBF16 ? kGpuBf16Tolerance
+                          : bf16_fixture        ? (exact_rotary ? kGpuBf16WidenedTolerance : kGpuBf16LegacyTolerance)
+                                                : kGpuF32Tolerance;
   SCOPED_TRACE(name + " on cuda as " + std::string(dtype_name(dtype)));
   const int num_steps = expected["num_steps"], top_k = expected["top_k"];
   std::vector<std::vector<int32_t>> prompts;
@@ -154,6 +168,7 @@ void compare_fixture_on_gpu(const std::string& name, DType dtype) {
   std::unique_ptr<CausalLM> model = load(dir, Device::cuda(), dtype);
   const auto gens = generate(*model, prompts, greedy(num_steps, top_k), small_args());
   int compared = 0;
+  float max_distance = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     TopK theirs;
     std::vector<int32_t> their_ids;
@@ -164,9 +179,11 @@ void compare_fixture_on_gpu(const std::string& name, DType dtype) {
     }
     const TopK ours = top_of(gens[p]);
     compared += compare_runs(gens[p].ids, ours.ids, ours.lps, their_ids, theirs.ids, theirs.lps, tolerance,
-                             "prompt " + std::to_string(p));
+                             "prompt " + std::to_string(p), &max_distance);
   }
   EXPECT_GT(compared, 0);
+  std::cout << "[ distance ] gpu " << name << " as " << dtype_name(dtype) << ": max |dlogprob| " << max_distance
+            << " over " << compared << " logprobs (tolerance " << tolerance << ")" << std::endl;
 }
 
 TEST_F(ModelGpuTest, HfFixturesMatchTransformersInF32) {

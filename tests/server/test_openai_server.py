@@ -201,12 +201,16 @@ def test_async_client(default_server):
         s = await client.chat.completions.create(model="default", messages=[{"role": "user", "content": "a"}],
                                                  max_tokens=5, temperature=0, stream=True)
         parts = [c.choices[0].delta.content or "" async for c in s if c.choices]
+        whole = await client.chat.completions.create(model="default", messages=[{"role": "user", "content": "a"}],
+                                                     max_tokens=5, temperature=0)
         await client.close()
-        return r, "".join(parts)
+        return r, "".join(parts), whole
 
-    r, streamed = asyncio.run(main())
-    assert r.usage.completion_tokens >= 1
-    assert isinstance(streamed, str)
+    r, streamed, whole = asyncio.run(main())
+    assert r.usage.completion_tokens >= 1 and r.choices[0].text
+    # Greedy: the streamed deltas join to the same reply as the non-streamed request.
+    assert whole.usage.completion_tokens >= 1 and whole.choices[0].message.content
+    assert streamed == whole.choices[0].message.content
 
 
 def test_fixture_model_matches_hf_greedy(llmserve_bin):

@@ -78,18 +78,22 @@ def test_decode_and_stream_match_hf(name, tokenizer_dirs, llmserve_bin, testdata
     seqs += [hf.encode(t).ids for t in hf_cases.llamacpp_inputs(testdata)]
     requests = [{"ids": s, "skip_special_tokens": skip} for s in seqs for skip in (False, True)]
     outs = run_tokenize(llmserve_bin, d, requests)
-    bad = []
+    bad, compared, hf_failed = [], 0, 0
     for req, out in zip(requests, outs):
         in_vocab = [i for i in req["ids"] if 0 <= i < vocab_size]
-        try:
-            expected = hf.decode(in_vocab, skip_special_tokens=req["skip_special_tokens"])
-        except BaseException:  # HF panics on some Strip-decoder inputs; nothing to compare against
-            expected = out["text"]
-        if out["text"] != expected:
-            bad.append((req, out["text"], expected))
         assert out["stream"] == out["text"], (req, out)
         assert "".join(out["pieces"]) == out["text"]
-    assert not bad, f"{len(bad)} of {len(requests)} differ; first: {bad[0]}"
+        try:
+            expected = hf.decode(in_vocab, skip_special_tokens=req["skip_special_tokens"])
+        except BaseException:  # HF panics on some Strip-decoder inputs: no oracle, so the case is not compared
+            hf_failed += 1
+            continue
+        compared += 1
+        if out["text"] != expected:
+            bad.append((req, out["text"], expected))
+    assert not bad, f"{len(bad)} of {compared} compared differ; first: {bad[0]}"
+    # The uncompared cases must stay a small minority, or this test would stop testing anything.
+    assert hf_failed <= len(requests) // 10, f"HF raised on {hf_failed} of {len(requests)}"
 
 
 # llama.cpp's .out files are token ids from llama.cpp's own tokenizer for the named vocabulary.

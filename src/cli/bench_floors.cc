@@ -1,0 +1,183 @@
+// Measured rates and work counts for the bench commands' floors (see bench_floors.h). The rates are measured the
+// way the engine uses the hardware: reads only on CPU (decode streams weights and KV), ops::linear for GEMMs.
+#include "cli/bench_floors.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+
+#ifdef LLMSERVE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_allocator.h"
+#include "core/cuda_stream.h"
+#include "model/device_weights.h"
+#endif
+
+namespace llmserve::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Bytes read per second by the pool summing a buffer far larger than the caches: decode streams weights and KV
+// the same way (reads only), so this, not memcpy, bounds it.
+double measure_read_bandwidth() {
+  const int64_t n = int64_t{128} << 20;  // floats: 512 MiB
+  Tensor buf = Tensor::empty({n}, DType::kF32);
+  buf.fill(1.0f);
+  std::vector<double> sums(64, 0.0);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto start = Clock::now();
+    parallel_for(n, int64_t{1} << 20, [&](int64_t b, int64_t e) {
+      const float* p = buf.data<float>();
+      float acc[8] = {};
+      for (int64_t i = b; i + 8 <= e; i += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += p[i + j];
+      }
+      sums[(b >> 20) % 64] += acc[0] + acc[7];  // keeps the loop alive
+    });
+    best = std::min(best, seconds_since(start));
+  }
+  return static_cast<double>(n) * sizeof(float) / best;
+}
+
+// FLOP/s of ops::linear with `weight_dtype` weights on a shape that reaches the GEMM library's peak.
+double measure_gemm_rate(DType weight_dtype) {
+  const int64_t m = 512, k = 2048, n = 2048;
+  Tensor x = Tensor::empty({m, k}, DType::kF32), w = Tensor::empty({n, k}, weight_dtype);
+  Tensor out = Tensor::empty({m, n}, DType::kF32);
+  x.fill(0.5f);
+  w.fill(0.25f);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto start = Clock::now();
+    ops::linear(out, x, w, nullptr);
+    best = std::min(best, seconds_since(start));
+  }
+  return 2.0 * m * k * n / best;
+}
+
+#ifdef LLMSERVE_WITH_CUDA
+// Median milliseconds of `fn` on the current stream over `reps` runs, timed with events, after one warm-up.
+template <typename Fn>
+double median_ms(int reps, Fn fn) {
+  cudaStream_t stream = cuda::current_stream();
+  cudaEvent_t start, stop;
+  cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  fn();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    cuda::check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+    fn();
+    cuda::check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+    cuda::check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float t = 0;
+    cuda::check_cuda(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Device memory bandwidth from a 2 GiB device-to-device copy, counting bytes read plus bytes written.
+double measure_device_copy_bandwidth(Device device) {
+  const size_t bytes = size_t{1} << 31;
+  Tensor a = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
+  Tensor b = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8, device);
+  cuda::check_cuda(cudaMemsetAsync(a.raw_data(), 1, bytes, cuda::current_stream()), "cudaMemsetAsync");
+  const double ms = median_ms(10, [&] {
+    cuda::check_cuda(
+        cudaMemcpyAsync(b.raw_data(), a.raw_data(), bytes, cudaMemcpyDeviceToDevice, cuda::current_stream()),
+        "cudaMemcpyAsync");
+  });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+// A device tensor of uniform random values in [-1, 1) (never zeros: they run faster than real data).
+Tensor random_device_tensor(Shape shape, DType dtype, Device device, uint32_t seed) {
+  Tensor host = Tensor::empty(shape, DType::kF32);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = u(rng);
+  return upload_to_device(host.to(dtype), device);
+}
+
+// FLOP/s of ops::linear (cuBLASLt) for x [m, k] @ w [n, k]^T in `dtype`, on random data.
+double measure_device_gemm_rate(Device device, DType dtype, int64_t m, int64_t n, int64_t k) {
+  Tensor x = random_device_tensor({m, k}, dtype, device, 1), w = random_device_tensor({n, k}, dtype, device, 2);
+  Tensor out = Tensor::empty({m, n}, dtype, device);
+  const double ms = median_ms(10, [&] { ops::linear(out, x, w, nullptr); });
+  return 2.0 * m * n * k / (ms * 1e-3);
+}
+#endif
+
+}  // namespace
+
+MeasuredRates measure_rates(Device device, DType weight_dtype, [[maybe_unused]] const ModelConfig& c,
+                            [[maybe_unused]] int64_t prefill_tokens) {
+  MeasuredRates r;
+  char text[256] = "";
+  if (!device.is_cpu()) {
+#ifdef LLMSERVE_WITH_CUDA
+    r.bandwidth = measure_device_copy_bandwidth(device);
+    const int64_t gemm_m = std::max<int64_t>(prefill_tokens, 8192);
+    r.gemm_rate = measure_device_gemm_rate(device, weight_dtype, gemm_m, 2 * c.intermediate_size, c.hidden_size);
+    std::snprintf(text, sizeof(text),
+                  "device copy bandwidth %.1f GB/s (read + write), cuBLASLt GEMM (%s, %lld x %lld x %lld) "
+                  "%.1f TFLOP/s",
+                  r.bandwidth / 1e9, std::string(dtype_name(weight_dtype)).c_str(), static_cast<long long>(gemm_m),
+                  static_cast<long long>(2 * c.intermediate_size), static_cast<long long>(c.hidden_size),
+                  r.gemm_rate / 1e12);
+#endif
+  } else {
+    r.bandwidth = measure_read_bandwidth();
+    r.gemm_rate = measure_gemm_rate(weight_dtype);
+    std::snprintf(text, sizeof(text), "read bandwidth %.2f GB/s, GEMM (%s weights, 512 x 2048 x 2048) %.1f GFLOP/s",
+                  r.bandwidth / 1e9, std::string(dtype_name(weight_dtype)).c_str(), r.gemm_rate / 1e9);
+  }
+  r.description = text;
+  return r;
+}
+
+double layer_matmul_params(const ModelConfig& c) {
+  const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  return c.num_hidden_layers * (h * q + 2 * h * kv + q * h + 3 * h * c.intermediate_size);
+}
+
+double lm_head_params(const ModelConfig& c) { return static_cast<double>(c.vocab_size) * c.hidden_size; }
+
+double prefill_flops(const ModelConfig& c, int64_t num_seqs, int64_t tokens, int64_t logit_rows) {
+  const double q_dim = static_cast<double>(c.num_attention_heads) * c.head_dim;
+  double attended = 0;  // sum over layers and query positions of the keys attended
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const std::optional<int64_t> window = c.sliding_window_for_layer(layer);
+    for (int64_t i = 0; i < tokens; ++i) attended += static_cast<double>(window ? std::min(i + 1, *window) : i + 1);
+  }
+  const double attention = 4.0 * q_dim * attended;  // QK^T and PV: 2 FLOPs per multiply-add each
+  return num_seqs * (2.0 * layer_matmul_params(c) * tokens + attention) + 2.0 * lm_head_params(c) * logit_rows;
+}
+
+double kv_bytes_per_token(const ModelConfig& c, DType kv_dtype) {
+  return 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * dtype_size(kv_dtype);
+}
+
+PrefillFloor prefill_floor(double flops, double weight_bytes, const MeasuredRates& rates) {
+  PrefillFloor f;
+  f.compute_s = flops / rates.gemm_rate;
+  f.weight_read_s = weight_bytes / rates.bandwidth;
+  f.seconds = std::max(f.compute_s, f.weight_read_s);
+  f.bound = f.compute_s >= f.weight_read_s ? "FLOPs at the GEMM rate" : "one read of the weights";
+  return f;
+}
+
+}  // namespace llmserve::cli

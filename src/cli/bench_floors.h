@@ -1,0 +1,48 @@
+// The physical floors the bench commands print beside their figures: rates measured on this machine in the same
+// run (memory bandwidth, GEMM FLOP/s) and the work a run must do (FLOPs actually executed, bytes read).
+// Invariant: a floor counts only work the engine really does (lm_head on logit rows only) at rates measured here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+#include "model/model_config.h"
+
+namespace llmserve::cli {
+
+struct MeasuredRates {
+  double bandwidth = 0;     // bytes/s: CPU read bandwidth, or CUDA device copy bandwidth (read + write)
+  double gemm_rate = 0;     // FLOP/s of ops::linear in the model's dtype
+  std::string description;  // how both were measured, for the bench's output
+};
+
+// CPU: read bandwidth of a 512 MiB sum and ops::linear at 512 x 2048 x 2048. CUDA: a 2 GiB device copy and
+// cuBLASLt at the model's gate_up shape (hidden -> 2 x intermediate) with max(prefill_tokens, 8192) rows, timed
+// with events: the rate the hardware reaches, not the library's rate at a small prefill's own shape (a small
+// prefill is bounded by reading the weights instead; see prefill_floor).
+MeasuredRates measure_rates(Device device, DType weight_dtype, const ModelConfig& c, int64_t prefill_tokens);
+
+// Parameters of every transformer layer's projections (attention + MLP), and of the LM head.
+double layer_matmul_params(const ModelConfig& c);
+double lm_head_params(const ModelConfig& c);
+// Parameters read by every decode step: all projections and the LM head (embedding rows are gathered).
+inline double matmul_params(const ModelConfig& c) { return layer_matmul_params(c) + lm_head_params(c); }
+
+// FLOPs of prefilling `num_seqs` prompts of `tokens` tokens each: every projection on every token, causal
+// attention (QK^T and PV over positions 0..i, within the sliding window where a layer has one), and the LM head
+// only on `logit_rows` rows (the runner computes logits only where a token is sampled).
+double prefill_flops(const ModelConfig& c, int64_t num_seqs, int64_t tokens, int64_t logit_rows);
+
+// KV cache bytes per token (all layers, K and V) with `kv_dtype` entries.
+double kv_bytes_per_token(const ModelConfig& c, DType kv_dtype);
+
+// A prefill's floor: the larger of its FLOPs at the GEMM rate and one read of the weights at the bandwidth
+// (small batches are weight-read bound). `bound` names the larger.
+struct PrefillFloor {
+  double seconds = 0, compute_s = 0, weight_read_s = 0;
+  const char* bound = "";
+};
+PrefillFloor prefill_floor(double flops, double weight_bytes, const MeasuredRates& rates);
+
+}  // namespace llmserve::cli
