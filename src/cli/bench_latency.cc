@@ -4,13 +4,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "cli/bench_floors.h"
 #include "cli/bench_serve.h"
 #include "cli/bench_throughput.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/gpu_busy_meter.h"
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "model/model_registry.h"
@@ -107,6 +110,11 @@ int run_latency(const std::vector<std::string>& args) {
   greedy.ignore_eos = true;
   greedy.max_tokens = f.output_len + 1;
   double best_prefill = 1e30, best_decode = 1e30;
+  const bool on_cuda = !options.device.is_cpu();
+  GpuBusyMeter busy_meter;
+  bool busy_available = false;
+  std::string busy_why_not;
+  std::optional<double> decode_busy;
   for (int64_t iter = 0; iter <= f.num_iters; ++iter) {  // iteration 0 warms up
     SchedulerOutput prefill;
     std::vector<RequestId> ids;
@@ -125,6 +133,9 @@ int run_latency(const std::vector<std::string>& args) {
     StatusOr<ModelRunnerOutput> out = runner.execute(prefill);
     if (!out.ok()) return fail(out.status());
     const double prefill_s = seconds_since(start);
+    // The last iteration's decode phase also measures how much of its wall time the GPU spent in kernels.
+    const bool meter_this = iter == f.num_iters && on_cuda;
+    if (meter_this) busy_available = busy_meter.start(&busy_why_not);
     start = Clock::now();
     for (int64_t step = 0; step < f.output_len; ++step) {
       SchedulerOutput decode;
@@ -140,6 +151,7 @@ int run_latency(const std::vector<std::string>& args) {
       if (!out.ok()) return fail(out.status());
     }
     const double decode_s = seconds_since(start);
+    if (meter_this && busy_available) decode_busy = busy_meter.stop();  // each step ended with its ids on the host
     SchedulerOutput finish;
     finish.finished_req_ids = ids;
     if (StatusOr<ModelRunnerOutput> done = runner.execute(finish); !done.ok()) return fail(done.status());
@@ -150,7 +162,6 @@ int run_latency(const std::vector<std::string>& args) {
   }
 
   const DType weight_dtype = resolve_weight_dtype(c, options);
-  const bool on_cuda = !options.device.is_cpu();
   const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, f.batch_size * f.input_len);
   const double params = matmul_params(c);
   const double weight_bytes = params * dtype_size(weight_dtype);
@@ -191,6 +202,16 @@ int run_latency(const std::vector<std::string>& args) {
       prefill_flops(c, f.batch_size, f.input_len, f.batch_size), prefill.compute_s * 1e3, prefill.weight_read_s * 1e3,
       prefill.bound, static_cast<long long>(f.batch_size), weight_bytes / 1e6,
       f.batch_size * avg_context * kv_bytes / 1e6, on_cuda ? "copy" : "read");
+  if (on_cuda) {
+    if (decode_busy) {
+      std::printf(
+          "decode GPU busy: %.1f%% of the last iteration's decode wall time in kernels (CUPTI kernel activity; "
+          "the rest is launch gaps and host time between steps)\n",
+          100.0 * *decode_busy);
+    } else {
+      std::printf("decode GPU busy: not measured (%s)\n", busy_why_not.c_str());
+    }
+  }
   return 0;
 }
 

@@ -1,0 +1,98 @@
+// GpuBusyMeter through CUPTI's activity API: kernel records arrive in buffers CUPTI asks for and hands back; their
+// [start, end) intervals are collected and merged when the window closes. Without CUPTI the meter reports why.
+#include "cli/gpu_busy_meter.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#ifdef LLMSERVE_WITH_CUPTI
+#include <cupti.h>
+#endif
+
+namespace llmserve::cli {
+
+double GpuBusyMeter::busy_fraction(std::vector<std::pair<uint64_t, uint64_t>> intervals, uint64_t from, uint64_t to) {
+  if (to <= from) return 0.0;
+  std::sort(intervals.begin(), intervals.end());
+  uint64_t busy = 0, covered_to = from;
+  for (auto [s, e] : intervals) {
+    s = std::max(s, covered_to);
+    e = std::min(e, to);
+    if (e > s) {
+      busy += e - s;
+      covered_to = e;
+    }
+  }
+  return static_cast<double>(busy) / static_cast<double>(to - from);
+}
+
+#ifdef LLMSERVE_WITH_CUPTI
+namespace {
+
+constexpr size_t kBufferBytes = 8 << 20;
+std::mutex g_mutex;
+std::vector<std::pair<uint64_t, uint64_t>> g_kernels;  // filled by CUPTI's buffer-completed callback
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_num_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = kBufferBytes;
+  *max_num_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_size) {
+  CUpti_Activity* record = nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      g_kernels.emplace_back(k->start, k->end);
+    }
+  }
+  std::free(buffer);
+}
+
+}  // namespace
+
+bool GpuBusyMeter::start(std::string* why_not) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_kernels.clear();
+  }
+  CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (r == CUPTI_SUCCESS) r = cuptiGetTimestamp(&from_);
+  if (r != CUPTI_SUCCESS) {
+    const char* text = nullptr;
+    cuptiGetResultString(r, &text);
+    *why_not = std::string("CUPTI: ") + (text != nullptr ? text : "error");
+    return false;
+  }
+  running_ = true;
+  return true;
+}
+
+std::optional<double> GpuBusyMeter::stop() {
+  if (!running_) return std::nullopt;
+  running_ = false;
+  uint64_t to = 0;
+  cuptiGetTimestamp(&to);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  cuptiActivityFlushAll(1);  // forced: hands back every buffer, complete or not
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return busy_fraction(std::move(g_kernels), from_, to);
+}
+
+GpuBusyMeter::~GpuBusyMeter() {
+  if (running_) stop();
+}
+#else
+bool GpuBusyMeter::start(std::string* why_not) {
+  *why_not = "this build has no CUPTI";
+  return false;
+}
+std::optional<double> GpuBusyMeter::stop() { return std::nullopt; }
+GpuBusyMeter::~GpuBusyMeter() = default;
+#endif
+
+}  // namespace llmserve::cli
