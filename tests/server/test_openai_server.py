@@ -158,7 +158,9 @@ def test_completion_logprobs(default_server, client):
     by_id = greedy(client, PROMPTS[3], max_tokens=8, logprobs=3,
                    extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True}).choices[0].logprobs
     ids = [int(t.split(":")[1]) for t in by_id.tokens]
-    assert by_id.token_logprobs == lp.token_logprobs
+    # The second request hits the prefix cache (its prompt's full blocks are cached), so its prompt tail runs as a
+    # smaller GEMM: f32 logprobs may differ in the last bits (as in vLLM); the ids must not.
+    assert by_id.token_logprobs == pytest.approx(lp.token_logprobs, abs=1e-5)
     assert default_server.post_json("/detokenize", {"tokens": ids})[1]["prompt"] == r.choices[0].text
     # Byte tokens that are partial UTF-8 all show as U+FFFD and collide as dict keys; ids do not.
     for tok, value, top in zip(by_id.tokens, by_id.token_logprobs, by_id.top_logprobs):
