@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct EngineFlags {
   double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
   std::string scheduling_policy = "fcfs";  // fcfs | priority (checked by check_engine_flags)
+  std::optional<bool> async_scheduling;    // unset: on for cuda, off for cpu (EngineArgs)
 };
 // InvalidArgument naming the flag for values the parser cannot check (--scheduling-policy).
 Status check_engine_flags(const EngineFlags &f);

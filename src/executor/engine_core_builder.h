@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ struct EngineArgs {
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   uint64_t seed = 0;       // engine seed of unseeded sampling
   bool log_stats = false;  // the core stamps QUEUED / SCHEDULED / PREEMPTED events and output times
+  // Two steps in flight (SchedulerConfig::async_scheduling); unset: on for a CUDA model, off on the CPU.
+  std::optional<bool> async_scheduling;
 };
 
 // What a built core tells its frontend: the limits the frontend validates against and the model config's EOS

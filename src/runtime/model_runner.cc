@@ -126,8 +126,14 @@ void ModelRunner::apply_deltas(const SchedulerOutput &out) {
   for (const std::string &id : out.preempted_req_ids) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
-    it->second.block_ids.clear();
-    it->second.num_computed_tokens = 0;
+    RequestState &s = it->second;
+    s.block_ids.clear();
+    s.num_computed_tokens = 0;
+    // Sampled by a step still outstanding: the scheduler discards that token (ModelExecutor's contract).
+    if (s.outstanding_sample_step >= 0) {
+      s.token_ids.pop_back();
+      s.outstanding_sample_step = -1;
+    }
   }
   for (const NewRequestData &n : out.scheduled_new_reqs) {
     RequestState &s = requests_[n.req_id];
@@ -361,6 +367,32 @@ void ModelRunner::compute_prompt_logprobs(const Tensor &logits, int64_t first_ro
 }
 
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &scheduler_output) {
+  ASSIGN_OR_RETURN(const StepHandle handle, execute_async(scheduler_output));
+  return wait(handle);
+}
+
+StatusOr<ModelExecutor::StepHandle> ModelRunner::execute_async(const SchedulerOutput &scheduler_output) {
+  const StepHandle handle = next_step_handle_++;
+  StatusOr<ModelRunnerOutput> out = run_step(scheduler_output, handle);
+  outstanding_.push_back({handle, std::move(out)});
+  return handle;
+}
+
+StatusOr<ModelRunnerOutput> ModelRunner::wait(StepHandle handle) {
+  CHECK(!outstanding_.empty() && outstanding_.front().handle == handle) << "wait(" << handle << ") out of order";
+  StatusOr<ModelRunnerOutput> out = std::move(outstanding_.front().output);
+  outstanding_.pop_front();
+  if (out.ok()) {
+    for (const RequestId &id : out->req_ids) {
+      auto it = requests_.find(id.str());
+      if (it != requests_.end() && it->second.outstanding_sample_step == handle)
+        it->second.outstanding_sample_step = -1;
+    }
+  }
+  return out;
+}
+
+StatusOr<ModelRunnerOutput> ModelRunner::run_step(const SchedulerOutput &scheduler_output, StepHandle handle) {
   apply_deltas(scheduler_output);
   ModelRunnerOutput out;
   const size_t num_reqs = scheduler_output.num_scheduled_tokens.size();
@@ -415,6 +447,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &schedule
     RequestState &s = *reqs[rows[i]];
     const int32_t id = sampled.sampled_token_ids.data<int32_t>()[i];
     s.token_ids.push_back(id);
+    s.outstanding_sample_step = handle;
     out.sampled_token_ids[rows[i]].push_back(id);
     if (!s.sampling.logprobs) continue;
     const int64_t width = sampled.logprobs.size(1);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,11 @@ class ModelRunner : public ModelExecutor {
   // validates them first). CHECKs the deltas' consistency (unknown ids, blocks
   // not covering tokens).
   StatusOr<ModelRunnerOutput> execute(const SchedulerOutput &scheduler_output) override;
+  // The split form (ModelExecutor). The step runs within execute_async (its sampled ids reach the host there);
+  // a step's sampled token stays "outstanding" until wait(), so a preemption in between drops it from the
+  // runner's state as the scheduler drops it from the request.
+  StatusOr<StepHandle> execute_async(const SchedulerOutput &scheduler_output) override;
+  StatusOr<ModelRunnerOutput> wait(StepHandle handle) override;
 
   // The capacities the persistent buffers were sized for: the config's, with zeros resolved and each bounded by the
   // KV cache (every scheduled token writes its own slot, every request schedules >= 1 token and holds distinct blocks).
@@ -98,7 +104,13 @@ class ModelRunner : public ModelExecutor {
     // prompt does not report its logprobs twice.
     int64_t next_prompt_logprob_pos = 1;
     uint64_t row_key = 0;  // unique per request lifetime: the Sampler keeps a row's parameters while it is the same
+    StepHandle outstanding_sample_step = -1;  // the step whose sampled id (token_ids.back()) is not waited for yet
   };
+  struct OutstandingStep {
+    StepHandle handle;
+    StatusOr<ModelRunnerOutput> output;
+  };
+  StatusOr<ModelRunnerOutput> run_step(const SchedulerOutput &scheduler_output, StepHandle handle);
   // Prompt positions [first, first + count) whose logprobs this step computes for one request: the logits of
   // position p - 1 score prompt token p. The last prompt position scores the first sampled token instead.
   struct PromptLogprobRange {
@@ -136,6 +148,8 @@ class ModelRunner : public ModelExecutor {
   Sampler sampler_;
   std::unordered_map<std::string, RequestState> requests_;
   uint64_t next_row_key_ = 1;
+  StepHandle next_step_handle_ = 0;
+  std::deque<OutstandingStep> outstanding_;  // launched, not waited for; oldest first
   Tensor host_inputs_;    // u8 [layout_.total]: the step inputs, filled on the host (page-locked on CUDA)
   Tensor device_inputs_;  // u8 [layout_.total]: the same layout on the device (== host_inputs_ on CPU)
   Event inputs_copied_;   // recorded after the step's input copy: the mirror is rewritten only once it was read
