@@ -43,8 +43,11 @@ StatusOr<EngineCoreOutputs> EngineCore::step_with_batch_queue() {
     if (empty) break;
   }
   ASSIGN_OR_RETURN(EngineCoreOutputs outs, apply_oldest());
-  // An empty step behind it is applied too: left queued, it would keep has_work() true with nothing to do.
-  while (!batch_queue_.empty() && batch_queue_.front().scheduled.total_num_scheduled_tokens == 0) {
+  // An empty step behind it is applied too (left queued, it would keep has_work() true with nothing to do), and so
+  // is every step once no request is live: they only compute tokens that will be dropped, and applying them
+  // releases the blocks those requests still hold.
+  while (!batch_queue_.empty() &&
+         (batch_queue_.front().scheduled.total_num_scheduled_tokens == 0 || scheduler_.num_unfinished() == 0)) {
     ASSIGN_OR_RETURN(EngineCoreOutputs more, apply_oldest());
     merge_outputs(outs, std::move(more));
   }

@@ -222,7 +222,8 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, bool async, Totals& to
     queue.pop_front();
     ModelRunnerOutput ro = runner.wait(oldest.handle);
     EngineCoreOutputs outs = sched.update_from_output(oldest.so, ro);
-    while (!queue.empty() && queue.front().so.total_num_scheduled_tokens == 0) {  // as EngineCore does
+    while (!queue.empty() &&  // as EngineCore does
+           (queue.front().so.total_num_scheduled_tokens == 0 || sched.num_unfinished() == 0)) {
       merge_outputs(outs, sched.update_from_output(queue.front().so, runner.wait(queue.front().handle)));
       queue.pop_front();
     }
