@@ -253,14 +253,15 @@ TEST_F(GpuEngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
 TEST_F(GpuEngineEquivalence, AsyncSchedulingEqualsSync) {
   const int64_t vocab = model_->config().vocab_size;
   const auto prompts = random_prompts(6, 3, 40, vocab, 11);
-  auto both = [&](const SamplingParams& params, EngineArgs args, const std::string& what) {
+  auto both = [&](const SamplingParams& params, EngineArgs args, const std::string& what) -> std::vector<Generation> {
     args.async_scheduling = false;
     const auto sync = generate(*model_, prompts, params, args);
     args.async_scheduling = true;
     const auto async = generate(*model_, prompts, params, args);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(async[i].ids, sync[i].ids) << what << " prompt " << i;
-      ASSERT_EQ(async[i].logprobs.size(), sync[i].logprobs.size()) << what << " prompt " << i;
+      EXPECT_EQ(async[i].logprobs.size(), sync[i].logprobs.size()) << what << " prompt " << i;
+      if (async[i].logprobs.size() != sync[i].logprobs.size()) continue;
       for (size_t k = 0; k < sync[i].logprobs.size(); ++k) {
         EXPECT_EQ(async[i].logprobs[k].token_ids, sync[i].logprobs[k].token_ids) << what << " prompt " << i;
       }
