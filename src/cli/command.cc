@@ -41,15 +41,31 @@ void ArgParser::add_bool(const std::string& name, bool* out, const std::string& 
   flags_[name] = {Kind::kBool, out, help};
   order_.push_back(name);
 }
+void ArgParser::add_bool(const std::string& name, std::optional<bool>* out, const std::string& help) {
+  flags_[name] = {Kind::kOptionalBool, out, help};
+  order_.push_back(name);
+}
 void ArgParser::set_positional(const std::string& usage_name, std::vector<std::string>* out) {
   positional_name_ = usage_name;
   positional_ = out;
 }
 
+void ArgParser::set_bool(Flag& flag, bool value) {
+  if (flag.kind == Kind::kOptionalBool) {
+    *static_cast<std::optional<bool>*>(flag.out) = value;
+  } else {
+    *static_cast<bool*>(flag.out) = value;
+  }
+}
+
 Status ArgParser::assign(const std::string& name, Flag& flag, const std::string& value) {
   switch (flag.kind) {
-    case Kind::kString: *static_cast<std::string*>(flag.out) = value; return ok_status();
-    case Kind::kStrings: static_cast<std::vector<std::string>*>(flag.out)->push_back(value); return ok_status();
+    case Kind::kString:
+      *static_cast<std::string*>(flag.out) = value;
+      return ok_status();
+    case Kind::kStrings:
+      static_cast<std::vector<std::string>*>(flag.out)->push_back(value);
+      return ok_status();
     case Kind::kInt: {
       char* end = nullptr;
       errno = 0;
@@ -70,11 +86,16 @@ Status ArgParser::assign(const std::string& name, Flag& flag, const std::string&
       *static_cast<double*>(flag.out) = v;
       return ok_status();
     }
-    case Kind::kBool: {
-      bool* out = static_cast<bool*>(flag.out);
-      if (value == "true" || value == "1") *out = true;
-      else if (value == "false" || value == "0") *out = false;
-      else return invalid_argument("--" + name + " expects true or false, got '" + value + "'");
+    case Kind::kBool:
+    case Kind::kOptionalBool: {
+      bool v = false;
+      if (value == "true" || value == "1")
+        v = true;
+      else if (value == "false" || value == "0")
+        v = false;
+      else
+        return invalid_argument("--" + name + " expects true or false, got '" + value + "'");
+      set_bool(flag, v);
       return ok_status();
     }
   }
@@ -105,15 +126,15 @@ Status ArgParser::parse(const std::vector<std::string>& args) {
     auto it = flags_.find(name);
     if (it == flags_.end() && name.rfind("no-", 0) == 0 && !has_value) {
       auto neg = flags_.find(name.substr(3));
-      if (neg != flags_.end() && neg->second.kind == Kind::kBool) {
-        *static_cast<bool*>(neg->second.out) = false;
+      if (neg != flags_.end() && (neg->second.kind == Kind::kBool || neg->second.kind == Kind::kOptionalBool)) {
+        set_bool(neg->second, false);
         continue;
       }
     }
     if (it == flags_.end()) return invalid_argument("unknown flag --" + name + " for '" + command_ + "'");
     Flag& flag = it->second;
-    if (flag.kind == Kind::kBool && !has_value) {
-      *static_cast<bool*>(flag.out) = true;
+    if ((flag.kind == Kind::kBool || flag.kind == Kind::kOptionalBool) && !has_value) {
+      set_bool(flag, true);
       continue;
     }
     if (!has_value) {

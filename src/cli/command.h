@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ class ArgParser {
   void add_int(const std::string& name, int64_t* out, const std::string& help);
   void add_float(const std::string& name, double* out, const std::string& help);
   void add_bool(const std::string& name, bool* out, const std::string& help);  // also accepts --no-<name>
+  // As add_bool, but `out` stays unset when neither form is given (a default that depends on other flags).
+  void add_bool(const std::string& name, std::optional<bool>* out, const std::string& help);
   // Names the positional arguments in usage; `out` receives them (may be null if none are accepted).
   void set_positional(const std::string& usage_name, std::vector<std::string>* out);
 
@@ -49,13 +52,14 @@ class ArgParser {
   std::string usage() const;
 
  private:
-  enum class Kind { kString, kStrings, kInt, kFloat, kBool };
+  enum class Kind { kString, kStrings, kInt, kFloat, kBool, kOptionalBool };
   struct Flag {
     Kind kind;
     void* out;
     std::string help;
   };
   Status assign(const std::string& name, Flag& flag, const std::string& value);
+  static void set_bool(Flag& flag, bool value);
 
   std::string command_;
   std::string description_;

@@ -53,6 +53,8 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_bool("enable-prefix-caching", &f->enable_prefix_caching, "reuse cached prompt blocks (default on)");
   parser.add_string("scheduling-policy", &f->scheduling_policy,
                     "fcfs (default) | priority (a request's priority: lower is served earlier)");
+  parser.add_bool("async-scheduling", &f->async_scheduling,
+                  "schedule step N+1 while step N runs (default: on for cuda, off for cpu; --no-async-scheduling)");
   add_cuda_graph_flags(parser, f);
 }
 
@@ -273,18 +275,20 @@ std::vector<std::string> to_args(const ModelFlags &f) {
 }
 
 std::vector<std::string> to_args(const EngineFlags &f) {
-  return {"--max-model-len=" + std::to_string(f.max_model_len),
-          "--max-num-seqs=" + std::to_string(f.max_num_seqs),
-          "--max-num-batched-tokens=" + std::to_string(f.max_num_batched_tokens),
-          "--block-size=" + std::to_string(f.block_size),
-          "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
-          "--gpu-memory-utilization=" + std::to_string(f.gpu_memory_utilization),
-          "--scheduling-policy=" + f.scheduling_policy,
-          f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching",
-          "--cuda-graph-mode=" + f.cuda_graph_mode,
-          "--cuda-graph-capture-sizes=" + f.cuda_graph_capture_sizes,
-          "--compilation-config=" + f.compilation_config,
-          f.enforce_eager ? "--enforce-eager" : "--no-enforce-eager"};
+  std::vector<std::string> a = {"--max-model-len=" + std::to_string(f.max_model_len),
+                                "--max-num-seqs=" + std::to_string(f.max_num_seqs),
+                                "--max-num-batched-tokens=" + std::to_string(f.max_num_batched_tokens),
+                                "--block-size=" + std::to_string(f.block_size),
+                                "--kv-cache-tokens=" + std::to_string(f.kv_cache_tokens),
+                                "--gpu-memory-utilization=" + std::to_string(f.gpu_memory_utilization),
+                                "--scheduling-policy=" + f.scheduling_policy,
+                                f.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching",
+                                "--cuda-graph-mode=" + f.cuda_graph_mode,
+                                "--cuda-graph-capture-sizes=" + f.cuda_graph_capture_sizes,
+                                "--compilation-config=" + f.compilation_config,
+                                f.enforce_eager ? "--enforce-eager" : "--no-enforce-eager"};
+  if (f.async_scheduling) a.push_back(*f.async_scheduling ? "--async-scheduling" : "--no-async-scheduling");
+  return a;
 }
 
 Status check_engine_flags(const EngineFlags &f) {
@@ -310,6 +314,7 @@ EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m) {
   CHECK(graphs.ok()) << graphs.status().message();
   a.cuda_graph_mode = graphs->mode;
   a.cuda_graph_capture_sizes = graphs->capture_sizes;
+  a.async_scheduling = f.async_scheduling;
   return a;
 }
 

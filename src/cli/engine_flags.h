@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ struct EngineFlags {
   // CUDA graphs, vLLM's flags (checked by check_engine_flags; empty: not given).
   std::string cuda_graph_mode, cuda_graph_capture_sizes, compilation_config;
   bool enforce_eager = false;
+  std::optional<bool> async_scheduling;    // unset: on for cuda, off for cpu (EngineArgs)
 };
 // The CUDA-graph mode and capture sizes the flags ask for (full_and_piecewise and vLLM's sizes when none is given).
 // InvalidArgument naming the flag for a bad value, an unknown --compilation-config key, or flags that disagree.

@@ -1,10 +1,12 @@
 // EngineCore: the engine loop — Scheduler.schedule() -> ModelExecutor.execute()
-// -> Scheduler.update_from_output(). It knows the model only through the
+// -> Scheduler.update_from_output(), or with async scheduling a batch queue of
+// two steps (schedule N+1 while N runs). It knows the model only through the
 // abstract ModelExecutor (DESIGN §2: the engine layer never sees kernels or
 // models). Invariant: every SchedulerOutput produced by schedule() is executed
 // and applied exactly once, in order.
 #pragma once
 
+#include <deque>
 #include <string>
 
 #include "core/status.h"
@@ -17,12 +19,32 @@ namespace llmserve {
 // The executor keeps its own per-request state from the SchedulerOutput deltas;
 // it must accept an empty output (no tokens scheduled) and still apply its
 // finished / preempted ids.
+//
+// Two forms: execute() runs a step and returns its output; execute_async() launches one and wait() returns its
+// output later, so the engine can schedule (and launch) the next step meanwhile. Steps are waited for in the order
+// they were launched, each exactly once; at most two are outstanding. A step launched while the previous one is
+// outstanding may compute that step's sampled tokens (the scheduler's placeholders) without their ids on the host.
+// Preemption contract: a request preempted by step N+1 while step N (which sampled for it) is outstanding has
+// step N's token discarded by the scheduler, so the executor drops it from its own state too.
 class ModelExecutor {
  public:
+  using StepHandle = int64_t;  // launch order, from 0
+
   virtual ~ModelExecutor() = default;
   // Internal error only: user input is validated before it reaches the core.
   virtual StatusOr<ModelRunnerOutput> execute(const SchedulerOutput &scheduler_output) = 0;
+  // Default: runs execute() at once and keeps its result for wait() (an executor without asynchronous steps).
+  virtual StatusOr<StepHandle> execute_async(const SchedulerOutput &scheduler_output);
+  // The output of `handle`, which must be the oldest outstanding step (CHECKed).
+  virtual StatusOr<ModelRunnerOutput> wait(StepHandle handle);
+
+ private:
+  std::deque<StatusOr<ModelRunnerOutput>> finished_;  // the default execute_async's results, oldest first
+  StepHandle next_handle_ = 0;
 };
+
+// Appends `later`'s outputs to `into` (two steps reported as one): gauges from `later`, counters summed.
+void merge_outputs(EngineCoreOutputs &into, EngineCoreOutputs &&later);
 
 class EngineCore {
  public:
@@ -44,16 +66,29 @@ class EngineCore {
 
   // One engine step. With nothing scheduled it still reports the final outputs
   // of requests finished from outside. An executor error is returned as is (the
-  // step's tokens are then lost; the core should be dropped).
+  // step's tokens are then lost; the core should be dropped). Under
+  // SchedulerConfig::async_scheduling (vLLM's step_with_batch_queue) it keeps up
+  // to two steps in flight: it launches new steps while the queue has room and
+  // the scheduler finds tokens, then returns the oldest step's outputs.
   StatusOr<EngineCoreOutputs> step();
 
-  // True while a request is live or a final output is still to be reported.
-  bool has_work() const { return scheduler_.has_work(); }
+  // True while a request is live, a final output is still to be reported or a step is in flight.
+  bool has_work() const { return scheduler_.has_work() || !batch_queue_.empty(); }
   const Scheduler &scheduler() const { return scheduler_; }
 
  private:
+  static constexpr size_t kBatchQueueDepth = 2;
+  struct InFlightStep {
+    SchedulerOutput scheduled;
+    ModelExecutor::StepHandle handle;
+  };
+  StatusOr<EngineCoreOutputs> step_with_batch_queue();
+  // Waits for the oldest queued step and applies its output.
+  StatusOr<EngineCoreOutputs> apply_oldest();
+
   Scheduler scheduler_;
   ModelExecutor &executor_;
+  std::deque<InFlightStep> batch_queue_;  // launched steps, oldest first (async scheduling only)
 };
 
 }  // namespace llmserve

@@ -72,7 +72,10 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
                                                             const KVCacheBlocks* new_computed_blocks,
                                                             int64_t num_new_computed_tokens) {
   CHECK_GE(num_new_tokens, 0);
-  CHECK_LE(req.num_computed_tokens + num_new_computed_tokens + num_new_tokens, req.num_tokens())
+  // A sampled token not returned yet (async scheduling's placeholder) may be computed: its id reaches the step on
+  // the device. It is hashed into the prefix cache only once known.
+  CHECK_LE(req.num_computed_tokens + num_new_computed_tokens + num_new_tokens,
+           req.num_tokens() + req.num_output_placeholders)
       << "request " << req.request_id() << " schedules tokens it does not have";
   if (new_computed_blocks == nullptr && req.kv_slot_.index >= 0) {
     // Decode fast path: the blocks held already cover the new tokens and no block becomes full.
@@ -119,7 +122,8 @@ std::optional<KVCacheBlocks> KVCacheManager::allocate_slots(Request& req, int64_
     rb.block_ids.insert(rb.block_ids.end(), out.block_ids_.begin(), out.block_ids_.end());
   }
   if (enable_caching_) {
-    cache_full_blocks(req, rb, req.num_computed_tokens + num_new_computed_tokens + num_new_tokens);
+    cache_full_blocks(req, rb,
+                      std::min(req.num_computed_tokens + num_new_computed_tokens + num_new_tokens, req.num_tokens()));
   }
   return out;
 }

@@ -75,7 +75,8 @@ class Request {
   RequestStatus status = RequestStatus::kWaiting;
   // Tokens whose K/V are in the cache (or being written by the step just scheduled).
   int64_t num_computed_tokens = 0;
-  // Tokens scheduled but not yet returned by the runner (async scheduling; always 0 for now).
+  // Sampled tokens scheduled but not yet returned by the runner: 1 between schedule() and update_from_output()
+  // of a sampling step, 2 under async scheduling while the next step already computes the first one.
   int64_t num_output_placeholders = 0;
   // Prompt tokens served from the prefix cache at the first scheduling; -1 until then.
   int64_t num_cached_tokens = -1;
@@ -108,7 +109,8 @@ class Request {
   uint64_t cache_salt_;
   std::vector<int32_t> token_ids_;
   int64_t num_prompt_tokens_;
-  int64_t max_tokens_ = 0;  // set by the scheduler at admission (it knows max_model_len)
+  int64_t max_tokens_ = 0;            // set by the scheduler at admission (it knows max_model_len)
+  int64_t last_scheduled_step_ = -1;  // id of the last step that computes this request (the scheduler's count)
 };
 
 }  // namespace llmserve

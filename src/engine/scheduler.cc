@@ -133,7 +133,7 @@ void Scheduler::schedule_running(StepState& st) {
     CHECK_LE(req->num_tokens(), config_.max_model_len) << req->request_id();
     const int64_t num_new_tokens =
         std::min(req->num_tokens() + req->num_output_placeholders - req->num_computed_tokens, st.token_budget);
-    if (num_new_tokens <= 0) {
+    if (num_new_tokens <= 0 || placeholder_is_past_the_end(*req)) {
       ++i;
       continue;
     }
@@ -178,6 +178,14 @@ void Scheduler::schedule_waiting(StepState& st) {
   }
 }
 
+bool Scheduler::placeholder_is_past_the_end(const Request& req) const {
+  // Under async scheduling the token to compute may be a placeholder: once the tokens already owed reach
+  // max_tokens or max_model_len, the request ends when they arrive, so computing another one would be wasted.
+  const int64_t owed = req.num_output_placeholders;
+  return owed > 0 &&
+         (req.num_output_tokens() + owed >= req.max_tokens() || req.num_tokens() + owed >= config_.max_model_len);
+}
+
 SchedulerOutput Scheduler::schedule() {
   StepState st;
   st.token_budget = config_.max_num_batched_tokens;
@@ -187,14 +195,16 @@ SchedulerOutput Scheduler::schedule() {
   if (st.preempted_req_ids.empty()) schedule_waiting(st);
 
   SchedulerOutput out;
-  in_flight_.clear();
+  const int64_t step_id = num_scheduled_steps_++;
+  std::vector<Request*>& in_flight = in_flight_.emplace_back();
+  in_flight.reserve(st.entries.size());
   out.num_scheduled_tokens.reserve(st.entries.size());
   out.scheduled_cached_reqs.reserve(st.entries.size());
   for (auto& e : st.entries) {
     Request& req = *e.req;
     out.num_scheduled_tokens.push_back({req.request_id(), e.num_tokens});
     out.total_num_scheduled_tokens += e.num_tokens;
-    in_flight_.push_back(&req);
+    in_flight.push_back(&req);
     if (e.kind == StepState::Kind::kNew) {
       out.scheduled_new_reqs.push_back(
           {req.request_id(), std::vector<int32_t>(req.token_ids().begin(), req.token_ids().end()),
@@ -207,6 +217,9 @@ SchedulerOutput Scheduler::schedule() {
       c.num_computed_tokens = req.num_computed_tokens;
     }
     req.num_computed_tokens += e.num_tokens;
+    req.last_scheduled_step_ = step_id;
+    // Every known and owed token computed: this step samples the next one, owed until its output is applied.
+    if (req.num_computed_tokens == req.num_tokens() + req.num_output_placeholders) ++req.num_output_placeholders;
   }
   CHECK_LE(out.total_num_scheduled_tokens, config_.max_num_batched_tokens);
   out.finished_req_ids = std::move(finished_req_ids_);
@@ -244,28 +257,36 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
   outs.outputs.reserve(outs.outputs.size() + runner_output.req_ids.size());
   CHECK_EQ(runner_output.req_ids.size(), runner_output.sampled_token_ids.size());
   CHECK_EQ(runner_output.req_ids.size(), scheduler_output.num_scheduled_tokens.size());
+  CHECK(!in_flight_.empty()) << "update_from_output without a scheduled step";
+  const std::vector<Request*> in_flight = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  ++num_applied_steps_;
   std::vector<RequestId> finished;
   for (size_t i = 0; i < runner_output.req_ids.size(); ++i) {
     const RequestId& id = runner_output.req_ids[i];
-    Request* found = i < in_flight_.size() ? in_flight_[i] : nullptr;
+    Request* found = i < in_flight.size() ? in_flight[i] : nullptr;
     if (found == nullptr || !(found->request_id() == id)) {
       auto it = requests_.find(id.str());
       if (it == requests_.end()) continue;  // finished from outside while the step ran
       found = it->second.get();
     }
     Request& req = *found;
-    if (req.status != RequestStatus::kRunning) continue;  // a new request reusing an aborted id
+    // Finished (stopped one step late under async scheduling, aborted) or preempted since this step was
+    // scheduled: its tokens are dropped. Also a new request reusing an aborted id.
+    if (req.status != RequestStatus::kRunning) continue;
     const auto& sampled = runner_output.sampled_token_ids[i];
     const bool has_prompt_logprobs =
         i < runner_output.prompt_logprobs.size() && !runner_output.prompt_logprobs[i].empty();
     if (sampled.empty() && !has_prompt_logprobs) continue;
-    CHECK(sampled.empty() || req.num_computed_tokens == req.num_tokens())
+    CHECK(sampled.empty() || (req.num_output_placeholders >= 1 &&
+                              req.num_computed_tokens == req.num_tokens() + req.num_output_placeholders - 1))
         << "runner sampled for " << id << " before its prompt was computed";
     EngineCoreOutput& o = outs.outputs.emplace_back();
     o.request_id = id;
     bool stopped = false;
     for (int32_t tok : sampled) {
       req.append_output_token(tok);
+      --req.num_output_placeholders;
       o.new_token_ids.push_back(tok);
       if ((stopped = check_stop(req))) break;
     }
@@ -278,7 +299,6 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
     if (stopped) {
       o.finish_reason = finish_reason_of(req.status);
       o.stop_reason = req.stop_reason;
-      kv_.free(req);
       finished_req_ids_.push_back(id);
       finished.push_back(id);
     }
@@ -290,11 +310,16 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
       }
     }
   }
-  in_flight_.clear();
   if (!finished.empty()) {
     std::erase_if(running_, [](const Request* r) { return is_finished(r->status); });
-    for (const auto& id : finished) requests_.erase(id.str());
+    for (const auto& id : finished) {
+      auto it = requests_.find(id.str());
+      std::unique_ptr<Request> req = std::move(it->second);
+      requests_.erase(it);
+      retire(std::move(req));
+    }
   }
+  release_drained();
   SchedulerStats& s = outs.scheduler_stats;
   s.num_running_reqs = num_running();
   s.num_waiting_reqs = num_waiting();
@@ -319,7 +344,6 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
   } else {
     CHECK(waiting_->remove(&req)) << request_id << " is neither running nor waiting";
   }
-  kv_.free(req);
   req.status = status;
   req.stop_reason = std::move(stop_reason);
   EngineCoreOutput& o = pending_outputs_.emplace_back();
@@ -333,9 +357,33 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
     pending_events_.erase(ev);
   }
   finished_req_ids_.push_back(req.request_id());
-  std::replace(in_flight_.begin(), in_flight_.end(), &req, static_cast<Request*>(nullptr));
+  std::unique_ptr<Request> owned = std::move(it->second);
   requests_.erase(it);
+  retire(std::move(owned));
   return true;
+}
+
+void Scheduler::retire(std::unique_ptr<Request> req) {
+  // A step in flight may still write its K/V (and its in-flight entry points at it): keep both until it is applied.
+  if (req->last_scheduled_step_ >= num_applied_steps_) {
+    draining_.push_back(std::move(req));
+  } else {
+    kv_.free(*req);
+  }
+}
+
+void Scheduler::release_drained() {
+  std::erase_if(draining_, [this](const std::unique_ptr<Request>& req) {
+    if (req->last_scheduled_step_ >= num_applied_steps_) return false;
+    kv_.free(*req);
+    return true;
+  });
+}
+
+std::vector<const Request*> Scheduler::draining() const {
+  std::vector<const Request*> out;
+  for (const auto& r : draining_) out.push_back(r.get());
+  return out;
 }
 
 const Request* Scheduler::get_request(const std::string& request_id) const {

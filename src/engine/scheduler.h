@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -28,6 +29,9 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = true;  // false: a prompt that does not fit the remaining budget waits
   bool log_stats = false;              // record QUEUED / SCHEDULED / PREEMPTED events on the outputs
   std::function<double()> clock{};     // seconds; empty: steady_clock
+  // EngineCore keeps two steps in flight (schedules step N+1 while N runs); the scheduler then plans tokens whose
+  // ids are not known yet (Request::num_output_placeholders) and sees stop conditions one step late.
+  bool async_scheduling = false;
 
   // InvalidArgument naming the field; also checks that one max_model_len request fits in the KV cache
   // (otherwise it could never run to completion and preemption would spin).
@@ -49,12 +53,15 @@ class Scheduler {
 
   // Applies the runner's results for `scheduler_output`: appends sampled ids, checks stop conditions on
   // token ids (EOS unless ignore_eos, stop_token_ids, max_tokens, max_model_len; all suppressed below
-  // min_tokens), frees finished requests and reports new tokens. Requests aborted since schedule() are skipped.
+  // min_tokens), frees finished requests and reports new tokens. Requests finished, aborted or preempted since
+  // schedule() are skipped (their tokens dropped). Outputs must be applied in the order schedule() made them
+  // (at most two outstanding: async scheduling).
   EngineCoreOutputs update_from_output(const SchedulerOutput& scheduler_output, const ModelRunnerOutput& runner_output);
 
   // Finishes a live request from outside (abort; or "stop" found by the frontend's stop-string check, with
-  // its stop_reason). Frees its blocks at once; its final output comes with the next update_from_output.
-  // Returns false if the id is unknown or already finished (aborting late is not an error).
+  // its stop_reason). Frees its blocks at once, or when the steps in flight that compute it are applied; its final
+  // output comes with the next update_from_output. Returns false if the id is unknown or already finished (aborting
+  // late is not an error).
   bool finish_request(const std::string& request_id, RequestStatus status, StopReason stop_reason = {});
   bool abort_request(const std::string& request_id) {
     return finish_request(request_id, RequestStatus::kFinishedAborted);
@@ -65,11 +72,15 @@ class Scheduler {
   int64_t num_unfinished() const { return num_running() + num_waiting(); }
   // True while any request is live or a final output is still to be reported.
   bool has_work() const { return num_unfinished() > 0 || !pending_outputs_.empty(); }
+  // Steps scheduled whose outputs were not applied yet.
+  int64_t num_steps_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
 
   const Request* get_request(const std::string& request_id) const;
   const std::vector<Request*>& running() const { return running_; }
   const RequestQueue& waiting() const { return *waiting_; }
   const KVCacheManager& kv_cache_manager() const { return kv_; }
+  // Finished requests whose blocks are kept until the steps in flight that compute them are applied.
+  std::vector<const Request*> draining() const;
   const SchedulerConfig& config() const { return config_; }
 
  private:
@@ -78,9 +89,13 @@ class Scheduler {
   void schedule_waiting(StepState& st);
   // Preempts one running request chosen by the policy; returns it and its former index in running_.
   Request* preempt_one(StepState& st, size_t* victim_pos);
+  // True when the token a running request would compute is a placeholder it will never need (async scheduling).
+  bool placeholder_is_past_the_end(const Request& req) const;
   // True if the request stopped; sets its status and stop_reason.
   bool check_stop(Request& req) const;
-  void finish(Request& req, RequestStatus status);
+  // Drops a finished request: its blocks are freed (and the record destroyed) once no step in flight computes it.
+  void retire(std::unique_ptr<Request> req);
+  void release_drained();
   double now() const;
   void record_event(Request& req, EngineCoreEventType type);
 
@@ -89,9 +104,14 @@ class Scheduler {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::unique_ptr<RequestQueue> waiting_;
   std::vector<Request*> running_;
-  // The last schedule()'s requests in num_scheduled_tokens order (nullptr once finished from outside): lets
-  // update_from_output() skip the id lookup when the runner keeps the scheduler's order.
-  std::vector<Request*> in_flight_;
+  // Per step scheduled and not yet applied (oldest first): its requests in num_scheduled_tokens order. Lets
+  // update_from_output() skip the id lookup when the runner keeps the scheduler's order; a pointer stays valid
+  // until its step is applied (retired requests wait in draining_).
+  std::deque<std::vector<Request*>> in_flight_;
+  int64_t num_scheduled_steps_ = 0;  // schedule() calls so far: the id of the next step
+  int64_t num_applied_steps_ = 0;    // update_from_output() calls so far
+  // Finished requests still computed by a step in flight: their blocks stay allocated until it is applied.
+  std::vector<std::unique_ptr<Request>> draining_;
   std::vector<RequestId> finished_req_ids_;        // for the next SchedulerOutput
   std::vector<EngineCoreOutput> pending_outputs_;  // final outputs of requests finished from outside
   std::unordered_map<std::string, std::vector<EngineCoreEvent>> pending_events_;

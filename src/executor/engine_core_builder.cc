@@ -29,6 +29,7 @@ StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const Engine
   sc.enable_chunked_prefill = args.enable_chunked_prefill;
   sc.policy = args.scheduling_policy;
   sc.log_stats = args.log_stats;
+  sc.async_scheduling = args.async_scheduling.value_or(!model.device().is_cpu());
   if (args.block_size < 1) return invalid_argument("block_size must be at least 1");
   c.cache.block_size = args.block_size;
   c.cache.enable_prefix_caching = args.enable_prefix_caching;

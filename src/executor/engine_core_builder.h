@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct EngineArgs {
   CudaGraphMode cuda_graph_mode = CudaGraphMode::kFullAndPiecewise;
   std::vector<int64_t> cuda_graph_capture_sizes;
   bool run_graph_batches_eagerly = false;  // tests only: ModelRunnerConfig::run_graph_batches_eagerly
+  // Two steps in flight (SchedulerConfig::async_scheduling); unset: on for a CUDA model, off on the CPU.
+  std::optional<bool> async_scheduling;
 };
 
 // What a built core tells its frontend: the limits the frontend validates against and the model config's EOS

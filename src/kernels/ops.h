@@ -254,4 +254,10 @@ extern Op<void(Tensor& out_ids, const Tensor& logits, const SampleParams& params
 extern Op<void(Tensor& out_logprobs, Tensor& out_ranks, const Tensor& logprobs, const Tensor& token_ids)>
     gather_token_logprobs;
 
+// Async scheduling: a step's input ids at placeholder positions are the previous step's sampled ids, which never
+// went through the host. input_ids[index[i, 0]] = sampled_ids[index[i, 1]] for every row i. input_ids [num_tokens]
+// i32, sampled_ids [num_sampled] i32, index [n, 2] i32 (positions and rows in range: the caller's invariant, checked
+// on the CPU), all on one device.
+extern Op<void(Tensor& input_ids, const Tensor& sampled_ids, const Tensor& index)> scatter_sampled_ids;
+
 }  // namespace llmserve::ops

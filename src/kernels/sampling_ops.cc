@@ -31,6 +31,18 @@ Status check_vector(const Tensor& t, DType dtype, int64_t size, const Tensor& lo
 
 void check_ok(const Status& status, const char* op) { CHECK(status.ok()) << op << ": " << status.message(); }
 
+void check_scatter_sampled_ids(Tensor& input_ids, const Tensor& sampled_ids, const Tensor& index) {
+  constexpr const char* op = "scatter_sampled_ids";
+  for (const Tensor* t : {static_cast<const Tensor*>(&input_ids), &sampled_ids, &index}) {
+    CHECK(t->defined() && t->is_contiguous() && t->dtype() == DType::kI32 && t->device() == input_ids.device())
+        << op << ": " << (t->defined() ? t->to_string() : "undefined")
+        << " must be a contiguous i32 tensor on the input ids' device " << input_ids.device().to_string();
+  }
+  CHECK(input_ids.dim() == 1 && sampled_ids.dim() == 1)
+      << op << ": input_ids " << input_ids.to_string() << " and sampled_ids " << sampled_ids.to_string() << " are 1-D";
+  CHECK(index.dim() == 2 && index.size(1) == 2) << op << ": index " << index.to_string() << " must be [n, 2]";
+}
+
 }  // namespace
 
 Status TokenLists::check(const Tensor& logits, const char* name) const {
@@ -148,6 +160,9 @@ decltype(apply_top_k_top_p_min_p) apply_top_k_top_p_min_p(
 decltype(sample) sample(
     "sample", "sample(Tensor! out_ids, Tensor logits, Tensor temperatures, Tensor seeds, Tensor offsets) -> ()",
     check_sample);
+decltype(scatter_sampled_ids) scatter_sampled_ids(
+    "scatter_sampled_ids", "scatter_sampled_ids(Tensor! input_ids, Tensor sampled_ids, Tensor index) -> ()",
+    check_scatter_sampled_ids);
 decltype(gather_token_logprobs) gather_token_logprobs(
     "gather_token_logprobs",
     "gather_token_logprobs(Tensor! out_logprobs, Tensor! out_ranks, Tensor logprobs, Tensor token_ids) -> ()",

@@ -96,6 +96,12 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   inputs_copied_ = Event(device_);
   block_table_widths_.assign(static_cast<size_t>(limits_.max_num_reqs), 0);
   logits_ = Tensor::empty({limits_.max_num_reqs, c.vocab_size}, DType::kF32, device_);
+  if (!device_.is_cpu()) {
+    sampled_ids_ = std::make_unique<SampledIdsTransfer>(device_, limits_.max_num_reqs);
+    scatter_host_ = Tensor::empty_pinned({limits_.max_num_reqs, 2}, DType::kI32);
+    scatter_device_ = Tensor::empty({limits_.max_num_reqs, 2}, DType::kI32, device_);
+    scatter_copied_ = Event(device_);
+  }
   // The model's per-step activations: one allocation for the largest step (a profiling runner's arena is counted
   // in the profile's peak); at most one logits row per scheduled token (prompt logprobs).
   activations_ =
@@ -205,8 +211,14 @@ void ModelRunner::apply_deltas(const SchedulerOutput &out) {
   for (const std::string &id : out.preempted_req_ids) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
-    it->second.block_ids.clear();
-    it->second.num_computed_tokens = 0;
+    RequestState &s = it->second;
+    s.block_ids.clear();
+    s.num_computed_tokens = 0;
+    // Sampled by a step still outstanding: the scheduler discards that token (ModelExecutor's contract).
+    if (s.outstanding_sample_step >= 0) {
+      s.token_ids.pop_back();
+      s.outstanding_sample_step = -1;
+    }
   }
   for (const NewRequestData &n : out.scheduled_new_reqs) {
     RequestState &s = requests_[n.req_id];
@@ -254,6 +266,7 @@ int64_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const 
   auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_indices);
   auto *table = reinterpret_cast<int32_t *>(host + L.block_table);
   const int64_t bs = config_.block_size, width = limits_.max_blocks_per_seq;
+  scatter_pairs_.clear();
   int64_t t = 0, max_blocks = 1;
   qsl[0] = 0;
   for (int64_t r = 0; r < num_reqs; ++r) {
@@ -269,6 +282,14 @@ int64_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const 
       const int32_t block = s.block_ids[p / bs];
       CHECK(block >= 0 && block < config_.num_blocks) << "block id " << block << " outside the cache";
       ids[t] = s.token_ids[p];
+      if (ids[t] == kPlaceholderId) {
+        // Sampled by the previous step, still on the device: scattered in after the input copy.
+        CHECK(p + 1 == static_cast<int64_t>(s.token_ids.size()) && s.outstanding_sample_step == running_step_ - 1)
+            << "an unknown token id that is not the previous step's";
+        scatter_pairs_.push_back(static_cast<int32_t>(t));
+        scatter_pairs_.push_back(s.placeholder_row);
+        ids[t] = 0;
+      }
       pos[t] = p;
       slots[t] = static_cast<int64_t>(block) * bs + p % bs;
     }
@@ -321,6 +342,7 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
     fill_padding(num_reqs, graph_size);
     upload_inputs(graph_size, graph_size, max_blocks);
     bind_batch(graph_size, graph_size, graph_size, graph_size, 1, graph_max_seq_len());
+    scatter_placeholder_ids(batch_.input_ids);  // async scheduling: the previous step's ids, still on the device
     if (graphs_) {
       graphs_->replay(graph_size);
     } else {  // run_graph_batches_eagerly: the captured forward's very inputs, eagerly
@@ -338,6 +360,7 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   step_logits_ = num_logits <= limits_.max_num_reqs
                      ? logits_.slice(0, 0, num_logits)
                      : Tensor::empty({num_logits, model_.config().vocab_size}, DType::kF32, device_);
+  scatter_placeholder_ids(batch_.input_ids);
   model_.forward(batch_, kv_cache_, step_logits_);
   return step_logits_;
 }
@@ -466,6 +489,81 @@ void ModelRunner::compute_prompt_logprobs(const Tensor &logits, int64_t first_ro
 }
 
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &scheduler_output) {
+  ASSIGN_OR_RETURN(const StepHandle handle, execute_async(scheduler_output));
+  return wait(handle);
+}
+
+StatusOr<ModelExecutor::StepHandle> ModelRunner::execute_async(const SchedulerOutput &scheduler_output) {
+  // Two slots of device ids: a third step would overwrite ids nobody collected.
+  CHECK_LT(outstanding_.size(), static_cast<size_t>(SampledIdsTransfer::kSlots)) << "at most two steps outstanding";
+  const StepHandle handle = next_step_handle_++;
+  OutstandingStep step{handle, ModelRunnerOutput{}, {}};
+  step.output = run_step(scheduler_output, handle, &step.on_device);
+  outstanding_.push_back(std::move(step));
+  return handle;
+}
+
+StatusOr<ModelRunnerOutput> ModelRunner::wait(StepHandle handle) {
+  CHECK(!outstanding_.empty() && outstanding_.front().handle == handle) << "wait(" << handle << ") out of order";
+  OutstandingStep step = std::move(outstanding_.front());
+  outstanding_.pop_front();
+  StatusOr<ModelRunnerOutput> out = std::move(step.output);
+  if (out.ok() && !step.on_device.empty()) collect_device_ids(step, &*out);
+  if (out.ok()) {
+    for (const RequestId &id : out->req_ids) {
+      auto it = requests_.find(id.str());
+      if (it != requests_.end() && it->second.outstanding_sample_step == handle)
+        it->second.outstanding_sample_step = -1;
+    }
+  }
+  return out;
+}
+
+void ModelRunner::collect_device_ids(const OutstandingStep &step, ModelRunnerOutput *out) {
+  const int32_t *ids = sampled_ids_->wait(static_cast<int>(step.handle % SampledIdsTransfer::kSlots));
+  for (const DeviceSampledId &d : step.on_device) {
+    const int32_t id = ids[d.row];
+    if (out != nullptr) out->sampled_token_ids[d.batch_row].push_back(id);
+    auto it = requests_.find(d.req_id.str());
+    if (it == requests_.end() || it->second.row_key != d.row_key) continue;  // finished since
+    std::vector<int32_t> &tokens = it->second.token_ids;
+    // Gone when a preemption dropped it; already written when penalties needed it early.
+    if (d.token_index < static_cast<int64_t>(tokens.size()) && tokens[d.token_index] == kPlaceholderId) {
+      tokens[d.token_index] = id;
+    }
+  }
+}
+
+void ModelRunner::resolve_placeholders_for_penalties(const std::vector<RequestState *> &reqs,
+                                                     const std::vector<size_t> &rows) {
+  bool needed = false;
+  for (size_t r : rows) {
+    const RequestState &s = *reqs[r];
+    const SamplingSettings &p = s.sampling;
+    const bool penalties = p.repetition_penalty != 1.f || p.frequency_penalty != 0.f || p.presence_penalty != 0.f;
+    needed |= penalties && s.token_ids.back() == kPlaceholderId;
+  }
+  if (!needed) return;
+  // Only the previous step's ids can be unknown (the one before was waited for before this step was launched).
+  CHECK(!outstanding_.empty() && outstanding_.back().handle == running_step_ - 1);
+  collect_device_ids(outstanding_.back(), nullptr);
+}
+
+void ModelRunner::scatter_placeholder_ids(Tensor &input_ids) {
+  if (scatter_pairs_.empty()) return;
+  const int64_t n = static_cast<int64_t>(scatter_pairs_.size()) / 2;
+  scatter_copied_.synchronize();  // the previous scatter's copy has read the staging buffer
+  std::copy(scatter_pairs_.begin(), scatter_pairs_.end(), scatter_host_.data<int32_t>());
+  Tensor index = scatter_device_.slice(0, 0, n);
+  index.copy_from(scatter_host_.slice(0, 0, n));
+  scatter_copied_.record();
+  const int prev_slot = static_cast<int>((running_step_ - 1) % SampledIdsTransfer::kSlots);
+  ops::scatter_sampled_ids(input_ids, sampled_ids_->device_ids(prev_slot), index);
+}
+
+StatusOr<ModelRunnerOutput> ModelRunner::run_step(const SchedulerOutput &scheduler_output, StepHandle handle,
+                                                  std::vector<DeviceSampledId> *on_device) {
+  running_step_ = handle;
   apply_deltas(scheduler_output);
   ModelRunnerOutput out;
   const size_t num_reqs = scheduler_output.num_scheduled_tokens.size();
@@ -514,12 +612,27 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &schedule
     sreqs[i].row_key = s.row_key;
     want_logprobs |= s.sampling.logprobs.has_value();
   }
-  ASSIGN_OR_RETURN(SamplerOutput sampled, sampler_.sample(to_sample, sreqs));
+  resolve_placeholders_for_penalties(reqs, rows);
+  const int slot = static_cast<int>(handle % SampledIdsTransfer::kSlots);
+  ASSIGN_OR_RETURN(SamplerOutput sampled,
+                   sampler_.sample(to_sample, sreqs, sampled_ids_ ? &sampled_ids_->device_ids(slot) : nullptr));
+  // CUDA without logprobs: the ids stay on the device; a side stream brings them to the host for wait().
+  const bool ids_on_device = !sampled.sampled_token_ids.defined();
+  if (ids_on_device) sampled_ids_->start_copy(slot, static_cast<int64_t>(rows.size()));
   if (want_logprobs) out.logprobs.resize(num_reqs);
   for (size_t i = 0; i < rows.size(); ++i) {
     RequestState &s = *reqs[rows[i]];
+    if (ids_on_device) {
+      s.token_ids.push_back(kPlaceholderId);
+      s.placeholder_row = static_cast<int32_t>(i);
+      s.outstanding_sample_step = handle;
+      on_device->push_back({out.req_ids[rows[i]], s.row_key, rows[i], static_cast<int32_t>(i),
+                            static_cast<int64_t>(s.token_ids.size()) - 1});
+      continue;
+    }
     const int32_t id = sampled.sampled_token_ids.data<int32_t>()[i];
     s.token_ids.push_back(id);
+    s.outstanding_sample_step = handle;
     out.sampled_token_ids[rows[i]].push_back(id);
     if (!s.sampling.logprobs) continue;
     const int64_t width = sampled.logprobs.size(1);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "engine/sampling_params.h"
 #include "model/causal_lm.h"
 #include "runtime/cuda_graph_config.h"
+#include "runtime/sampled_ids_transfer.h"
 #include "runtime/sampler.h"
 
 namespace llmserve {
@@ -75,6 +77,14 @@ class ModelRunner : public ModelExecutor {
   // validates them first). CHECKs the deltas' consistency (unknown ids, blocks
   // not covering tokens).
   StatusOr<ModelRunnerOutput> execute(const SchedulerOutput &scheduler_output) override;
+  // The split form (ModelExecutor). On the CPU the step runs within execute_async. On CUDA execute_async queues the
+  // step and returns without waiting for it: the sampled ids stay on the device (the next step scatters them into
+  // its input ids, ops::scatter_sampled_ids) and reach pinned host memory on a side stream; wait() blocks on that
+  // copy only (SampledIdsTransfer). Logprobs, prompt logprobs and penalties over a not yet known id make the step
+  // wait for the ids as execute() does. A step's sampled token stays "outstanding" until wait(), so a preemption in
+  // between drops it from the runner's state as the scheduler drops it from the request.
+  StatusOr<StepHandle> execute_async(const SchedulerOutput &scheduler_output) override;
+  StatusOr<ModelRunnerOutput> wait(StepHandle handle) override;
 
   // The capacities the persistent buffers were sized for: the config's, with zeros resolved and each bounded by the
   // KV cache (every scheduled token writes its own slot, every request schedules >= 1 token and holds distinct blocks).
@@ -115,7 +125,32 @@ class ModelRunner : public ModelExecutor {
     // prompt does not report its logprobs twice.
     int64_t next_prompt_logprob_pos = 1;
     uint64_t row_key = 0;  // unique per request lifetime: the Sampler keeps a row's parameters while it is the same
+    StepHandle outstanding_sample_step = -1;  // the step whose sampled id (token_ids.back()) is not waited for yet
+    int32_t placeholder_row = -1;  // while token_ids.back() is kPlaceholderId: its row in that step's device ids
   };
+  // A sampled id still on the device: output row `batch_row`, the Sampler's `row`, the request's token `token_index`
+  // (of the request whose row_key is `row_key`: an id reused after an abort is another request).
+  struct DeviceSampledId {
+    RequestId req_id;
+    uint64_t row_key;
+    size_t batch_row;
+    int32_t row;
+    int64_t token_index;
+  };
+  struct OutstandingStep {
+    StepHandle handle;
+    StatusOr<ModelRunnerOutput> output;
+    std::vector<DeviceSampledId> on_device;  // empty when the ids came back within the step
+  };
+  static constexpr int32_t kPlaceholderId = -1;  // a token id the host does not know yet
+  StatusOr<ModelRunnerOutput> run_step(const SchedulerOutput &scheduler_output, StepHandle handle,
+                                       std::vector<DeviceSampledId> *on_device);
+  // Writes the ids of `step` (waiting for its copy) into the requests' token lists and, with `out`, its output.
+  void collect_device_ids(const OutstandingStep &step, ModelRunnerOutput *out);
+  // Before sampling rows whose penalties read output ids: the previous step's ids, if still on the device.
+  void resolve_placeholders_for_penalties(const std::vector<RequestState *> &reqs, const std::vector<size_t> &rows);
+  // CUDA, async: input_ids[position] = the previous step's sampled id for every placeholder fill_inputs found.
+  void scatter_placeholder_ids(Tensor &input_ids);
   // Prompt positions [first, first + count) whose logprobs this step computes for one request: the logits of
   // position p - 1 score prompt token p. The last prompt position scores the first sampled token instead.
   struct PromptLogprobRange {
@@ -167,6 +202,15 @@ class ModelRunner : public ModelExecutor {
   Sampler sampler_;
   std::unordered_map<std::string, RequestState> requests_;
   uint64_t next_row_key_ = 1;
+  StepHandle next_step_handle_ = 0;
+  StepHandle running_step_ = -1;             // the step run_step is building
+  std::deque<OutstandingStep> outstanding_;  // launched, not waited for; oldest first
+  // CUDA only: the sampled ids' device buffers and host copies, and the placeholder scatter's (position, row) pairs
+  // with their page-locked staging and device buffers.
+  std::unique_ptr<SampledIdsTransfer> sampled_ids_;
+  std::vector<int32_t> scatter_pairs_;    // the step being built: position, row, position, row, ...
+  Tensor scatter_host_, scatter_device_;  // [max_num_reqs, 2] i32
+  Event scatter_copied_;
   Tensor host_inputs_;    // u8 [layout_.total]: the step inputs, filled on the host (page-locked on CUDA)
   Tensor device_inputs_;  // u8 [layout_.total]: the same layout on the device (== host_inputs_ on CPU)
   Event inputs_copied_;   // recorded after the step's input copy: the mirror is rewritten only once it was read

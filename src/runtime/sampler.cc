@@ -136,7 +136,8 @@ void gather_logprobs(SamplerOutput& out, const Tensor& ids, const Tensor& raw_lo
 
 }  // namespace
 
-StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerRequest> requests) {
+StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerRequest> requests,
+                                        const Tensor* device_ids) {
   const int64_t n = static_cast<int64_t>(requests.size());
   CHECK(logits.defined() && logits.dim() == 2 && logits.size(0) == n && logits.dtype() == DType::kF32)
       << "Sampler: logits " << (logits.defined() ? logits.to_string() : "undefined") << " for " << n << " requests";
@@ -165,14 +166,21 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
   const SamplerBatchParams params =
       params_.prepare(requests, dev, vocab, need_sampling, philox::mix64(seed_ ^ philox::mix64(num_calls_)));
   apply_logits_processors(logits, params);
-  Tensor ids = dev.is_cpu() ? out.sampled_token_ids : Tensor::empty({n}, DType::kI32, dev);
+  const bool ids_stay_on_device = device_ids != nullptr && !dev.is_cpu() && max_num_logprobs < 0;
+  Tensor ids = dev.is_cpu()            ? out.sampled_token_ids
+               : device_ids != nullptr ? device_ids->slice(0, 0, n)
+                                       : Tensor::empty({n}, DType::kI32, dev);
   if (need_sampling) {
     filter_and_draw(logits, params, ids);
   } else {
     ops::argmax(ids, logits);
   }
   ++num_calls_;
-  // The one wait of a step: the sampled ids back to the host.
+  // The one wait of a step: the sampled ids back to the host (under async scheduling the caller copies them).
+  if (ids_stay_on_device) {
+    out.sampled_token_ids = Tensor();
+    return out;
+  }
   if (!dev.is_cpu()) out.sampled_token_ids = ids.to(Device::cpu());
   if (max_num_logprobs >= 0) gather_logprobs(out, ids, raw_logprobs, max_num_logprobs);
   return out;

@@ -79,7 +79,11 @@ class Sampler {
   // where the logits are; the results come back to the host). `logits` is used as scratch and holds the
   // processed logits afterwards. InvalidArgument (naming the row and the field) when a request's
   // settings are out of range or name a token id outside the vocabulary; nothing is sampled then.
-  StatusOr<SamplerOutput> sample(Tensor& logits, std::span<const SamplerRequest> requests);
+  // `device_ids` (logits on a CUDA device; async scheduling): a persistent [>= requests.size()] i32 buffer on that
+  // device receiving the ids; the host does not wait for them and sampled_token_ids is left undefined, unless some
+  // request asked for logprobs (then they come back as without it).
+  StatusOr<SamplerOutput> sample(Tensor& logits, std::span<const SamplerRequest> requests,
+                                 const Tensor* device_ids = nullptr);
 
   // Validates one request's settings against the vocabulary (what sample() checks for each row).
   static Status validate(const SamplingSettings& sampling, int64_t vocab);

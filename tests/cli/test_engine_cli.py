@@ -172,3 +172,18 @@ def test_priority_in_jsonl(llmserve_bin, stories_dir, tmp_path):
     assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want]
     r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--input", str(path), check=False)
     assert r.returncode == 1 and "priority scheduling is not enabled" in r.stderr
+
+
+def test_async_scheduling_flag_gives_the_same_outputs(llmserve_bin, stories_dir, tmp_path):
+    # On the CPU async scheduling is off unless asked; asked, it must not change a byte of the output (stop strings
+    # and stop ids seen one step late, seeded n > 1 with penalties, logprobs).
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    words = gen_json(llmserve_bin, stories_dir, "--prompt", PROMPTS[0], "--max-tokens", "30")[0]["text"].split()
+    args = ["--input", str(path), "--max-tokens", "30", "--temperature", "0.8", "--seed", "3", "--n", "2",
+            "--repetition-penalty", "1.2", "--logprobs", "1", "--stop", words[len(words) // 2]]
+    default = gen_json(llmserve_bin, stories_dir, *args)
+    assert default == gen_json(llmserve_bin, stories_dir, *args, "--no-async-scheduling")
+    assert default == gen_json(llmserve_bin, stories_dir, *args, "--async-scheduling")
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--async-scheduling=maybe", check=False)
+    assert r.returncode != 0 and "--async-scheduling" in r.stderr

@@ -1,15 +1,18 @@
 // FakeRunner: a model runner for scheduler tests that keeps per-request state from SchedulerOutput deltas
 // (as a real runner must), writes each computed token into a simulated paged KV cache and "attends" by reading
 // the whole sequence back through its block table. The next token is a hash of what it read, so a wrong block
-// table, a bad prefix hit or a lost token changes every later token.
+// table, a bad prefix hit or a lost token changes every later token. execute_async / wait follow ModelExecutor's
+// contract for async scheduling (a token sampled by a step not yet waited for is dropped on preemption).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/scheduler_output.h"
@@ -29,8 +32,35 @@ class FakeRunner {
   FakeRunner(int32_t num_blocks, int32_t block_size, int32_t vocab)
       : block_size_(block_size), vocab_(vocab), slots_(static_cast<size_t>(num_blocks) * block_size) {}
 
+  // The split form: the step runs now; its sampled tokens stay outstanding until wait(handle).
+  int64_t execute_async(const SchedulerOutput& so) {
+    outstanding_.push_back(execute(so));
+    for (const auto& id : outstanding_.back().req_ids) {
+      auto it = reqs_.find(id);
+      if (it != reqs_.end() && sampled_now_.count(id.str())) it->second.outstanding_step = next_handle_;
+    }
+    return next_handle_++;
+  }
+  ModelRunnerOutput wait(int64_t handle) {
+    EXPECT_EQ(handle, next_handle_ - static_cast<int64_t>(outstanding_.size())) << "steps waited for out of order";
+    ModelRunnerOutput out = std::move(outstanding_.front());
+    outstanding_.pop_front();
+    for (const auto& id : out.req_ids) {
+      auto it = reqs_.find(id);
+      if (it != reqs_.end() && it->second.outstanding_step == handle) it->second.outstanding_step = -1;
+    }
+    return out;
+  }
+
   ModelRunnerOutput execute(const SchedulerOutput& so) {
+    sampled_now_.clear();
     for (const auto& id : so.finished_req_ids) reqs_.erase(id);
+    for (const auto& id : so.preempted_req_ids) {
+      auto it = reqs_.find(id);
+      if (it == reqs_.end() || it->second.outstanding_step < 0) continue;
+      it->second.tokens.pop_back();  // the scheduler discards a token sampled by a step still outstanding
+      it->second.outstanding_step = -1;
+    }
     for (const auto& n : so.scheduled_new_reqs) {
       EXPECT_EQ(reqs_.count(n.req_id), 0u) << "new request " << n.req_id << " already known to the runner";
       reqs_[n.req_id] = {n.prompt_token_ids, n.block_ids, n.num_computed_tokens};
@@ -77,6 +107,7 @@ class FakeRunner {
       const int32_t next = fake_next_token(seen, vocab_);
       sampled.push_back(next);
       st.tokens.push_back(next);
+      sampled_now_.insert(s.req_id.str());
     }
     return out;
   }
@@ -89,6 +120,7 @@ class FakeRunner {
     std::vector<int32_t> tokens;
     std::vector<int32_t> block_ids;
     int64_t num_computed = 0;
+    int64_t outstanding_step = -1;  // the step that sampled tokens.back(), until waited for
   };
   struct Slot {
     int32_t token = -1;
@@ -105,6 +137,9 @@ class FakeRunner {
   int32_t vocab_;
   std::vector<Slot> slots_;
   std::unordered_map<std::string, State> reqs_;
+  std::deque<ModelRunnerOutput> outstanding_;
+  std::unordered_set<std::string> sampled_now_;  // requests the last execute() sampled for
+  int64_t next_handle_ = 0;
 };
 
 }  // namespace llmserve::testing

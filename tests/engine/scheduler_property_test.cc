@@ -1,14 +1,17 @@
 // Property test: random workloads (arrivals over time, chunked prefills, shared prefixes, duplicate prompts,
 // aborts at any point, tiny block pools that force preemption) drive the Scheduler with FakeRunner. Every
 // request must produce exactly the tokens the fake model defines, finish once with the right reason, and the
-// block accounting must hold at every step and return to a full pool at the end.
+// block accounting must hold at every step and return to a full pool at the end. Each workload also runs under
+// async scheduling (two steps in flight, as EngineCore's batch queue): same tokens, same reasons, no leaked block.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <random>
 #include <set>
 
+#include "engine/engine_core.h"
 #include "engine/scheduler.h"
 #include "fake_runner.h"
 
@@ -56,7 +59,7 @@ Expected oracle(const EngineCoreRequest& r, int64_t max_model_len) {
 }
 
 struct Totals {
-  int64_t preemptions = 0, prefix_hits = 0, chunked = 0, aborted = 0, requests = 0;
+  int64_t preemptions = 0, prefix_hits = 0, chunked = 0, aborted = 0, requests = 0, overlapped = 0;
 };
 
 struct Received {
@@ -85,9 +88,15 @@ void check_step_invariants(const Scheduler& s, const SchedulerOutput& so, std::m
   for (const Request* r : s.running()) {
     const auto& blocks = kv.get_block_ids(*r);
     EXPECT_EQ(static_cast<int64_t>(blocks.size()), (r->num_computed_tokens + bs - 1) / bs) << r->request_id();
-    EXPECT_LE(r->num_computed_tokens, r->num_tokens());
+    EXPECT_LE(r->num_computed_tokens, r->num_tokens() + r->num_output_placeholders);
+    EXPECT_LE(r->num_output_placeholders, cfg.async_scheduling ? 2 : 1) << r->request_id();
     for (int32_t b : blocks) ++refs[b];
     now[r->request_id()] = r->num_computed_tokens;
+  }
+  // Finished requests whose blocks an in-flight step still writes.
+  for (const Request* r : s.draining()) {
+    EXPECT_TRUE(is_finished(r->status)) << r->request_id();
+    for (int32_t b : kv.get_block_ids(*r)) ++refs[b];
   }
   for (const Request* r : s.waiting().ordered()) {
     EXPECT_TRUE(kv.get_block_ids(*r).empty()) << "waiting " << r->request_id() << " holds blocks";
@@ -109,7 +118,7 @@ void check_step_invariants(const Scheduler& s, const SchedulerOutput& so, std::m
   prev = std::move(now);
 }
 
-void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
+void run_workload(uint32_t seed, SchedulingPolicy policy, bool async, Totals& totals) {
   std::mt19937 rng(seed);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const int32_t bs = uni(0, 1) ? 4 : 16;
@@ -121,11 +130,12 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
                       .max_num_seqs = uni(1, 10),
                       .max_model_len = max_model_len,
                       .policy = policy,
-                      .enable_chunked_prefill = uni(0, 4) != 0};
+                      .enable_chunked_prefill = uni(0, 4) != 0,
+                      .async_scheduling = async};
   if (!cfg.enable_chunked_prefill) cfg.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, max_model_len);
-  SCOPED_TRACE("seed " + std::to_string(seed) + " bs " + std::to_string(bs) + " blocks " +
-               std::to_string(cache.num_blocks) + " budget " + std::to_string(cfg.max_num_batched_tokens) + " seqs " +
-               std::to_string(cfg.max_num_seqs) + " len " + std::to_string(max_model_len));
+  SCOPED_TRACE(std::string(async ? "async " : "sync ") + "seed " + std::to_string(seed) + " bs " + std::to_string(bs) +
+               " blocks " + std::to_string(cache.num_blocks) + " budget " + std::to_string(cfg.max_num_batched_tokens) +
+               " seqs " + std::to_string(cfg.max_num_seqs) + " len " + std::to_string(max_model_len));
   Scheduler sched(cfg, cache);
   FakeRunner runner(cache.num_blocks, bs, kVocab);
 
@@ -175,6 +185,11 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
       }
     }
   };
+  struct Launched {
+    SchedulerOutput so;
+    int64_t handle;
+  };
+  std::deque<Launched> queue;  // async: steps launched and not yet applied, oldest first
   int step = 0;
   for (; step < 20000; ++step) {
     double t = step;
@@ -185,17 +200,33 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
     }
     try_abort(0, step);
     const bool more_arrivals = std::any_of(arrival_step.begin(), arrival_step.end(), [&](int a) { return a > step; });
-    if (!sched.has_work() && !more_arrivals) break;
-    SchedulerOutput so = sched.schedule();
-    ASSERT_NO_FATAL_FAILURE(check_step_invariants(sched, so, prev_computed));
-    for (const auto& n : so.scheduled_new_reqs) {
-      totals.chunked +=
-          sched.config().enable_chunked_prefill && n.num_computed_tokens + so.num_scheduled_tokens_of(n.req_id) <
-                                                       static_cast<int64_t>(n.prompt_token_ids.size());
+    if (!sched.has_work() && queue.empty() && !more_arrivals) break;
+    // EngineCore's loops: sync = schedule, execute, apply; async = launch while fewer than two steps are in flight
+    // (an empty step ends the launching), then apply the oldest.
+    do {
+      SchedulerOutput so = sched.schedule();
+      ASSERT_NO_FATAL_FAILURE(check_step_invariants(sched, so, prev_computed));
+      for (const auto& n : so.scheduled_new_reqs) {
+        totals.chunked +=
+            sched.config().enable_chunked_prefill && n.num_computed_tokens + so.num_scheduled_tokens_of(n.req_id) <
+                                                         static_cast<int64_t>(n.prompt_token_ids.size());
+      }
+      try_abort(1, step);
+      const int64_t handle = runner.execute_async(so);
+      const bool empty = so.total_num_scheduled_tokens == 0;
+      queue.push_back({std::move(so), handle});
+      if (empty) break;
+    } while (async && queue.size() < 2);
+    totals.overlapped += queue.size() == 2;
+    Launched oldest = std::move(queue.front());
+    queue.pop_front();
+    ModelRunnerOutput ro = runner.wait(oldest.handle);
+    EngineCoreOutputs outs = sched.update_from_output(oldest.so, ro);
+    while (!queue.empty() &&  // as EngineCore does
+           (queue.front().so.total_num_scheduled_tokens == 0 || sched.num_unfinished() == 0)) {
+      merge_outputs(outs, sched.update_from_output(queue.front().so, runner.wait(queue.front().handle)));
+      queue.pop_front();
     }
-    try_abort(1, step);
-    ModelRunnerOutput ro = runner.execute(so);
-    EngineCoreOutputs outs = sched.update_from_output(so, ro);
     totals.preemptions += outs.scheduler_stats.num_preemptions;
     totals.prefix_hits += outs.scheduler_stats.prefix_cache_hits;
     EXPECT_EQ(outs.scheduler_stats.num_running_reqs, sched.num_running());
@@ -211,7 +242,10 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
     }
   }
   ASSERT_LT(step, 20000) << "workload did not drain (livelock?)";
-  runner.execute(sched.schedule());  // delivers the last finished ids to the runner
+  EXPECT_TRUE(sched.draining().empty());
+  SchedulerOutput last = sched.schedule();  // delivers the last finished ids to the runner
+  runner.execute(last);
+  sched.update_from_output(last, {});
   EXPECT_EQ(runner.num_states(), 0u);
   EXPECT_EQ(runner.num_corrupt_reads, 0);
 
@@ -242,7 +276,7 @@ void run_workload(uint32_t seed, SchedulingPolicy policy, Totals& totals) {
 TEST(SchedulerPropertyTest, RandomWorkloadsFcfs) {
   Totals totals;
   for (uint32_t seed = 1; seed <= 150; ++seed) {
-    run_workload(seed, SchedulingPolicy::kFcfs, totals);
+    run_workload(seed, SchedulingPolicy::kFcfs, /*async=*/false, totals);
     if (::testing::Test::HasFatalFailure()) return;
   }
   // The workloads must actually exercise the paths whose correctness they check.
@@ -255,11 +289,34 @@ TEST(SchedulerPropertyTest, RandomWorkloadsFcfs) {
 TEST(SchedulerPropertyTest, RandomWorkloadsPriority) {
   Totals totals;
   for (uint32_t seed = 1001; seed <= 1150; ++seed) {
-    run_workload(seed, SchedulingPolicy::kPriority, totals);
+    run_workload(seed, SchedulingPolicy::kPriority, /*async=*/false, totals);
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_GT(totals.preemptions, 50);
   EXPECT_GT(totals.prefix_hits, 500);
+  EXPECT_GT(totals.aborted, 20);
+}
+
+TEST(SchedulerPropertyTest, RandomWorkloadsAsyncFcfs) {
+  Totals totals;
+  for (uint32_t seed = 1; seed <= 150; ++seed) {
+    run_workload(seed, SchedulingPolicy::kFcfs, /*async=*/true, totals);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(totals.overlapped, 5000);  // steps planned while the previous one was in flight
+  EXPECT_GT(totals.preemptions, 50);
+  EXPECT_GT(totals.prefix_hits, 500);
+  EXPECT_GT(totals.chunked, 50);
+  EXPECT_GT(totals.aborted, 20);
+}
+
+TEST(SchedulerPropertyTest, RandomWorkloadsAsyncPriority) {
+  Totals totals;
+  for (uint32_t seed = 1001; seed <= 1150; ++seed) {
+    run_workload(seed, SchedulingPolicy::kPriority, /*async=*/true, totals);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(totals.preemptions, 50);
   EXPECT_GT(totals.aborted, 20);
 }
 

@@ -333,5 +333,52 @@ TEST(SchedulerTest, ParallelSamplingChildrenShareThePromptInOneStep) {
   EXPECT_EQ(s.kv_cache_manager().block_pool().num_free_blocks(), 16);
 }
 
+// Async scheduling: step 2 is planned while step 1 runs, so a request that stops on step 1's token is computed once
+// more. That extra token never reaches the output, the blocks it was written into stay allocated until step 2 is
+// applied, and a max_tokens limit already owed is not computed past.
+TEST(SchedulerTest, AsyncStopIsSeenOneStepLateAndTheExtraTokenIsDropped) {
+  constexpr int32_t kVocab = 40;
+  Scheduler s({.max_model_len = 32, .async_scheduling = true}, {.num_blocks = 8, .block_size = 4});
+  FakeRunner runner(8, 4, kVocab);
+  EngineCoreRequest r = make("a", 6, 10);
+  const int32_t first = testing::fake_next_token(r.prompt_token_ids, kVocab);
+  r.sampling_params.stop_token_ids = {first};  // stops on its first token
+  ASSERT_TRUE(s.add_request(r).ok());
+  ASSERT_TRUE(s.add_request(make("b", 5, 1)).ok());  // max_tokens 1: owed after step 1, never computed again
+
+  SchedulerOutput step1 = s.schedule();
+  const int64_t h1 = runner.execute_async(step1);
+  EXPECT_EQ(s.get_request("a")->num_output_placeholders, 1);
+  SchedulerOutput step2 = s.schedule();  // planned before step 1's tokens are known
+  const int64_t h2 = runner.execute_async(step2);
+  EXPECT_EQ(step2.num_scheduled_tokens_of("a"), 1) << "the placeholder is computed";
+  EXPECT_EQ(step2.num_scheduled_tokens_of("b"), 0) << "b's owed token reaches max_tokens";
+  EXPECT_EQ(s.get_request("a")->num_output_placeholders, 2);
+
+  EngineCoreOutputs out1 = s.update_from_output(step1, runner.wait(h1));
+  ASSERT_EQ(out1.outputs.size(), 2u);
+  for (const auto& o : out1.outputs) {
+    EXPECT_EQ(o.new_token_ids.size(), 1u) << o.request_id;
+    ASSERT_TRUE(o.finished()) << o.request_id;
+  }
+  EXPECT_EQ(out1.outputs[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(std::get<int32_t>(out1.outputs[0].stop_reason), first);
+  EXPECT_EQ(out1.outputs[1].finish_reason, FinishReason::kLength);
+  // "a" is still computed by step 2: its blocks are held; "b" is in no step in flight: its blocks are free.
+  ASSERT_EQ(s.draining().size(), 1u);
+  EXPECT_EQ(s.draining()[0]->request_id(), "a");
+  EXPECT_EQ(s.kv_cache_manager().num_requests(), 1);
+
+  ModelRunnerOutput ran2 = runner.wait(h2);
+  ASSERT_EQ(ran2.sampled_token_ids.size(), 1u);
+  EXPECT_EQ(ran2.sampled_token_ids[0].size(), 1u) << "the runner did compute the extra token";
+  EngineCoreOutputs out2 = s.update_from_output(step2, ran2);
+  EXPECT_TRUE(out2.outputs.empty()) << "the extra token reached the output";
+  EXPECT_TRUE(s.draining().empty());
+  EXPECT_EQ(s.kv_cache_manager().num_requests(), 0);
+  EXPECT_EQ(s.kv_cache_manager().usage(), 0.0);
+  EXPECT_FALSE(s.has_work());
+}
+
 }  // namespace
 }  // namespace llmserve

@@ -264,6 +264,45 @@ TEST_F(GpuEngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
   }
 }
 
+// Async scheduling (two steps in flight, sampled ids scattered on the device, copied back on a side stream) gives
+// the synchronous engine's ids and logprobs: greedy with logprobs, seeded sampling with penalties (they read the
+// ids the placeholders stand for), stop ids (seen one step late) and a preemption storm.
+TEST_F(GpuEngineEquivalence, AsyncSchedulingEqualsSync) {
+  const int64_t vocab = model_->config().vocab_size;
+  const auto prompts = random_prompts(6, 3, 40, vocab, 11);
+  auto both = [&](const SamplingParams& params, EngineArgs args, const std::string& what) -> std::vector<Generation> {
+    args.async_scheduling = false;
+    const auto sync = generate(*model_, prompts, params, args);
+    args.async_scheduling = true;
+    const auto async = generate(*model_, prompts, params, args);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(async[i].ids, sync[i].ids) << what << " prompt " << i;
+      EXPECT_EQ(async[i].logprobs.size(), sync[i].logprobs.size()) << what << " prompt " << i;
+      if (async[i].logprobs.size() != sync[i].logprobs.size()) continue;
+      for (size_t k = 0; k < sync[i].logprobs.size(); ++k) {
+        EXPECT_EQ(async[i].logprobs[k].token_ids, sync[i].logprobs[k].token_ids) << what << " prompt " << i;
+      }
+    }
+    return sync;
+  };
+  const auto greedy_runs = both(greedy(16, 3), small_args(), "greedy");
+  SamplingParams seeded = greedy(16);
+  seeded.temperature = 0.8;
+  seeded.top_k = 50;
+  seeded.seed = 5;
+  seeded.repetition_penalty = 1.3;
+  seeded.frequency_penalty = 0.4;
+  both(seeded, small_args(), "seeded with penalties");
+  SamplingParams stop = greedy(16);
+  for (const Generation& g : greedy_runs) stop.stop_token_ids.push_back(g.ids[4]);
+  both(stop, small_args(), "stop ids");
+  EngineArgs tiny;
+  tiny.block_size = 4;
+  tiny.max_model_len = 64;
+  tiny.num_kv_cache_tokens = 80;  // preemptions
+  both(greedy(20), tiny, "preemption storm");
+}
+
 TEST_F(GpuEngineEquivalence, PrefixCacheHitEqualsMiss) {
   const int64_t vocab = model_->config().vocab_size;
   const auto base = random_prompts(1, 50, 50, vocab, 4)[0];

@@ -80,6 +80,26 @@ std::vector<std::vector<int32_t>> random_lists(int64_t n, int64_t vocab, int max
   return out;
 }
 
+TEST_F(GpuTest, ScatterSampledIdsMatchesCpu) {
+  std::mt19937 rng(11);
+  const int64_t num_tokens = 300, num_sampled = 64;
+  std::vector<int32_t> ids(num_tokens), sampled(num_sampled), index;
+  for (auto& x : ids) x = static_cast<int32_t>(rng() % 1000);
+  for (auto& x : sampled) x = static_cast<int32_t>(rng() % 1000);
+  for (int64_t i = 0; i < num_sampled; ++i) {  // distinct positions, rows in any order
+    index.push_back(static_cast<int32_t>(i * 4 + 1));
+    index.push_back(static_cast<int32_t>((i * 7) % num_sampled));
+  }
+  Tensor ref = Tensor::from_i32(ids, {num_tokens});
+  const Tensor s = Tensor::from_i32(sampled, {num_sampled}), idx = Tensor::from_i32(index, {num_sampled, 2});
+  Tensor dev = to_device(ref);
+  ops::scatter_sampled_ids(ref, s, idx);
+  ops::scatter_sampled_ids(dev, to_device(s), to_device(idx));
+  const Tensor got = to_host(dev);
+  EXPECT_EQ(std::vector<int32_t>(got.data<int32_t>(), got.data<int32_t>() + num_tokens),
+            std::vector<int32_t>(ref.data<int32_t>(), ref.data<int32_t>() + num_tokens));
+}
+
 TEST_F(GpuTest, PenaltiesMatchCpuBitForBit) {
   for (int64_t vocab : {1000, 32768, 151936}) {
     const int64_t n = 12;

@@ -16,6 +16,12 @@ class FailingExecutor : public ModelExecutor {
     if (++num_calls_ >= fail_at_) return internal_error("injected device failure");
     return inner_->execute(so);
   }
+  // The split form goes to the inner executor too (under async scheduling it tracks the outstanding steps).
+  StatusOr<StepHandle> execute_async(const SchedulerOutput &so) override {
+    if (++num_calls_ >= fail_at_) return internal_error("injected device failure");
+    return inner_->execute_async(so);
+  }
+  StatusOr<ModelRunnerOutput> wait(StepHandle handle) override { return inner_->wait(handle); }
 
  private:
   std::unique_ptr<ModelExecutor> inner_;

@@ -115,6 +115,17 @@ TEST(ChiSquareHelper, KnownQuantiles) {
   EXPECT_NEAR(testing::gamma_q(50.0, 149.449 / 2), 0.001, 2e-6);   // df 100
 }
 
+TEST(ScatterSampledIds, WritesEachPositionFromItsRow) {
+  Tensor input_ids = Tensor::from_i32({5, 6, 0, 7, 0, 8}, {6});
+  const Tensor sampled = Tensor::from_i32({40, 41, 42}, {3});
+  const Tensor index = Tensor::from_i32({2, 1, 4, 0}, {2, 2});  // position 2 <- row 1, position 4 <- row 0
+  ops::scatter_sampled_ids(input_ids, sampled, index);
+  const std::vector<int32_t> want{5, 6, 41, 7, 40, 8};
+  EXPECT_EQ(std::vector<int32_t>(input_ids.data<int32_t>(), input_ids.data<int32_t>() + 6), want);
+  ops::scatter_sampled_ids(input_ids, sampled, Tensor::from_i32(std::vector<int32_t>{}, {0, 2}));  // nothing to scatter
+  EXPECT_EQ(std::vector<int32_t>(input_ids.data<int32_t>(), input_ids.data<int32_t>() + 6), want);
+}
+
 TEST(Penalties, HandMadeRow) {
   Tensor logits = rows({{2.f, -2.f, 1.f, 0.5f, 3.f}});
   ops::apply_penalties(logits, {lists({{0, 0}}), lists({{1, 1, 3}}), f32s({2.f}), f32s({0.5f}), f32s({0.25f})});

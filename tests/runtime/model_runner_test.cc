@@ -223,6 +223,60 @@ TEST(ModelRunnerDeathTest, StepBeyondCapacityNamesTheLimit) {
 }
 
 // The engine loop (scheduler + runner) with a budget that forces chunked prefill.
+// The split API under async scheduling: step 2 is launched before step 1 is waited for and computes step 1's
+// sampled token (a placeholder for the scheduler) with the same result as one step at a time; a preemption while
+// step 1 is outstanding drops its token (the scheduler discards it), so the resumed request samples it again.
+TEST(ModelRunner, SplitApiOverlapsStepsAndDropsAPreemptedOutstandingToken) {
+  const std::vector<int32_t> prompt = {5, 17, 99, 3};
+  auto first_step = [&] {
+    SchedulerOutput so;
+    NewRequestData nr;
+    nr.req_id = "a";
+    nr.prompt_token_ids = prompt;
+    nr.sampling_params.temperature = 0.0;
+    nr.block_ids = {0};
+    so.scheduled_new_reqs.push_back(std::move(nr));
+    so.num_scheduled_tokens.push_back({"a", 4});
+    so.total_num_scheduled_tokens = 4;
+    return so;
+  };
+  SchedulerOutput decode;
+  decode.scheduled_cached_reqs.push_back({"a", false, {}, 4});
+  decode.num_scheduled_tokens.push_back({"a", 1});
+  decode.total_num_scheduled_tokens = 1;
+
+  ModelRunner sync(model(), {.num_blocks = 4, .block_size = 8});
+  StatusOr<ModelRunnerOutput> s1 = sync.execute(first_step());
+  StatusOr<ModelRunnerOutput> s2 = sync.execute(decode);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+
+  ModelRunner async(model(), {.num_blocks = 4, .block_size = 8});
+  StatusOr<ModelExecutor::StepHandle> h1 = async.execute_async(first_step());
+  StatusOr<ModelExecutor::StepHandle> h2 = async.execute_async(decode);
+  ASSERT_TRUE(h1.ok() && h2.ok());
+  StatusOr<ModelRunnerOutput> a1 = async.wait(*h1);
+  StatusOr<ModelRunnerOutput> a2 = async.wait(*h2);
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  EXPECT_EQ(a1->sampled_token_ids, s1->sampled_token_ids);
+  EXPECT_EQ(a2->sampled_token_ids, s2->sampled_token_ids);
+
+  ModelRunner preempting(model(), {.num_blocks = 4, .block_size = 8});
+  StatusOr<ModelExecutor::StepHandle> p1 = preempting.execute_async(first_step());
+  SchedulerOutput preempt;
+  preempt.preempted_req_ids.push_back("a");
+  StatusOr<ModelExecutor::StepHandle> p2 = preempting.execute_async(preempt);
+  ASSERT_TRUE(p1.ok() && p2.ok());
+  EXPECT_EQ(preempting.wait(*p1)->sampled_token_ids, s1->sampled_token_ids);  // discarded by the scheduler
+  ASSERT_TRUE(preempting.wait(*p2).ok());
+  SchedulerOutput resume;
+  resume.scheduled_cached_reqs.push_back({"a", true, {2}, 0});
+  resume.num_scheduled_tokens.push_back({"a", 4});
+  resume.total_num_scheduled_tokens = 4;
+  StatusOr<ModelRunnerOutput> again = preempting.execute(resume);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->sampled_token_ids, s1->sampled_token_ids) << "the prompt alone samples the first token again";
+}
+
 TEST(ModelRunner, EngineCoreEqualsReference) {
   const auto prompts = test_prompts();
   for (int64_t budget : {5, 2048}) {

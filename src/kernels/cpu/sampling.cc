@@ -345,7 +345,20 @@ void gather_token_logprobs(Tensor& out_logprobs, Tensor& out_ranks, const Tensor
   });
 }
 
+void scatter_sampled_ids(Tensor& input_ids, const Tensor& sampled_ids, const Tensor& index) {
+  int32_t* ids = input_ids.data<int32_t>();
+  const int32_t* sampled = sampled_ids.data<int32_t>();
+  const int32_t* pairs = index.data<int32_t>();
+  for (int64_t i = 0; i < index.size(0); ++i) {
+    const int32_t dst = pairs[2 * i], src = pairs[2 * i + 1];
+    CHECK(dst >= 0 && dst < input_ids.size(0) && src >= 0 && src < sampled_ids.size(0))
+        << "scatter_sampled_ids: row " << i << " (" << dst << ", " << src << ") out of range";
+    ids[dst] = sampled[src];
+  }
+}
+
 void register_sampling_kernels() {
+  ops::scatter_sampled_ids.register_kernel(DeviceType::kCPU, scatter_sampled_ids);
   ops::apply_penalties.register_kernel(DeviceType::kCPU, apply_penalties);
   ops::apply_logit_bias.register_kernel(DeviceType::kCPU, apply_logit_bias);
   ops::mask_tokens.register_kernel(DeviceType::kCPU, mask_tokens);

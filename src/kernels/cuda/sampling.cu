@@ -461,7 +461,22 @@ void sample(Tensor& out_ids, const Tensor& logits, const ops::SampleParams& para
               params.temperatures.data<float>(), params.seeds.data<int64_t>(), params.offsets.data<int64_t>());
 }
 
+__global__ void scatter_sampled_ids_kernel(int32_t* ids, const int32_t* sampled, const int32_t* index, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) ids[index[2 * i]] = sampled[index[2 * i + 1]];
+}
+
+void scatter_sampled_ids(Tensor& input_ids, const Tensor& sampled_ids, const Tensor& index) {
+  const int64_t n = index.size(0);
+  if (n == 0) return;
+  constexpr int kThreads = 128;
+  scatter_sampled_ids_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream()>>>(
+      input_ids.data<int32_t>(), sampled_ids.data<int32_t>(), index.data<int32_t>(), n);
+  check_launch("scatter_sampled_ids_kernel");
+}
+
 void register_sampling_kernels() {
+  ops::scatter_sampled_ids.register_kernel(DeviceType::kCUDA, scatter_sampled_ids);
   ops::apply_penalties.register_kernel(DeviceType::kCUDA, apply_penalties);
   ops::apply_logit_bias.register_kernel(DeviceType::kCUDA, apply_logit_bias);
   ops::mask_tokens.register_kernel(DeviceType::kCUDA, mask_tokens);
