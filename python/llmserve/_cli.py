@@ -1,0 +1,27 @@
+# The `llmserve` console entry point: execs the C++ `llmserve` binary that the wheel bundles (llmserve/bin/), so
+# the CLI is the very program the C++ build makes, flags and exit codes included. Invariant: argv passes unchanged.
+from __future__ import annotations
+
+import os
+import sys
+
+
+def binary_path() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "bin", "llmserve")
+    if os.path.exists(bundled):
+        return bundled
+    # A source checkout (PYTHONPATH=python): the Release build's binary.
+    built = os.path.join(here, "..", "..", "build", "bin", "llmserve")
+    if os.path.exists(built):
+        return os.path.abspath(built)
+    raise FileNotFoundError("llmserve: the bundled binary is missing (reinstall the package)")
+
+
+def main() -> None:
+    path = binary_path()
+    os.execv(path, [path, *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()
