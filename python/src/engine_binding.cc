@@ -15,6 +15,10 @@ StatusOr<std::unique_ptr<PyEngine>> PyEngine::create(const cli::ModelFlags &mode
   cli::ModelFlags flags = model;
   flags.device = resolve_device(model.device);
   ASSIGN_OR_RETURN(cli::LoadedModel loaded, cli::load_model_from_flags(flags, /*need_tokenizer=*/false));
+  if (loaded.builtin_default && !model.tokenizer.empty()) {
+    // The CLI's built-in default always brings its own tokenizer; here an explicit one replaces it.
+    ASSIGN_OR_RETURN(loaded.tokenizer, Tokenizer::from_dir(model.tokenizer));
+  }
   std::unique_ptr<PyEngine> out(new PyEngine(std::move(loaded)));
   ASSIGN_OR_RETURN(out->engine_, LLMEngine::create(*out->loaded_.model, out->loaded_.tokenizer.get(),
                                                    cli::to_engine_args(engine, flags)));

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/builtin_default.h"
 #include "engine_binding.h"
 #include "tokenizer/chat_template/chat_template.h"
 
@@ -191,6 +192,8 @@ void bind_engine(nb::module_ &m) {
 
 NB_MODULE(_C, m) {
   m.attr("__version__") = LLMSERVE_VERSION;
+  // The built-in default model's tokenizer.json (tests build tokenizer directories around it).
+  m.def("builtin_default_tokenizer_json", &llmserve::cli::builtin_default_tokenizer_json);
   llmserve::python::bind_sampling_params(m);
   llmserve::python::bind_outputs(m);
   llmserve::python::bind_tokenizer(m);
