@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence, Union
 
 from . import _C
 from ._progress import progress_bar
+from .engine_args import EngineArgs
 from .outputs import RequestOutput, convert_request_output
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer
@@ -17,35 +18,11 @@ PromptType = Union[str, dict[str, Any]]
 
 class LLM:
     """An engine for offline generation. `model`: a Hugging Face model directory; None runs the built-in default
-    (a tiny Llama with random weights and a byte-level tokenizer)."""
+    (a tiny Llama with random weights and a byte-level tokenizer). Keywords: EngineArgs' fields."""
 
-    def __init__(self, model: Optional[str] = None, tokenizer: Optional[str] = None, dtype: str = "auto",
-                 device: str = "auto", seed: int = 0, max_model_len: Optional[int] = None, max_num_seqs: int = 256,
-                 max_num_batched_tokens: Optional[int] = None, gpu_memory_utilization: float = 0.9,
-                 enable_prefix_caching: bool = True, load_format: str = "auto", enforce_eager: bool = False,
-                 block_size: int = 16, kv_cache_tokens: Optional[int] = None, scheduling_policy: str = "fcfs",
-                 num_threads: Optional[int] = None, tensor_parallel_size: int = 1, trust_remote_code: bool = False,
-                 **kwargs: Any) -> None:
-        if kwargs:  # vLLM arguments llmserve does not act on are refused, never ignored
-            raise TypeError(f"LLM: unsupported argument(s): {', '.join(sorted(kwargs))}")
-        if tensor_parallel_size != 1:
-            raise ValueError("tensor_parallel_size: llmserve runs on one device (only 1 is supported)")
-        if not isinstance(enforce_eager, bool):
-            raise TypeError("enforce_eager must be a bool")
-        for name, value in (("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
-                            ("kv_cache_tokens", kv_cache_tokens), ("num_threads", num_threads)):
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(max_num_seqs, int) or max_num_seqs <= 0:
-            raise ValueError(f"max_num_seqs must be a positive integer, got {max_num_seqs!r}")
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
-        self._engine = _C.Engine.create(
-            model=model or "", tokenizer=tokenizer or "", load_format=load_format, dtype=dtype, device=device,
-            seed=seed, num_threads=num_threads or 0, max_model_len=max_model_len or 0, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens or 4096, block_size=block_size,
-            kv_cache_tokens=kv_cache_tokens or 0, gpu_memory_utilization=gpu_memory_utilization,
-            enable_prefix_caching=enable_prefix_caching, scheduling_policy=scheduling_policy)
+    def __init__(self, model: Optional[str] = None, **kwargs: Any) -> None:
+        # EngineArgs' fields are vLLM's; any other keyword raises TypeError naming it (never ignored).
+        self._engine = _C.Engine.create(**EngineArgs(model=model, **kwargs)._c_kwargs())
         c_tok = self._engine.tokenizer
         self._tokenizer = Tokenizer(c_tok, owner=self._engine) if c_tok is not None else None
         self._counter = itertools.count()

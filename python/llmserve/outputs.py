@@ -65,16 +65,19 @@ def _logprob_dict(entry, decode: Callable[[int], str]) -> dict[int, Logprob]:
 
 
 def convert_request_output(c, prompt: Optional[str], want_logprobs: bool, want_prompt_logprobs: bool,
-                           decode: Callable[[int], str]) -> RequestOutput:
-    """The Python RequestOutput of a C++ one; `prompt` replaces the C++ prompt text (which is empty for ids)."""
+                           decode: Callable[[int], str], delta: bool = False) -> RequestOutput:
+    """The Python RequestOutput of a C++ one; `prompt` replaces the C++ prompt text (which is empty for ids).
+    With `delta`, each completion holds only what this output added (vLLM's RequestOutputKind.DELTA)."""
     outputs = []
     for co in c.outputs:
+        token_ids = list(co.delta_token_ids if delta else co.token_ids)
         logprobs = cumulative = None
         if want_logprobs:
-            logprobs = [_logprob_dict(e, decode) for e in co.logprobs]
+            entries = co.logprobs[len(co.logprobs) - len(token_ids):] if delta else co.logprobs
+            logprobs = [_logprob_dict(e, decode) for e in entries]
             cumulative = float(sum(e.logprobs[0] for e in co.logprobs))
-        outputs.append(CompletionOutput(co.index, co.text, list(co.token_ids), cumulative, logprobs,
-                                        co.finish_reason, co.stop_reason))
+        outputs.append(CompletionOutput(co.index, co.delta_text if delta else co.text, token_ids, cumulative,
+                                        logprobs, co.finish_reason, co.stop_reason))
     prompt_logprobs = None
     if want_prompt_logprobs:
         prompt_logprobs = [None if e is None else _logprob_dict(e, decode) for e in c.prompt_logprobs]

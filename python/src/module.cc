@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "async_binding.h"
 #include "cli/builtin_default.h"
 #include "engine_binding.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -84,6 +85,8 @@ void bind_outputs(nb::module_ &m) {
       .def_ro("token_ids", &CompletionOutput::token_ids)
       .def_ro("logprobs", &CompletionOutput::logprobs)
       .def_ro("stop_reason", &CompletionOutput::stop_reason)
+      .def_ro("delta_text", &CompletionOutput::delta_text)
+      .def_ro("delta_token_ids", &CompletionOutput::delta_token_ids)
       .def_prop_ro("finish_reason", [](const CompletionOutput &c) -> std::optional<std::string> {
         if (!c.finish_reason) return std::nullopt;
         return std::string(finish_reason_name(*c.finish_reason));
@@ -144,26 +147,64 @@ void bind_tokenizer(nb::module_ &m) {
   m.def("render_chat_template", &render_chat, "source"_a, "context_json"_a);
 }
 
+// LLM / AsyncEngineArgs keywords -> the CLI's flag structs (cli/engine_flags.h), so both load as the CLI does.
+std::pair<cli::ModelFlags, cli::EngineFlags> to_flags(const nb::kwargs &kw) {
+  auto get = [&](const char *name) { return kw[name]; };
+  cli::ModelFlags mf{nb::cast<std::string>(get("model")),
+                     nb::cast<std::string>(get("tokenizer")),
+                     "",
+                     nb::cast<std::string>(get("load_format")),
+                     nb::cast<std::string>(get("dtype")),
+                     nb::cast<std::string>(get("device")),
+                     nb::cast<int64_t>(get("seed")),
+                     nb::cast<int64_t>(get("num_threads"))};
+  cli::EngineFlags ef{
+      nb::cast<int64_t>(get("max_model_len")),          nb::cast<int64_t>(get("max_num_seqs")),
+      nb::cast<int64_t>(get("max_num_batched_tokens")), nb::cast<int64_t>(get("block_size")),
+      nb::cast<int64_t>(get("kv_cache_tokens")),        nb::cast<double>(get("gpu_memory_utilization")),
+      nb::cast<bool>(get("enable_prefix_caching")),     nb::cast<std::string>(get("scheduling_policy"))};
+  return {mf, ef};
+}
+
+void bind_async_engine(nb::module_ &m) {
+  nb::class_<PyAsyncEngine>(m, "AsyncEngine")
+      .def_static("create",
+                  [](const nb::kwargs &kw) {
+                    auto [mf, ef] = to_flags(kw);
+                    return value_or_raise([&] {
+                      nb::gil_scoped_release release;
+                      return PyAsyncEngine::create(mf, ef);
+                    }());
+                  })
+      .def(
+          "add_request",
+          [](PyAsyncEngine &e, const std::string &id, const std::string &text, const std::vector<int32_t> &ids,
+             const SamplingParams &params) {
+            Status s;
+            {
+              nb::gil_scoped_release release;  // tokenizes the prompt
+              s = e.add_request(id, PromptInput{text, ids}, params);
+            }
+            raise_if_error(s);
+          },
+          "request_id"_a, "prompt"_a, "prompt_token_ids"_a, "params"_a)
+      .def("abort", &PyAsyncEngine::abort, "request_id"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("fileno", &PyAsyncEngine::fileno)
+      .def("drain", &PyAsyncEngine::drain)
+      .def("shutdown", &PyAsyncEngine::shutdown, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("tokenizer", &PyAsyncEngine::tokenizer, nb::rv_policy::reference_internal);
+}
+
 void bind_engine(nb::module_ &m) {
   nb::class_<PyEngine>(m, "Engine")
-      .def_static(
-          "create",
-          [](const std::string &model, const std::string &tokenizer, const std::string &load_format,
-             const std::string &dtype, const std::string &device, int64_t seed, int64_t num_threads,
-             int64_t max_model_len, int64_t max_num_seqs, int64_t max_num_batched_tokens, int64_t block_size,
-             int64_t kv_cache_tokens, double gpu_memory_utilization, bool enable_prefix_caching,
-             const std::string &scheduling_policy) {
-            cli::ModelFlags mf{model, tokenizer, "", load_format, dtype, device, seed, num_threads};
-            cli::EngineFlags ef{max_model_len,   max_num_seqs,           max_num_batched_tokens, block_size,
-                                kv_cache_tokens, gpu_memory_utilization, enable_prefix_caching,  scheduling_policy};
-            return value_or_raise([&] {
-              nb::gil_scoped_release release;  // loading reads and converts the weights
-              return PyEngine::create(mf, ef);
-            }());
-          },
-          "model"_a, "tokenizer"_a, "load_format"_a, "dtype"_a, "device"_a, "seed"_a, "num_threads"_a,
-          "max_model_len"_a, "max_num_seqs"_a, "max_num_batched_tokens"_a, "block_size"_a, "kv_cache_tokens"_a,
-          "gpu_memory_utilization"_a, "enable_prefix_caching"_a, "scheduling_policy"_a)
+      .def_static("create",
+                  [](const nb::kwargs &kw) {
+                    auto [mf, ef] = to_flags(kw);
+                    return value_or_raise([&] {
+                      nb::gil_scoped_release release;  // loading reads and converts the weights
+                      return PyEngine::create(mf, ef);
+                    }());
+                  })
       .def(
           "add_request",
           [](PyEngine &e, const std::string &id, const std::string &text, const std::vector<int32_t> &ids,
@@ -198,4 +239,5 @@ NB_MODULE(_C, m) {
   llmserve::python::bind_outputs(m);
   llmserve::python::bind_tokenizer(m);
   llmserve::python::bind_engine(m);
+  llmserve::python::bind_async_engine(m);
 }
