@@ -11,8 +11,8 @@ def binary_path() -> str:
     bundled = os.path.join(here, "bin", "llmserve")
     if os.path.exists(bundled):
         return bundled
-    # A source checkout (PYTHONPATH=python): the Release build's binary.
-    built = os.path.join(here, "..", "..", "build", "bin", "llmserve")
+    # The package a plain CMake build assembles (build/python/llmserve): that build's binary, build/bin/llmserve.
+    built = os.path.join(here, "..", "..", "bin", "llmserve")
     if os.path.exists(built):
         return os.path.abspath(built)
     raise FileNotFoundError("llmserve: the bundled binary is missing (reinstall the package)")

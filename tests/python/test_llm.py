@@ -149,3 +149,13 @@ def test_ten_thousand_prompts_flat_memory(llm):
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert len(outs) == 10_000 and all(len(o.outputs[0].token_ids) == 2 for o in outs)
     assert after - before < 64 * 1024, f"peak RSS grew by {(after - before) // 1024} MiB on the second batch"
+
+
+def test_console_entry_point_runs_the_cli():
+    import sys
+
+    from llmserve import _cli
+    out = subprocess.run([sys.executable, "-c", "import sys; from llmserve._cli import main; sys.argv[0] = 'llmserve';"
+                          " main()", "version"], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(pathlib.Path(llmserve.__file__).parent.parent)})
+    assert llmserve.__version__ in out.stdout and _cli.binary_path().endswith("llmserve")
