@@ -13,6 +13,10 @@ _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_ops.
 if not os.path.exists(_LIBRARY):
     raise ImportError("llmserve.ops: _torch_ops.so was not built (configure with a Python that imports torch: "
                       "-DLLMSERVE_TORCH_PYTHON=/path/to/python, then build the llmserve_torch_ops target)")
+# Measured: oneDNN 2.6 (the CPU GEMM's default backend) fails with "could not execute a primitive" under the
+# libgomp.so.1 that torch wheels bundle, which a process importing torch first has loaded; OpenBLAS (the documented
+# LLMSERVE_GEMM alternative) runs correctly there. An explicit LLMSERVE_GEMM still wins.
+os.environ.setdefault("LLMSERVE_GEMM", "openblas")
 if not hasattr(torch.ops.llmserve, "rms_norm"):
     # Registration runs on this call, not at load: the op objects are static objects of the library itself.
     ctypes.CDLL(_LIBRARY).llmserve_register_torch_ops()
