@@ -7,14 +7,17 @@ import sys
 
 
 def binary_path() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    bundled = os.path.join(here, "bin", "llmserve")
-    if os.path.exists(bundled):
-        return bundled
-    # The package a plain CMake build assembles (build/python/llmserve): that build's binary, build/bin/llmserve.
-    built = os.path.join(here, "..", "..", "bin", "llmserve")
-    if os.path.exists(built):
-        return os.path.abspath(built)
+    # Every folder of the package: an editable install has two (the built files' and the sources').
+    import llmserve
+    folders = list(getattr(llmserve, "__path__", [])) or [os.path.dirname(os.path.abspath(__file__))]
+    for folder in folders:
+        bundled = os.path.join(folder, "bin", "llmserve")
+        if os.path.exists(bundled):
+            return bundled
+        # The package a plain CMake build assembles (build/python/llmserve): that build's build/bin/llmserve.
+        built = os.path.join(folder, "..", "..", "bin", "llmserve")
+        if os.path.exists(built):
+            return os.path.abspath(built)
     raise FileNotFoundError("llmserve: the bundled binary is missing (reinstall the package)")
 
 
