@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any, Optional, Sequence, Union
 
 from . import _C
@@ -26,6 +27,9 @@ class LLM:
         c_tok = self._engine.tokenizer
         self._tokenizer = Tokenizer(c_tok, owner=self._engine) if c_tok is not None else None
         self._counter = itertools.count()
+        # Steps run without the GIL, so a second Python thread could enter the (single-threaded) engine: calls
+        # take turns instead.
+        self._lock = threading.Lock()
 
     def get_tokenizer(self) -> Optional[Tokenizer]:
         return self._tokenizer
@@ -69,6 +73,11 @@ class LLM:
     def _run(self, items: list[tuple[Optional[str], list[int]]], sampling_params: Any,
              use_tqdm: bool) -> list[RequestOutput]:
         params = _params_per_prompt(sampling_params, len(items))
+        with self._lock:
+            return self._run_locked(items, params, use_tqdm)
+
+    def _run_locked(self, items: list[tuple[Optional[str], list[int]]], params: list[SamplingParams],
+                    use_tqdm: bool) -> list[RequestOutput]:
         ids: list[str] = []
         try:
             for (text, token_ids), p in zip(items, params):

@@ -159,3 +159,29 @@ def test_console_entry_point_runs_the_cli():
                           " main()", "version"], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(pathlib.Path(llmserve.__file__).parent.parent)})
     assert llmserve.__version__ in out.stdout and _cli.binary_path().endswith("llmserve")
+
+
+def test_real_ctrl_c_during_generate(tmp_path):
+    """A real SIGINT mid-batch: generate raises KeyboardInterrupt, the engine is empty, the LLM generates again."""
+    import sys
+    script = tmp_path / "ctrl_c.py"
+    script.write_text("""
+import os, signal, threading, time
+from llmserve import LLM, SamplingParams
+llm = LLM(num_threads=2)
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    llm.generate(["x"] * 512, SamplingParams(max_tokens=480, ignore_eos=True), use_tqdm=False)
+    print("finished before the signal")
+except KeyboardInterrupt:
+    print("interrupted after %.2f s" % (time.monotonic() - start))
+    assert not llm._engine.has_unfinished()
+    out = llm.generate(["y"], SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)
+    print("usable", len(out[0].outputs[0].token_ids))
+""")
+    env = {"PYTHONPATH": str(pathlib.Path(llmserve.__file__).parent.parent)}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert "usable 3" in run.stdout, run.stdout + run.stderr
+    seconds = float(run.stdout.split("interrupted after ")[1].split()[0])
+    assert seconds < 2.0  # the abort is prompt: one engine step after the signal
