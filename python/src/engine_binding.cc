@@ -20,6 +20,7 @@ StatusOr<std::unique_ptr<PyEngine>> PyEngine::create(const cli::ModelFlags &mode
     ASSIGN_OR_RETURN(loaded.tokenizer, Tokenizer::from_dir(model.tokenizer));
   }
   std::unique_ptr<PyEngine> out(new PyEngine(std::move(loaded)));
+  out->device_ = flags.device;
   ASSIGN_OR_RETURN(out->engine_, LLMEngine::create(*out->loaded_.model, out->loaded_.tokenizer.get(),
                                                    cli::to_engine_args(engine, flags)));
   return out;

@@ -33,11 +33,13 @@ class PyEngine {
   int64_t vocab_size() const;
   int64_t max_model_len() const { return engine_->max_model_len(); }
   bool builtin_default() const { return loaded_.builtin_default; }
+  const std::string &device() const { return device_; }  // the resolved device ("auto" resolved)
 
  private:
   explicit PyEngine(cli::LoadedModel loaded) : loaded_(std::move(loaded)) {}
 
   cli::LoadedModel loaded_;
+  std::string device_;
   std::unique_ptr<LLMEngine> engine_;  // declared last: destroyed before the model it runs
 };
 

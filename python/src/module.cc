@@ -225,7 +225,8 @@ void bind_engine(nb::module_ &m) {
       .def_prop_ro("tokenizer", &PyEngine::tokenizer, nb::rv_policy::reference_internal)
       .def_prop_ro("vocab_size", &PyEngine::vocab_size)
       .def_prop_ro("max_model_len", &PyEngine::max_model_len)
-      .def_prop_ro("builtin_default", &PyEngine::builtin_default);
+      .def_prop_ro("builtin_default", &PyEngine::builtin_default)
+      .def_prop_ro("device", &PyEngine::device);
 }
 
 }  // namespace
