@@ -9,8 +9,8 @@ from llmserve import LLM, AsyncEngineArgs, AsyncLLM, RequestOutputKind, Sampling
 
 @pytest.fixture(scope="module")
 def engine():
-    # A third of the GPU each (CPU: ignored): this engine and the LLM of a test below coexist on CUDA.
-    e = AsyncLLM.from_engine_args(AsyncEngineArgs(num_threads=2, gpu_memory_utilization=0.3))
+    # A fixed KV cache: on CUDA the default sizing gives the first engine of the process the memory and the next none.
+    e = AsyncLLM.from_engine_args(AsyncEngineArgs(num_threads=2, kv_cache_tokens=16384))
     yield e
     e.shutdown()
 
@@ -74,7 +74,8 @@ def test_delta_concatenates_to_cumulative_and_matches_llm(engine):
     assert ids == cumulative[-1].outputs[0].token_ids == final[0].outputs[0].token_ids and len(final) == 1
     assert "".join(o.outputs[0].text for o in delta) == cumulative[-1].outputs[0].text
     assert sum(len(o.outputs[0].logprobs) for o in delta) == 12
-    llm_out = LLM(num_threads=2, gpu_memory_utilization=0.3).generate({"prompt_token_ids": [3, 4, 5]}, greedy(12), use_tqdm=False)[0]
+    llm = LLM(num_threads=2, kv_cache_tokens=16384)
+    llm_out = llm.generate({"prompt_token_ids": [3, 4, 5]}, greedy(12), use_tqdm=False)[0]
     assert llm_out.outputs[0].token_ids == ids
 
 

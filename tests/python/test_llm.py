@@ -16,8 +16,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "models"
 
 @pytest.fixture(scope="module")
 def llm():
-    # A third of the GPU (CPU: ignored): the fixture LLMs of other tests coexist with it on CUDA.
-    return LLM(num_threads=2, gpu_memory_utilization=0.3)
+    # A fixed KV cache: on CUDA the default sizing gives the first engine of the process the memory and the next none.
+    return LLM(num_threads=2, kv_cache_tokens=16384)
 
 
 def test_version_and_names():
@@ -50,7 +50,7 @@ def test_greedy_matches_cli_json(llm, llmserve_bin):
 @pytest.mark.parametrize("name", ["llama_gqa_f32", "qwen2_bias_f32"])
 def test_greedy_matches_transformers_fixture(name):
     expected = json.loads((FIXTURES / name / "expected.json").read_text())
-    model = LLM(str(FIXTURES / name), num_threads=2, gpu_memory_utilization=0.3)
+    model = LLM(str(FIXTURES / name), num_threads=2, kv_cache_tokens=16384)
     cases = expected["cases"]
     params = SamplingParams(temperature=0, max_tokens=expected["num_steps"], logprobs=expected["top_k"],
                             ignore_eos=True)
@@ -170,7 +170,7 @@ def test_real_ctrl_c_during_generate(tmp_path):
     script.write_text("""
 import os, signal, threading, time
 from llmserve import LLM, SamplingParams
-llm = LLM(num_threads=2, gpu_memory_utilization=0.3)
+llm = LLM(num_threads=2, kv_cache_tokens=16384)
 threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 start = time.monotonic()
 try:
