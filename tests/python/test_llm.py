@@ -134,7 +134,8 @@ def test_tokenizer(llm):
     tok = llm.get_tokenizer()
     ids = tok.encode("héllo")
     assert tok.decode(ids, skip_special_tokens=True) == "héllo"
-    template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
+    template = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                "{% if add_generation_prompt %}A:{% endif %}")
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], chat_template=template,
                                    add_generation_prompt=True, tokenize=False)
     assert text == "user: hi\nA:"
