@@ -1,18 +1,26 @@
 # llmserve.AsyncLLM: 100 concurrent streams on one event loop with aborts and early exits, cumulative vs delta
 # outputs, the same greedy ids as LLM, and an event loop that keeps running while the engine works.
 import asyncio
+import gc
 
 import pytest
 
 from llmserve import LLM, AsyncEngineArgs, AsyncLLM, RequestOutputKind, SamplingParams
 
 
-@pytest.fixture(scope="module")
-def engine():
+def make_engine():
     # A fixed KV cache: on CUDA the default sizing gives the first engine of the process the memory and the next none.
-    e = AsyncLLM.from_engine_args(AsyncEngineArgs(num_threads=2, kv_cache_tokens=16384))
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(num_threads=2, kv_cache_tokens=16384))
+
+
+@pytest.fixture
+def engine():
+    # One engine at a time: two engines of one process must not run on one GPU concurrently.
+    e = make_engine()
     yield e
     e.shutdown()
+    del e
+    gc.collect()
 
 
 def greedy(n, kind=RequestOutputKind.CUMULATIVE):
@@ -61,7 +69,13 @@ def test_hundred_streams_with_aborts(engine):
     assert not engine._streams
 
 
-def test_delta_concatenates_to_cumulative_and_matches_llm(engine):
+def test_delta_concatenates_to_cumulative_and_matches_llm():
+    llm = LLM(num_threads=2, kv_cache_tokens=16384)
+    llm_out = llm.generate({"prompt_token_ids": [3, 4, 5]}, greedy(12), use_tqdm=False)[0]
+    del llm
+    gc.collect()
+    engine = make_engine()
+
     async def collect(kind, rid):
         return [o async for o in engine.generate({"prompt_token_ids": [3, 4, 5]}, greedy(12, kind), rid)]
 
@@ -74,9 +88,8 @@ def test_delta_concatenates_to_cumulative_and_matches_llm(engine):
     assert ids == cumulative[-1].outputs[0].token_ids == final[0].outputs[0].token_ids and len(final) == 1
     assert "".join(o.outputs[0].text for o in delta) == cumulative[-1].outputs[0].text
     assert sum(len(o.outputs[0].logprobs) for o in delta) == 12
-    llm = LLM(num_threads=2, kv_cache_tokens=16384)
-    llm_out = llm.generate({"prompt_token_ids": [3, 4, 5]}, greedy(12), use_tqdm=False)[0]
     assert llm_out.outputs[0].token_ids == ids
+    engine.shutdown()
 
 
 def test_bad_request_raises_and_leaves_no_stream(engine):
