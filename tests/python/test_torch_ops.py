@@ -1,0 +1,228 @@
+# llmserve.ops: every op of the engine's registry as a torch custom op — torch.library.opcheck (schema, fake /
+# Meta kernel, dispatch) and the result against a pure-PyTorch reference on CPU and, where present, CUDA; then
+# torch.compile(fullgraph=True) of a small Llama block built from the ops. Skipped where torch is absent (CI).
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import llmserve.ops as ops  # noqa: E402  (torch is here, so the ops library must be built)
+L = torch.ops.llmserve
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+gen = torch.Generator().manual_seed(0)
+
+
+def rand(*shape, device="cpu", dtype=torch.float32):
+    return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+
+def check(op, args, ref_outputs, atol=1e-4, rtol=1e-4):
+    """opcheck on copies, then the op itself, comparing its written arguments with the reference's."""
+    torch.library.opcheck(op, [a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    op(*args)
+    for got, want in ref_outputs(args):
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+def rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def test_every_registry_op_is_registered():
+    names = set(ops.op_names())
+    for name in ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "reshape_and_cache",
+                 "paged_attention", "apply_top_k_top_p_min_p", "apply_penalties", "sample", "linear"):
+        assert name in names
+    schema = str(L.rms_norm.default._schema)
+    first, rest = schema.split(",", 1)  # `Tensor!` marks the written output (torch prints its alias set)
+    assert first.startswith("llmserve::rms_norm(Tensor(") and "!" in first and first.endswith(" out")
+    assert "!" not in rest and schema.endswith("-> ()")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_norms_activation_add_linear(device):
+    x, w = rand(5, 64, device=device), rand(64, device=device)
+    out = torch.empty_like(x)
+    check(L.rms_norm, [out, x, w, 1e-6], lambda a: [(a[0], rms(x, w, 1e-6))])
+    res = rand(5, 64, device=device)
+    xs, rs = x.clone(), res.clone()
+    check(L.fused_add_rms_norm, [xs, rs, w, 1e-6], lambda a: [(a[1], x + res), (a[0], rms(x + res, w, 1e-6))])
+    g = rand(5, 128, device=device)
+    out = torch.empty(5, 64, device=device)
+    check(L.silu_and_mul, [out, g], lambda a: [(a[0], torch.nn.functional.silu(g[:, :64]) * g[:, 64:])])
+    a0 = x.clone()
+    check(L.add, [a0, res], lambda a: [(a[0], x + res)])
+    wt, b = rand(32, 64, device=device), rand(32, device=device)
+    out = torch.empty(5, 32, device=device)
+    check(L.linear, [out, x, wt, b], lambda a: [(a[0], x @ wt.T + b)], atol=1e-3, rtol=1e-3)
+    check(L.linear, [torch.empty(5, 32, device=device), x, wt, None], lambda a: [(a[0], x @ wt.T)], 1e-3, 1e-3)
+
+
+def rope_ref(pos, x, head_dim, cache):
+    n = x.shape[0]
+    x = x.view(n, -1, head_dim)
+    cos, sin = cache[pos, : head_dim // 2][:, None, :], cache[pos, head_dim // 2:][:, None, :]
+    x1, x2 = x[..., : head_dim // 2], x[..., head_dim // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).reshape(n, -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rotary_and_cache(device):
+    head_dim, n = 16, 4
+    inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = torch.arange(32).float()[:, None] * inv[None, :]
+    cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(device)
+    pos = torch.tensor([0, 3, 7, 31], device=device)
+    q, k = rand(n, 4 * head_dim, device=device), rand(n, 2 * head_dim, device=device)
+    check(L.rotary_embedding, [pos, q.clone(), k.clone(), head_dim, cache],
+          lambda a: [(a[1], rope_ref(pos.cpu(), q.cpu(), head_dim, cache.cpu()).to(device)),
+                     (a[2], rope_ref(pos.cpu(), k.cpu(), head_dim, cache.cpu()).to(device))])
+    key, value = rand(n, 2, head_dim, device=device), rand(n, 2, head_dim, device=device)
+    kc, vc = torch.zeros(3, 4, 2, head_dim, device=device), torch.zeros(3, 4, 2, head_dim, device=device)
+    slots = torch.tensor([0, 5, -1, 11], device=device)
+
+    def cache_ref(a):
+        want_k, want_v = torch.zeros_like(kc), torch.zeros_like(vc)
+        for i, s in enumerate(slots.tolist()):
+            if s >= 0:
+                want_k[s // 4, s % 4], want_v[s // 4, s % 4] = key[i], value[i]
+        return [(a[2], want_k), (a[3], want_v)]
+
+    check(L.reshape_and_cache, [key, value, kc, vc, slots], cache_ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_attention_decode_and_prefill(device):
+    heads, kv_heads, head_dim, block = 4, 2, 16, 4
+    kc, vc = rand(8, block, kv_heads, head_dim, device=device), rand(8, block, kv_heads, head_dim, device=device)
+    # Request 0 decodes 1 token at context 6; request 1 prefills 3 tokens at context 5 (causal).
+    qlens, seq_lens = [1, 3], [6, 5]
+    table = torch.tensor([[2, 5], [7, 1]], dtype=torch.int32, device=device)
+    q = rand(4, heads, head_dim, device=device)
+    out = torch.empty_like(q)
+    qsl = torch.tensor([0, 1, 4], dtype=torch.int32, device=device)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    slot = torch.zeros(4, dtype=torch.int64, device=device)
+    scale = 1 / math.sqrt(head_dim)
+
+    def ref(a):
+        want, t = torch.zeros_like(q), 0
+        for r, (ql, sl_) in enumerate(zip(qlens, seq_lens)):
+            blocks = table[r].tolist()
+            keys = torch.stack([kc[blocks[p // block], p % block] for p in range(sl_)])  # [sl, kvh, d]
+            vals = torch.stack([vc[blocks[p // block], p % block] for p in range(sl_)])
+            for j in range(ql):
+                pos = sl_ - ql + j
+                kk = keys[: pos + 1].repeat_interleave(heads // kv_heads, dim=1)
+                vv = vals[: pos + 1].repeat_interleave(heads // kv_heads, dim=1)
+                p = torch.softmax(torch.einsum("hd,shd->hs", q[t], kk) * scale, dim=-1)
+                want[t] = torch.einsum("hs,shd->hd", p, vv)
+                t += 1
+        return [(a[0], want)]
+
+    check(L.paged_attention, [out, q, kc, vc, qsl, sl, table, slot, 2, 1, 3, 6, None, scale, 0], ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_logits_ops(device):
+    logits = rand(3, 50, device=device)
+    check(L.log_softmax, [torch.empty_like(logits), logits], lambda a: [(a[0], torch.log_softmax(logits, -1))])
+    values, ids = torch.empty(3, 5, device=device), torch.empty(3, 5, dtype=torch.int32, device=device)
+    top = torch.topk(logits, 5)
+    check(L.top_k, [values, ids, logits, 5], lambda a: [(a[0], top.values), (a[1], top.indices.int())])
+    check(L.argmax, [torch.empty(3, dtype=torch.int32, device=device), logits],
+          lambda a: [(a[0], logits.argmax(-1).int())])
+    lp = torch.log_softmax(logits, -1)
+    tok = torch.tensor([3, 10, 49], dtype=torch.int32, device=device)
+    picked = lp.gather(1, tok.long()[:, None])[:, 0]
+    ranks = (lp >= picked[:, None]).sum(-1).int()
+    check(L.gather_token_logprobs, [torch.empty(3, device=device), torch.empty(3, dtype=torch.int32, device=device),
+                                    lp, tok], lambda a: [(a[0], picked), (a[1], ranks)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sampling_ops(device):
+    logits = rand(2, 40, device=device)
+    temps = torch.tensor([0.5, 2.0], device=device)
+    check(L.apply_temperature, [logits.clone(), temps], lambda a: [(a[0], logits / temps[:, None])])
+    offs = torch.tensor([0, 2, 3], dtype=torch.int32, device=device)
+    toks = torch.tensor([1, 7, 30], dtype=torch.int32, device=device)
+
+    def masked(a):
+        want = logits.clone()
+        want[0, 1] = want[0, 7] = want[1, 30] = -math.inf
+        return [(a[0], want)]
+
+    check(L.mask_tokens, [logits.clone(), offs, toks], masked)
+    bias = torch.tensor([1.0, -2.0, 3.0], device=device)
+
+    def biased(a):
+        want = logits.clone()
+        want[0, 1] += 1.0
+        want[0, 7] -= 2.0
+        want[1, 30] += 3.0
+        return [(a[0], want)]
+
+    check(L.apply_logit_bias, [logits.clone(), offs, toks, bias], biased)
+    # top-k 3 on row 0 (row 1: off): everything below the 3rd largest becomes -inf.
+    top_k = torch.tensor([3, 0], dtype=torch.int32, device=device)
+    top_p, min_p = torch.ones(2, device=device), torch.zeros(2, device=device)
+
+    def topk_ref(a):
+        want = logits.clone()
+        kth = torch.topk(logits[0], 3).values[-1]
+        want[0][logits[0] < kth] = -math.inf
+        return [(a[0], want)]
+
+    check(L.apply_top_k_top_p_min_p, [logits.clone(), top_k, top_p, min_p], topk_ref)
+    # Penalties: repetition on prompt + output ids, frequency and presence on output ids.
+    p_off, p_ids = torch.tensor([0, 1, 1], dtype=torch.int32, device=device), torch.tensor([4], dtype=torch.int32,
+                                                                                            device=device)
+    o_off, o_ids = torch.tensor([0, 2, 2], dtype=torch.int32, device=device), torch.tensor([4, 4], dtype=torch.int32,
+                                                                                            device=device)
+    rep, freq, pres = (torch.tensor(v, device=device) for v in ([2.0, 1.0], [0.5, 0.0], [0.25, 0.0]))
+
+    def pen_ref(a):
+        want = logits.clone()
+        v = want[0, 4]
+        want[0, 4] = (v / 2.0 if v > 0 else v * 2.0) - 0.5 * 2 - 0.25
+        return [(a[0], want)]
+
+    check(L.apply_penalties, [logits.clone(), p_off, p_ids, o_off, o_ids, rep, freq, pres], pen_ref)
+    # Greedy rows take the argmax; a seeded row draws the same token twice.
+    seeds, offsets = torch.tensor([0, 7], device=device), torch.tensor([0, 3], device=device)
+    tz = torch.tensor([0.0, 1.0], device=device)
+    first = torch.empty(2, dtype=torch.int32, device=device)
+    torch.library.opcheck(L.sample, [first.clone(), logits, tz, seeds, offsets])
+    L.sample(first, logits, tz, seeds, offsets)
+    again = torch.empty_like(first)
+    L.sample(again, logits, tz, seeds, offsets)
+    assert first[0].item() == logits[0].argmax().item() and torch.equal(first, again)
+
+
+def test_compiled_llama_block():
+    torch._dynamo.reset()
+    d, heads, head_dim = 64, 4, 16
+
+    def block(x, w_norm, w_qkv, w_o, w_up, w_down, eps: float = 1e-6):
+        h = torch.empty_like(x)
+        L.rms_norm(h, x, w_norm, eps)
+        qkv = torch.empty(x.shape[0], w_qkv.shape[0], dtype=x.dtype)
+        L.linear(qkv, h, w_qkv, None)
+        attn = torch.empty_like(x)
+        L.linear(attn, qkv[:, :d].contiguous(), w_o, None)
+        L.add(attn, x)
+        up = torch.empty(x.shape[0], w_up.shape[0], dtype=x.dtype)
+        L.linear(up, attn, w_up, None)
+        act = torch.empty(x.shape[0], w_up.shape[0] // 2, dtype=x.dtype)
+        L.silu_and_mul(act, up)
+        out = torch.empty_like(x)
+        L.linear(out, act, w_down, None)
+        L.add(out, attn)
+        return out
+
+    args = (rand(6, d), rand(d), rand(3 * d, d), rand(d, d), rand(4 * d, d), rand(d, 2 * d))
+    eager = block(*args)
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")(*args)
+    torch.testing.assert_close(compiled, eager)
