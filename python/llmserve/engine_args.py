@@ -19,7 +19,7 @@ class EngineArgs:
     gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = True
     load_format: str = "auto"
-    enforce_eager: bool = False  # llmserve's engine always runs eagerly here
+    enforce_eager: bool = False  # True: no CUDA graphs (vLLM's meaning; the CPU always runs eagerly)
     block_size: int = 16
     kv_cache_tokens: Optional[int] = None  # KV-cache capacity; None: the engine's sizing
     scheduling_policy: str = "fcfs"
@@ -49,7 +49,8 @@ class EngineArgs:
                     max_model_len=self.max_model_len or 0, max_num_seqs=self.max_num_seqs,
                     max_num_batched_tokens=self.max_num_batched_tokens or 4096, block_size=self.block_size,
                     kv_cache_tokens=self.kv_cache_tokens or 0, gpu_memory_utilization=self.gpu_memory_utilization,
-                    enable_prefix_caching=self.enable_prefix_caching, scheduling_policy=self.scheduling_policy)
+                    enable_prefix_caching=self.enable_prefix_caching, scheduling_policy=self.scheduling_policy,
+                    enforce_eager=self.enforce_eager)
 
 
 @dataclasses.dataclass

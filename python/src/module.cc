@@ -150,19 +150,25 @@ void bind_tokenizer(nb::module_ &m) {
 // LLM / AsyncEngineArgs keywords -> the CLI's flag structs (cli/engine_flags.h), so both load as the CLI does.
 std::pair<cli::ModelFlags, cli::EngineFlags> to_flags(const nb::kwargs &kw) {
   auto get = [&](const char *name) { return kw[name]; };
-  cli::ModelFlags mf{nb::cast<std::string>(get("model")),
-                     nb::cast<std::string>(get("tokenizer")),
-                     "",
-                     nb::cast<std::string>(get("load_format")),
-                     nb::cast<std::string>(get("dtype")),
-                     nb::cast<std::string>(get("device")),
-                     nb::cast<int64_t>(get("seed")),
-                     nb::cast<int64_t>(get("num_threads"))};
-  cli::EngineFlags ef{
-      nb::cast<int64_t>(get("max_model_len")),          nb::cast<int64_t>(get("max_num_seqs")),
-      nb::cast<int64_t>(get("max_num_batched_tokens")), nb::cast<int64_t>(get("block_size")),
-      nb::cast<int64_t>(get("kv_cache_tokens")),        nb::cast<double>(get("gpu_memory_utilization")),
-      nb::cast<bool>(get("enable_prefix_caching")),     nb::cast<std::string>(get("scheduling_policy"))};
+  // Field by field, by name: a flag struct that grows keeps its defaults for what Python does not set.
+  cli::ModelFlags mf;
+  mf.model = nb::cast<std::string>(get("model"));
+  mf.tokenizer = nb::cast<std::string>(get("tokenizer"));
+  mf.load_format = nb::cast<std::string>(get("load_format"));
+  mf.dtype = nb::cast<std::string>(get("dtype"));
+  mf.device = nb::cast<std::string>(get("device"));
+  mf.seed = nb::cast<int64_t>(get("seed"));
+  mf.num_threads = nb::cast<int64_t>(get("num_threads"));
+  cli::EngineFlags ef;
+  ef.max_model_len = nb::cast<int64_t>(get("max_model_len"));
+  ef.max_num_seqs = nb::cast<int64_t>(get("max_num_seqs"));
+  ef.max_num_batched_tokens = nb::cast<int64_t>(get("max_num_batched_tokens"));
+  ef.block_size = nb::cast<int64_t>(get("block_size"));
+  ef.kv_cache_tokens = nb::cast<int64_t>(get("kv_cache_tokens"));
+  ef.gpu_memory_utilization = nb::cast<double>(get("gpu_memory_utilization"));
+  ef.enable_prefix_caching = nb::cast<bool>(get("enable_prefix_caching"));
+  ef.scheduling_policy = nb::cast<std::string>(get("scheduling_policy"));
+  ef.enforce_eager = nb::cast<bool>(get("enforce_eager"));
   return {mf, ef};
 }
 

@@ -62,7 +62,9 @@ void CudaGraphRunner::capture(int64_t size, const std::function<void()> &forward
   cuda::check_cuda(cudaGraphUpload(exec, stream), "cudaGraphUpload");
   cuda::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const size_t free_after = free_device_bytes();
-  graph_bytes_ += free_before > free_after ? free_before - free_after : 0;
+  const size_t bytes = free_before > free_after ? free_before - free_after : 0;
+  graph_bytes_ += bytes;
+  bytes_by_size_[size] = bytes;
   graphs_[size] = exec;
   capture_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -29,8 +29,13 @@ class CudaGraphRunner {
   // Launches the graph of `size` on this thread's current stream.
   void replay(int64_t size);
   int64_t num_graphs() const { return static_cast<int64_t>(graphs_.size()); }
-  // Device memory the instantiated graphs took (free memory before - after their captures).
+  // Device memory the instantiated graphs took (free memory before - after their captures), in all and for the
+  // graph of one size (the first capture also holds its warm-up's one-time allocations).
   size_t graph_bytes() const { return graph_bytes_; }
+  size_t graph_bytes(int64_t size) const {
+    auto it = bytes_by_size_.find(size);
+    return it == bytes_by_size_.end() ? 0 : it->second;
+  }
   double capture_seconds() const { return capture_seconds_; }
 
  private:
@@ -38,6 +43,7 @@ class CudaGraphRunner {
   void *stream_ = nullptr;            // cudaStream_t: the capture stream
   std::map<int64_t, void *> graphs_;  // size -> cudaGraphExec_t
   size_t graph_bytes_ = 0;
+  std::map<int64_t, size_t> bytes_by_size_;
   double capture_seconds_ = 0;
 };
 

@@ -139,6 +139,8 @@ std::vector<int64_t> ModelRunner::cuda_graph_sizes() const {
 
 size_t ModelRunner::cuda_graph_bytes() const { return graphs_ ? graphs_->graph_bytes() : 0; }
 
+size_t ModelRunner::cuda_graph_bytes(int64_t size) const { return graphs_ ? graphs_->graph_bytes(size) : 0; }
+
 void ModelRunner::capture_cuda_graphs() {
   graphs_ = std::make_unique<CudaGraphRunner>(device_);
   const std::vector<int64_t> &sizes = graph_padding_->sizes();

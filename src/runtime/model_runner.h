@@ -107,6 +107,7 @@ class ModelRunner : public ModelExecutor {
   // step replayed (0: it ran eagerly).
   std::vector<int64_t> cuda_graph_sizes() const;
   size_t cuda_graph_bytes() const;
+  size_t cuda_graph_bytes(int64_t size) const;  // the graph of one capture size (0: none)
   int64_t last_step_graph_size() const { return last_graph_size_; }
 
   // Requests the runner holds state for (running or preempted).
