@@ -19,7 +19,11 @@ if not os.path.exists(_LIBRARY):
 os.environ.setdefault("LLMSERVE_GEMM", "openblas")
 if not hasattr(torch.ops.llmserve, "rms_norm"):
     # Registration runs on this call, not at load: the op objects are static objects of the library itself.
-    ctypes.CDLL(_LIBRARY).llmserve_register_torch_ops()
+    _register = ctypes.CDLL(_LIBRARY).llmserve_register_torch_ops
+    _register.restype = ctypes.c_char_p  # null on success, else the error (e.g. an op missing from the op list)
+    _error = _register()
+    if _error is not None:
+        raise ImportError(f"llmserve.ops: registering the torch ops failed: {_error.decode()}")
 
 
 def op_names() -> list[str]:

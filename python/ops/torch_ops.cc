@@ -3,7 +3,8 @@
 // a Meta kernel. One boxed kernel per op: the IValues on the stack become llmserve Tensors viewing the torch
 // tensors' memory (no copy), the op's Params structs are rebuilt from their flattened fields, and the typed
 // ops::Op is called (check, then the device's kernel); Meta runs the check alone (it writes nothing, DESIGN.md §2).
-// Invariant: every registry op is registered (the library refuses to load otherwise, naming the op).
+// A rejected argument raises RuntimeError with the check's message (never aborts the Python process).
+// Invariant: every registry op is registered (kernels/op_list.h; the library refuses to load otherwise).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -13,6 +14,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/logging.h"
+#include "kernels/op_list.h"
 #include "kernels/ops.h"
 
 namespace llmserve::torch_ops {
@@ -192,7 +195,13 @@ class OpKernel final : public c10::OperatorKernel {
     // Braced initialisation evaluates left to right: the holders read the arguments in schema order.
     std::tuple<Holder<Args>...> holders{Holder<Args>(reader)...};
     TORCH_CHECK(reader.next == num_args, op_.name(), ": schema and C++ signature disagree");
-    std::apply([this](auto &...h) { check_only_ ? op_.check(h.get()...) : op_(h.get()...); }, holders);
+    try {
+      // The op's CHECKs run before it writes anything: under the guard a failed one throws instead of aborting.
+      ScopedThrowOnFatal throw_on_fatal;
+      std::apply([this](auto &...h) { check_only_ ? op_.check(h.get()...) : op_(h.get()...); }, holders);
+    } catch (const FatalError &e) {
+      TORCH_CHECK(false, e.what());
+    }
   }
 
  private:
@@ -205,33 +214,8 @@ void impl(torch::Library &m, const ops::Op<void(Args...)> &op, bool check_only) 
   m.impl(op.name(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OpKernel<Args...>>(op, check_only)));
 }
 
-// Every op, typed: the one list of this file. all_ops() is compared against it when the library loads.
-template <typename F>
-void for_each_op(F &&f) {
-  f(ops::embedding);
-  f(ops::rms_norm);
-  f(ops::fused_add_rms_norm);
-  f(ops::silu_and_mul);
-  f(ops::add);
-  f(ops::rotary_embedding);
-  f(ops::linear);
-  f(ops::reshape_and_cache);
-  f(ops::rotary_embedding_and_cache);
-  f(ops::paged_attention);
-  f(ops::log_softmax);
-  f(ops::top_k);
-  f(ops::argmax);
-  f(ops::apply_penalties);
-  f(ops::apply_logit_bias);
-  f(ops::mask_tokens);
-  f(ops::apply_temperature);
-  f(ops::apply_top_k_top_p_min_p);
-  f(ops::sample);
-  f(ops::gather_token_logprobs);
-}
-
 void register_impls(torch::Library &m, bool check_only, DeviceType device) {
-  for_each_op([&](const auto &op) {
+  ops::for_each_op([&](const auto &op) {
     if (check_only || op.has_kernel(device)) impl(m, op, check_only);
   });
 }
@@ -245,10 +229,10 @@ void register_library() {
   if (!libraries.empty()) return;
   auto def = std::make_unique<torch::Library>(torch::Library::DEF, "llmserve", std::nullopt, __FILE__, __LINE__);
   std::set<std::string> listed;
-  for_each_op([&](const auto &op) { listed.insert(op.name()); });
+  ops::for_each_op([&](const auto &op) { listed.insert(op.name()); });
   for (const ops::OpBase *op : ops::all_ops()) {
     TORCH_CHECK(listed.count(op->name()), "llmserve ops: registry op '", op->name(),
-                "' is missing from python/ops/torch_ops.cc's for_each_op");
+                "' is missing from kernels/op_list.h's for_each_op");
     def->def(op->schema());
   }
   libraries.push_back(std::move(def));
@@ -264,6 +248,15 @@ void register_library() {
 
 }  // namespace llmserve::torch_ops
 
-extern "C" __attribute__((visibility("default"))) void llmserve_register_torch_ops() {
-  llmserve::torch_ops::register_library();
+// Returns null on success, else the error's text (static storage): llmserve.ops raises it as ImportError. No
+// exception may cross this C boundary (ctypes would abort the process).
+extern "C" __attribute__((visibility("default"))) const char *llmserve_register_torch_ops() {
+  static std::string error;
+  try {
+    llmserve::torch_ops::register_library();
+    return nullptr;
+  } catch (const std::exception &e) {
+    error = e.what();
+    return error.c_str();
+  }
 }

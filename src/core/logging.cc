@@ -1,10 +1,12 @@
-// Logging sink: one line per message on stderr, "[I file:line] text"; FATAL aborts after writing.
+// Logging sink: one line per message on stderr, "[I file:line] text"; FATAL aborts after writing (or throws, under
+// a ScopedThrowOnFatal).
 #include "core/logging.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 namespace llmserve {
 namespace {
@@ -46,12 +48,24 @@ bool parse_log_level(const std::string& name, LogLevel* level) {
   return true;
 }
 
+namespace {
+thread_local int throw_on_fatal_depth = 0;
+}  // namespace
+
+ScopedThrowOnFatal::ScopedThrowOnFatal() { ++throw_on_fatal_depth; }
+ScopedThrowOnFatal::~ScopedThrowOnFatal() { --throw_on_fatal_depth; }
+
 LogMessage::LogMessage(const char* file, int line, LogLevel level) : level_(level) {
   const char* base = std::strrchr(file, '/');
   stream_ << '[' << level_letter(level) << ' ' << (base ? base + 1 : file) << ':' << line << "] ";
+  prefix_size_ = stream_.str().size();
 }
 
-LogMessage::~LogMessage() {
+LogMessage::~LogMessage() noexcept(false) {
+  // Not while another exception unwinds the stack (a throw there would terminate): then the abort below stands.
+  if (level_ == LogLevel::kFatal && throw_on_fatal_depth > 0 && std::uncaught_exceptions() == 0) {
+    throw FatalError(stream_.str().substr(prefix_size_));
+  }
   stream_ << '\n';
   std::string text = stream_.str();
   std::fwrite(text.data(), 1, text.size(), stderr);

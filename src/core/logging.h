@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 namespace llmserve {
@@ -15,15 +16,35 @@ void set_min_log_level(LogLevel level);
 // Parses "debug", "info", "warning", "error"; returns false on anything else.
 bool parse_log_level(const std::string& name, LogLevel* level);
 
+// What a FATAL message (a failed CHECK) throws instead of aborting while a ScopedThrowOnFatal is alive on the thread.
+class FatalError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// While one lives on this thread, a FATAL message throws FatalError (its text, without the file:line prefix)
+// instead of writing it and aborting. For a host runtime that calls into the library and must turn a rejected
+// argument into its own exception (the torch ops: a RuntimeError, the Python process going on). Hold it only around
+// code whose CHECKs run before any state changes, such as an op's argument check.
+class ScopedThrowOnFatal {
+ public:
+  ScopedThrowOnFatal();
+  ~ScopedThrowOnFatal();
+  ScopedThrowOnFatal(const ScopedThrowOnFatal&) = delete;
+  ScopedThrowOnFatal& operator=(const ScopedThrowOnFatal&) = delete;
+};
+
 class LogMessage {
  public:
   LogMessage(const char* file, int line, LogLevel level);
-  ~LogMessage();  // Writes the line to stderr; aborts for kFatal.
+  // Writes the line to stderr; aborts for kFatal (throws FatalError under a ScopedThrowOnFatal).
+  ~LogMessage() noexcept(false);
   std::ostream& stream() { return stream_; }
 
  private:
   LogLevel level_;
   std::ostringstream stream_;
+  size_t prefix_size_ = 0;  // "[F file:line] ": left out of a FatalError's text
 };
 
 // Swallows the stream when a log statement is disabled.

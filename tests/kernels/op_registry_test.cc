@@ -3,9 +3,12 @@
 // dies naming the op and the device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
+#include "core/logging.h"
+#include "kernels/op_list.h"
 #include "kernels/ops.h"
 #include "test_util.h"
 
@@ -32,6 +35,33 @@ TEST(OpRegistryTest, EveryOpHasAValidSchemaAndAKernelOnEveryBuiltBackend) {
   for (const char* name : {"rms_norm", "linear", "paged_attention", "sample", "gather_token_logprobs"}) {
     EXPECT_TRUE(names.count(name)) << name << " is not in the registry";
   }
+}
+
+// The typed list (what the torch bindings register) names every registry op once: an op added to ops.h but not to
+// op_list.h fails here, in CI, not at `import llmserve.ops` on a machine with torch.
+TEST(OpRegistryTest, TypedOpListEqualsTheRegistry) {
+  std::vector<std::string> listed, registered;
+  ops::for_each_op([&](const OpBase& op) { listed.push_back(op.name()); });
+  for (const OpBase* op : ops::all_ops()) registered.push_back(op->name());
+  std::sort(listed.begin(), listed.end());
+  std::sort(registered.begin(), registered.end());
+  EXPECT_EQ(listed, registered);
+}
+
+// Under ScopedThrowOnFatal (the torch bindings hold one around each call), a rejected argument throws the check's
+// message instead of aborting, and nothing was written.
+TEST(OpRegistryTest, BadShapeThrowsUnderTheGuardNamingTheOp) {
+  Tensor x = random_tensor({3, 16}, 1), w = random_tensor({15}, 2);
+  Tensor out = Tensor::empty({3, 16}, DType::kF32);
+  out.fill(7.0f);
+  try {
+    ScopedThrowOnFatal guard;
+    ops::rms_norm(out, x, w, 1e-6f);
+    FAIL() << "rms_norm accepted a weight of the wrong size";
+  } catch (const FatalError& e) {
+    EXPECT_NE(std::string(e.what()).find("rms_norm"), std::string::npos) << e.what();
+  }
+  for (int64_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out.data<float>()[i], 7.0f);
 }
 
 TEST(OpRegistryTest, SchemaOfAWrittenArgumentSaysTensorBang) {

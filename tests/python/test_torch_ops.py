@@ -201,6 +201,37 @@ def test_sampling_ops(device):
     assert first[0].item() == logits[0].argmax().item() and torch.equal(first, again)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_embedding_and_scatter_sampled_ids(device):
+    table, ids = rand(10, 8, device=device), torch.tensor([3, 0, 9, 3], dtype=torch.int32, device=device)
+    check(L.embedding, [torch.empty(4, 8, device=device), ids, table], lambda a: [(a[0], table[ids.long()])])
+    # Async scheduling's scatter: position index[i, 0] of the input ids takes sampled row index[i, 1].
+    input_ids = torch.tensor([5, 6, 0, 7, 0, 8], dtype=torch.int32, device=device)
+    sampled = torch.tensor([40, 41, 42], dtype=torch.int32, device=device)
+    index = torch.tensor([[2, 1], [4, 0]], dtype=torch.int32, device=device)
+
+    def scattered(a):
+        want = input_ids.clone()
+        want[index[:, 0].long()] = sampled[index[:, 1].long()]
+        return [(a[0], want)]
+
+    check(L.scatter_sampled_ids, [input_ids.clone(), sampled, index], scattered)
+
+
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
+def test_rejected_arguments_raise_naming_the_op(device):
+    # The op's check runs first: a RuntimeError with its message, nothing written, and the process goes on.
+    x, w = torch.ones(3, 16, device=device), torch.ones(15, device=device)
+    out = torch.full((3, 16), 7.0, device=device)
+    with pytest.raises(RuntimeError, match="rms_norm"):
+        L.rms_norm(out, x, w, 1e-6)
+    if device != "meta":
+        assert torch.equal(out, torch.full_like(out, 7.0))
+    with pytest.raises(RuntimeError, match="silu_and_mul"):
+        L.silu_and_mul(torch.empty(3, 7, device=device), torch.ones(3, 16, device=device))
+    L.rms_norm(out, x, torch.ones(16, device=device), 1e-6)  # a good call afterwards still runs
+
+
 def test_compiled_llama_block():
     torch._dynamo.reset()
     d, heads, head_dim = 64, 4, 16
