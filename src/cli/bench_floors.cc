@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -178,6 +180,44 @@ PrefillFloor prefill_floor(double flops, double weight_bytes, const MeasuredRate
   f.seconds = std::max(f.compute_s, f.weight_read_s);
   f.bound = f.compute_s >= f.weight_read_s ? "FLOPs at the GEMM rate" : "one read of the weights";
   return f;
+}
+
+RunFloor run_floor(const ModelConfig& c, DType weight_dtype, DType kv_dtype, const MeasuredRates& rates,
+                   const RunWork& work) {
+  RunFloor f;
+  const int64_t num_requests = static_cast<int64_t>(work.prompt_lens.size());
+  if (num_requests == 0) return f;
+  std::map<int64_t, int64_t> requests_of_length;  // prefill_flops walks every position: once per distinct length
+  double prompt_tokens = 0;
+  for (int64_t len : work.prompt_lens) {
+    ++requests_of_length[len];
+    prompt_tokens += static_cast<double>(len);
+  }
+  double flops = 0;
+  for (const auto& [len, n] : requests_of_length) flops += prefill_flops(c, n, len, n);
+  f.weight_bytes = matmul_params(c) * dtype_size(weight_dtype);
+  f.prefill = prefill_floor(flops, f.weight_bytes, rates);
+  const int64_t decode_tokens = std::max<int64_t>(0, work.output_tokens - num_requests);
+  const int64_t per_step = std::max<int64_t>(1, work.max_concurrent);
+  f.decode_steps = (decode_tokens + per_step - 1) / per_step;
+  const double mean_prompt = prompt_tokens / num_requests;
+  const double mean_output = static_cast<double>(work.output_tokens) / num_requests;
+  // A decode token at output position j reads prompt + j entries; over a request that averages prompt + output / 2.
+  f.kv_read_bytes = decode_tokens * (mean_prompt + mean_output / 2.0) * kv_bytes_per_token(c, kv_dtype);
+  f.decode_s = (f.decode_steps * f.weight_bytes + f.kv_read_bytes) / rates.bandwidth;
+  f.seconds = f.prefill.seconds + f.decode_s;
+  return f;
+}
+
+std::string describe_run_floor(const RunFloor& f, const RunWork& work, bool cpu, double elapsed_s) {
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "floor: %.2f s = prefill %.2f s (bound by %s; LM head on %lld rows) + decode %.2f s (%lld steps x "
+                "weights %.1f MB + KV %.1f MB at the %s bandwidth); elapsed %.2f s: %.1f%% of the floor's speed",
+                f.seconds, f.prefill.seconds, f.prefill.bound, static_cast<long long>(work.prompt_lens.size()),
+                f.decode_s, static_cast<long long>(f.decode_steps), f.weight_bytes / 1e6, f.kv_read_bytes / 1e6,
+                cpu ? "read" : "copy", elapsed_s, elapsed_s > 0 ? 100.0 * f.seconds / elapsed_s : 0.0);
+  return text;
 }
 
 }  // namespace llmserve::cli

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "model/model_config.h"
@@ -44,5 +45,26 @@ struct PrefillFloor {
   const char* bound = "";
 };
 PrefillFloor prefill_floor(double flops, double weight_bytes, const MeasuredRates& rates);
+
+// What an offline or served run did: each request's prompt prefilled (its first output token comes from there: one
+// LM-head row), then its other output tokens decoded, at most `max_concurrent` requests at once.
+struct RunWork {
+  std::vector<int64_t> prompt_lens;  // one per completed request
+  int64_t output_tokens = 0;         // all requests' together
+  int64_t max_concurrent = 1;        // decode rows per step at most (max_num_seqs, or the client's concurrency)
+};
+// The run's floor: the prefills (FLOPs executed, or one read of the weights where larger) plus the decode steps
+// (at least ceil(decode tokens / max_concurrent), each reading the weights once, and each decode token its KV
+// context), at the rates measured. The phases are counted one after the other (a mixed step could overlap them).
+struct RunFloor {
+  PrefillFloor prefill;
+  double decode_s = 0, seconds = 0;
+  double weight_bytes = 0, kv_read_bytes = 0;
+  int64_t decode_steps = 0;
+};
+RunFloor run_floor(const ModelConfig& c, DType weight_dtype, DType kv_dtype, const MeasuredRates& rates,
+                   const RunWork& work);
+// The line the benches print: "floor: S s = prefill ... + decode ...; elapsed E s: R% of the floor's speed".
+std::string describe_run_floor(const RunFloor& f, const RunWork& work, bool cpu, double elapsed_s);
 
 }  // namespace llmserve::cli

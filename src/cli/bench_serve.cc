@@ -7,13 +7,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
+#include "cli/bench_floors.h"
 #include "cli/bench_serve_report.h"
 #include "cli/bench_serve_runner.h"
 #include "cli/bench_serve_workload.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "core/thread_pool.h"
+#include "kernels/op_registry.h"
+#include "model/model_config.h"
+#include "model/model_registry.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve::cli {
@@ -26,6 +32,9 @@ struct ServeFlags {
   int64_t max_concurrency = 0, seed = 0, timeout_s = 6 * 3600, ready_check_timeout_s = 0;
   double range_ratio = 0.0, request_rate = INFINITY, burstiness = 1.0, temperature = 0.0;
   bool ignore_eos = false;
+  // The floor (bench_floors.h): the served model's config.json and where and in which dtype it runs.
+  std::string floor_config, floor_device = "cpu", floor_dtype = "auto";
+  int64_t floor_num_threads = 0;
 };
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -59,8 +68,55 @@ Status validate(const ServeFlags& f, ReportInfo* info) {
     }
     info->percentiles.push_back(v);
   }
+  Device device;
+  std::optional<DType> dtype;
+  if (!parse_device_flag(f.floor_device, &device)) {
+    return invalid_argument("--floor-device '" + f.floor_device + "': expected cpu, cuda or cuda:N");
+  }
+  if (!parse_dtype_flag(f.floor_dtype, &dtype)) {
+    return invalid_argument("--floor-dtype '" + f.floor_dtype + "': expected auto, float32, bfloat16 or float16");
+  }
+  if (f.floor_num_threads < 0) return invalid_argument("--floor-num-threads must be >= 0 (0: every core)");
+  if (f.floor_config.empty() && (f.floor_device != "cpu" || f.floor_dtype != "auto" || f.floor_num_threads != 0)) {
+    return invalid_argument("--floor-device, --floor-dtype and --floor-num-threads need --floor-config");
+  }
   if (is_chat_endpoint(f.endpoint) && f.tokenizer.empty()) {
     return invalid_argument("--endpoint " + f.endpoint + " takes text prompts: give --tokenizer DIR to build them");
+  }
+  return ok_status();
+}
+
+// The run's floor for the model the server runs (--floor-config): the completed requests' prompts and output
+// tokens at the rates this machine measures now, after the run (the server idle); decode rows per step are at most
+// the client's --max-concurrency (else every request). The mean TPOT floor spreads the whole floor over those
+// decode steps: a request's tokens wait for the other requests' prefills too.
+Status print_floor(const ServeFlags& f, const BenchmarkMetrics& m, const BenchRun& run, double elapsed_s) {
+  ASSIGN_OR_RETURN(ModelConfig config, load_model_config(f.floor_config));
+  ModelLoadOptions options;
+  parse_device_flag(f.floor_device, &options.device);  // both checked by validate()
+  parse_dtype_flag(f.floor_dtype, &options.weight_dtype);
+  if (!options.device.is_cpu() && !ops::backend_built(DeviceType::kCUDA)) {
+    return invalid_argument("--floor-device " + f.floor_device + ": this build has no CUDA backend");
+  }
+  if (f.floor_num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.floor_num_threads));
+  const DType weight_dtype = resolve_weight_dtype(config, options);
+  // Activations and the KV cache: f32 on the CPU, the weight dtype on CUDA (as the model runs them).
+  const DType kv_dtype = options.device.is_cpu() ? DType::kF32 : weight_dtype;
+  RunWork work;
+  for (const RequestOutput& out : run.outputs) {
+    if (out.success) work.prompt_lens.push_back(out.prompt_len);
+  }
+  work.output_tokens = m.total_output;
+  work.max_concurrent = f.max_concurrency > 0 ? f.max_concurrency : static_cast<int64_t>(work.prompt_lens.size());
+  int64_t prompt_tokens = 0;
+  for (int64_t len : work.prompt_lens) prompt_tokens += len;
+  const MeasuredRates rates = measure_rates(options.device, weight_dtype, config, std::max<int64_t>(1, prompt_tokens));
+  const RunFloor floor = run_floor(config, weight_dtype, kv_dtype, rates, work);
+  std::printf("measured: %s\n", rates.description.c_str());
+  std::printf("%s\n", describe_run_floor(floor, work, options.device.is_cpu(), elapsed_s).c_str());
+  if (floor.decode_steps > 0) {
+    std::printf("mean TPOT floor: %.2f ms (the floor over its %lld decode steps); mean TPOT %.2f ms\n",
+                1e3 * floor.seconds / floor.decode_steps, static_cast<long long>(floor.decode_steps), m.tpot.mean_ms);
   }
   return ok_status();
 }
@@ -98,6 +154,12 @@ int run_bench_serve_impl(const std::vector<std::string>& args) {
   parser.add_int("request-timeout", &f.timeout_s, "seconds to wait for any one network operation (default 21600)");
   parser.add_int("ready-check-timeout-sec", &f.ready_check_timeout_s,
                  "retry the initial test request for up to this many seconds (default 0: one try)");
+  parser.add_string("floor-config", &f.floor_config,
+                    "config.json (or model folder) of the served model: print the run's floor and its ratio, from "
+                    "rates measured here after the run (default: no floor)");
+  parser.add_string("floor-device", &f.floor_device, "where the server runs the model: cpu (default) | cuda[:N]");
+  parser.add_string("floor-dtype", &f.floor_dtype, "the server's --dtype (default auto)");
+  parser.add_int("floor-num-threads", &f.floor_num_threads, "CPU threads of the server (default 0: every core)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   ReportInfo info;
   if (Status s = validate(f, &info); !s.ok()) return fail(s);
@@ -154,6 +216,9 @@ int run_bench_serve_impl(const std::vector<std::string>& args) {
   info.max_concurrency = f.max_concurrency;
   std::fputs(format_summary(m, *run, info).c_str(), stdout);
   std::fflush(stdout);
+  if (!f.floor_config.empty()) {
+    if (Status s = print_floor(f, m, *run, run->duration_s); !s.ok()) return fail(s.with_context("--floor-config"));
+  }
   if (!f.save_result.empty()) {
     std::ofstream out(f.save_result);
     out << result_json(m, *run, info).dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";

@@ -21,32 +21,16 @@ namespace llmserve::cli {
 
 namespace {
 
-// The run's floor: its prefills (FLOPs executed, or one read of the weights where larger) plus its decode steps
-// (weights once per step, at least ceil(decode tokens / max_num_seqs) steps, and each token's KV context), each at
-// the rate measured on this machine. The phases are counted one after the other (a mixed step could overlap them).
+// The run's floor (bench_floors.h), from rates measured on this machine after the run.
 void print_floor(CausalLM &model, DType weight_dtype, const EngineArgs &a, int64_t num_prompts, int64_t input_len,
                  int64_t output_tokens, double seconds) {
   const ModelConfig &c = model.config();
   const int64_t step_tokens = std::min<int64_t>(a.max_num_batched_tokens, num_prompts * input_len);
   const MeasuredRates rates = measure_rates(model.device(), weight_dtype, c, step_tokens);
-  const double weight_bytes = matmul_params(c) * dtype_size(weight_dtype);
-  // Each request's first token comes from its prefill (one LM-head row per request); the rest are decode tokens.
-  const PrefillFloor prefill =
-      prefill_floor(prefill_flops(c, num_prompts, input_len, num_prompts), weight_bytes, rates);
-  const int64_t decode_tokens = std::max<int64_t>(0, output_tokens - num_prompts);
-  const int64_t min_steps = (decode_tokens + a.max_num_seqs - 1) / a.max_num_seqs;
-  const double avg_output = static_cast<double>(output_tokens) / num_prompts;
-  const double kv_read =
-      decode_tokens * (input_len + avg_output / 2.0) * kv_bytes_per_token(c, model.activation_dtype());
-  const double decode_s = (min_steps * weight_bytes + kv_read) / rates.bandwidth;
-  const double floor_s = prefill.seconds + decode_s;
+  const RunWork work{std::vector<int64_t>(num_prompts, input_len), output_tokens, a.max_num_seqs};
+  const RunFloor floor = run_floor(c, weight_dtype, model.activation_dtype(), rates, work);
   std::printf("measured: %s\n", rates.description.c_str());
-  std::printf(
-      "floor: %.2f s = prefill %.2f s (bound by %s; LM head on %lld rows) + decode %.2f s (%lld steps x weights "
-      "%.1f MB + KV %.1f MB at the %s bandwidth); elapsed %.2f s: %.1f%% of the floor's speed\n",
-      floor_s, prefill.seconds, prefill.bound, static_cast<long long>(num_prompts), decode_s,
-      static_cast<long long>(min_steps), weight_bytes / 1e6, kv_read / 1e6, model.device().is_cpu() ? "read" : "copy",
-      seconds, 100.0 * floor_s / seconds);
+  std::printf("%s\n", describe_run_floor(floor, work, model.device().is_cpu(), seconds).c_str());
 }
 
 }  // namespace

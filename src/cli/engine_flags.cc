@@ -60,9 +60,9 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
 
 void add_cuda_graph_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_string("cuda-graph-mode", &f->cuda_graph_mode,
-                    "none | piecewise | full | full_decode_only | full_and_piecewise (default): FULL graphs of "
-                    "uniform decode batches; PIECEWISE is not built (prefill and mixed batches run eagerly); "
-                    "ignored on cpu");
+                    "none | full | full_decode_only | full_and_piecewise (default): FULL graphs of uniform decode "
+                    "batches; PIECEWISE is not built (prefill and mixed batches run eagerly; piecewise alone is "
+                    "refused); ignored on cpu");
   parser.add_string("cuda-graph-capture-sizes", &f->cuda_graph_capture_sizes,
                     "decode batch sizes to capture, e.g. 1,2,4,8 (default: vLLM's list up to min(2 x "
                     "max-num-seqs, 512), capped by max-num-seqs and max-num-batched-tokens)");
@@ -103,6 +103,12 @@ StatusOr<CudaGraphFlags> resolve_cuda_graph_flags(const EngineFlags &f) {
     mode = CudaGraphMode::kNone;
   }
   if (mode) out.mode = *mode;
+  if (out.mode == CudaGraphMode::kPiecewise) {  // it would run everything eagerly: refused, not ignored
+    return invalid_argument(
+        "cudagraph_mode piecewise: PIECEWISE graphs (between attention calls) are not built yet; full_and_piecewise "
+        "(the default) captures FULL graphs of uniform decode batches and runs other batches eagerly, none runs "
+        "every batch eagerly");
+  }
   return out;
 }
 

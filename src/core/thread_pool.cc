@@ -48,17 +48,21 @@ void ThreadPool::worker_loop(int /*worker_index*/) {
     if (stop_) return;
     seen = generation_;
     ++active_;
-    while (next_ < n_) {
-      int64_t begin = next_;
-      int64_t end = std::min(n_, begin + chunk_);
-      next_ = end;
-      lock.unlock();
-      t_inside_pool_task = true;
-      (*fn_)(begin, end);
-      t_inside_pool_task = false;
-      lock.lock();
-    }
+    run_chunks(lock);
     if (--active_ == 0) done_cv_.notify_all();
+  }
+}
+
+void ThreadPool::run_chunks(std::unique_lock<std::mutex>& lock) {
+  while (next_ < n_) {
+    const int64_t begin = next_;
+    const int64_t end = std::min(n_, begin + chunk_);
+    next_ = end;
+    lock.unlock();
+    t_inside_pool_task = true;
+    (*fn_)(begin, end);
+    t_inside_pool_task = false;
+    lock.lock();
   }
 }
 
@@ -80,16 +84,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t min_chunk, const std::function<
   ++generation_;
   ++active_;  // the caller
   work_cv_.notify_all();
-  while (next_ < n_) {
-    int64_t begin = next_;
-    int64_t end = std::min(n_, begin + chunk_);
-    next_ = end;
-    lock.unlock();
-    t_inside_pool_task = true;
-    fn(begin, end);
-    t_inside_pool_task = false;
-    lock.lock();
-  }
+  run_chunks(lock);
   --active_;
   done_cv_.wait(lock, [&] { return active_ == 0; });
   fn_ = nullptr;

@@ -31,6 +31,9 @@ class ThreadPool {
 
  private:
   void worker_loop(int worker_index);
+  // Claims and runs chunks of the current parallel_for until none is left; `lock` (on mu_) is held on entry and
+  // exit, released while a chunk runs.
+  void run_chunks(std::unique_lock<std::mutex>& lock);
 
   int num_threads_;
   std::vector<std::thread> workers_;

@@ -165,16 +165,17 @@ int64_t ModelRunner::graph_size_for(int64_t num_reqs, int64_t num_tokens, int64_
   return graph_padding_->padded_size(num_reqs);
 }
 
-void ModelRunner::fill_padding(int64_t first, int64_t padded) {
+ModelRunner::HostRows ModelRunner::host_rows() {
+  uint8_t *host = host_inputs_.data<uint8_t>();
   const InputLayout &L = layout_;
-  auto *host = host_inputs_.data<uint8_t>();
-  auto *pos = reinterpret_cast<int64_t *>(host + L.positions);
-  auto *slots = reinterpret_cast<int64_t *>(host + L.slot_mapping);
-  auto *ids = reinterpret_cast<int32_t *>(host + L.input_ids);
-  auto *qsl = reinterpret_cast<int32_t *>(host + L.query_start_loc);
-  auto *lens = reinterpret_cast<int32_t *>(host + L.seq_lens);
-  auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_indices);
-  auto *table = reinterpret_cast<int32_t *>(host + L.block_table);
+  auto i64 = [&](size_t offset) { return reinterpret_cast<int64_t *>(host + offset); };
+  auto i32 = [&](size_t offset) { return reinterpret_cast<int32_t *>(host + offset); };
+  return {i64(L.positions),      i64(L.slot_mapping),   i32(L.input_ids),  i32(L.query_start_loc),
+          i32(L.seq_lens),       i32(L.logits_indices), i32(L.block_table)};
+}
+
+void ModelRunner::fill_padding(int64_t first, int64_t padded) {
+  const auto [pos, slots, ids, qsl, lens, logits_idx, table] = host_rows();
   if (first == 0) qsl[0] = 0;
   for (int64_t r = first; r < padded; ++r) {  // uniform decode: row r is token r
     ids[r] = 0;
@@ -258,15 +259,7 @@ ModelRunner::PromptLogprobRange ModelRunner::prompt_logprob_range(const RequestS
 int64_t ModelRunner::fill_inputs(const std::vector<RequestState *> &reqs, const std::vector<int64_t> &num_new,
                                  const std::vector<size_t> &rows, const std::vector<PromptLogprobRange> &ranges) {
   const int64_t num_reqs = static_cast<int64_t>(reqs.size());
-  const InputLayout &L = layout_;
-  auto *host = host_inputs_.data<uint8_t>();
-  auto *pos = reinterpret_cast<int64_t *>(host + L.positions);
-  auto *slots = reinterpret_cast<int64_t *>(host + L.slot_mapping);
-  auto *ids = reinterpret_cast<int32_t *>(host + L.input_ids);
-  auto *qsl = reinterpret_cast<int32_t *>(host + L.query_start_loc);
-  auto *lens = reinterpret_cast<int32_t *>(host + L.seq_lens);
-  auto *logits_idx = reinterpret_cast<int32_t *>(host + L.logits_indices);
-  auto *table = reinterpret_cast<int32_t *>(host + L.block_table);
+  const auto [pos, slots, ids, qsl, lens, logits_idx, table] = host_rows();
   const int64_t bs = config_.block_size, width = limits_.max_blocks_per_seq;
   scatter_pairs_.clear();
   int64_t t = 0, max_blocks = 1;

@@ -179,6 +179,12 @@ class ModelRunner : public ModelExecutor {
     static InputLayout plan(const Limits &limits);
   };
   static Limits resolve_limits(const ModelRunnerConfig &config);
+  // The host staging rows of layout_, typed (the order structured bindings unpack them in).
+  struct HostRows {
+    int64_t *positions, *slot_mapping;
+    int32_t *input_ids, *query_start_loc, *seq_lens, *logits_indices, *block_table;
+  };
+  HostRows host_rows();
 
   // Copies the step's used inputs to the device (two pitched copies) and points batch_ at them.
   void upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t max_blocks);

@@ -371,7 +371,9 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
           text = (r.prompt.empty() && tok ? tok->decode(r.prompt_token_ids) : r.prompt) + text;
         }
         job.choice_started[choice] = true;
-        if (text.empty() && o.delta_token_ids.empty() && !finishing) continue;
+        // No empty chunk mid-stream (OpenAI's shape): tokens whose text is held back (a partial UTF-8 sequence, a
+        // possible stop string) reach the client with the next text, unless their logprobs must go out now.
+        if (text.empty() && !finishing && (o.delta_token_ids.empty() || !job.req->params.logprobs)) continue;
         OJson logprobs = nullptr;
         if (job.req->params.logprobs) {
           std::vector<int32_t> ids = o.delta_token_ids;

@@ -59,7 +59,12 @@ void OpenAIServer::register_routes(HttpServer &server) {
   server.add_route("GET", "/v1/models", bind(&OpenAIServer::handle_models));
   server.add_route("POST", "/tokenize", bind(&OpenAIServer::handle_tokenize));
   server.add_route("POST", "/detokenize", bind(&OpenAIServer::handle_detokenize));
+  // /v1/models/{id}: the served model alone (an unknown id is the router's 404).
+  server.add_route("GET", "/v1/models/" + options_.served_model_name, bind(&OpenAIServer::handle_model));
   server.add_route("GET", "/health", bind(&OpenAIServer::handle_health));
+  // vLLM's /ping (SageMaker's health check), GET and POST: the same answer as /health.
+  server.add_route("GET", "/ping", bind(&OpenAIServer::handle_health));
+  server.add_route("POST", "/ping", bind(&OpenAIServer::handle_health));
   server.add_route("GET", "/version", bind(&OpenAIServer::handle_version));
   server.add_route("GET", "/metrics", bind(&OpenAIServer::handle_metrics));
 }
@@ -144,20 +149,33 @@ StatusOr<std::vector<int32_t>> OpenAIServer::render_chat(const ChatRequest &req)
   return ids;
 }
 
+OJson OpenAIServer::model_card() const {
+  return {{"id", options_.served_model_name},
+          {"object", "model"},
+          {"created", static_cast<int64_t>(std::time(nullptr))},
+          {"owned_by", "llmserve"},
+          {"root", options_.model_root.empty() ? options_.served_model_name : options_.model_root},
+          {"parent", nullptr},
+          {"max_model_len", llm_.load()->max_model_len()}};
+}
+
 awaitable<void> OpenAIServer::handle_models(HttpExchange &ex) {
   if (auto err = check_request(ex.request(), false)) {
     co_await ex.respond(std::move(*err));
     co_return;
   }
-  OJson model = {{"id", options_.served_model_name},
-                 {"object", "model"},
-                 {"created", static_cast<int64_t>(std::time(nullptr))},
-                 {"owned_by", "llmserve"},
-                 {"root", options_.model_root},
-                 {"parent", nullptr},
-                 {"max_model_len", llm_.load()->max_model_len()}};
   HttpResponse res;
-  res.body = dump_json(OJson{{"object", "list"}, {"data", OJson::array({model})}});
+  res.body = dump_json(OJson{{"object", "list"}, {"data", OJson::array({model_card()})}});
+  co_await ex.respond(std::move(res));
+}
+
+awaitable<void> OpenAIServer::handle_model(HttpExchange &ex) {
+  if (auto err = check_request(ex.request(), false)) {
+    co_await ex.respond(std::move(*err));
+    co_return;
+  }
+  HttpResponse res;
+  res.body = dump_json(model_card());
   co_await ex.respond(std::move(res));
 }
 

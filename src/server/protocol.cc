@@ -164,6 +164,10 @@ Status parse_logit_bias(const Fields &f, SamplingParams *p) {
 // Fields of both endpoints that exist in this server only as "not supported": silently ignoring them would
 // change what the client gets.
 Status reject_unsupported(const OJson &body) {
+  auto format = body.find("response_format");
+  if (format != body.end() && !format->is_null() && (!format->is_object() || format->value("type", "") != "text")) {
+    return invalid_argument("response_format: only {\"type\": \"text\"} is supported");
+  }
   for (const char *name : {"suffix", "allowed_token_ids", "truncate_prompt_tokens", "guided_json", "guided_regex",
                            "guided_choice", "guided_grammar", "structured_outputs", "bad_words", "logits_processors"}) {
     auto it = body.find(name);
@@ -413,14 +417,28 @@ StatusOr<ChatRequest> parse_chat_request(const OJson &body, const SamplingParams
     if (!v->is_array()) return type_error("documents", "a list", *v);
     r.documents = *v;
   }
+  std::string tool_choice = "auto";  // OpenAI's default when tools are given
   if (const OJson *v = f.get("tool_choice")) {
     if (!v->is_string() || (v->get<std::string>() != "none" && v->get<std::string>() != "auto")) {
       return invalid_argument("tool_choice: only \"none\" and \"auto\" are supported (no tool-call parser)");
     }
+    tool_choice = v->get<std::string>();
   }
-  if (const OJson *v = f.get("response_format")) {
-    if (!v->is_object() || v->value("type", "") != "text") {
-      return invalid_argument("response_format: only {\"type\": \"text\"} is supported");
+  // With tools and tool_choice "auto" the client expects tool calls parsed out of the reply: refused until tool
+  // calling exists. "none" renders the tools into the prompt (the template's business) and parses nothing, as vLLM.
+  if (!r.tools.empty() && tool_choice != "none") {
+    return invalid_argument(
+        "tools: tool calling is not supported yet (with tool_choice \"none\" the tools are only rendered into the "
+        "prompt)");
+  }
+  for (const char *legacy : {"functions", "function_call"}) {
+    if (f.get(legacy) != nullptr) {
+      return invalid_argument(std::string(legacy) + ": function calling is not supported (nor its tools form yet)");
+    }
+  }
+  if (const OJson *v = f.get("modalities")) {
+    if (!v->is_array() || *v != OJson::array({"text"})) {
+      return invalid_argument("modalities: only [\"text\"] is supported");
     }
   }
   RETURN_IF_ERROR(r.params.validate(limits.vocab_size));

@@ -3,7 +3,6 @@
 
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
-#include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 
 namespace llmserve {
@@ -157,30 +156,13 @@ class StripDecoder : public Decoder {
 
 class ReplaceDecoder : public Decoder {
  public:
-  ReplaceDecoder(std::unique_ptr<Regex> re, std::string literal, std::string content)
-      : re_(std::move(re)), literal_(std::move(literal)), content_(std::move(content)) {}
+  explicit ReplaceDecoder(Replacement replacement) : replacement_(std::move(replacement)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (auto& t : tokens) {
-      if (re_ == nullptr) {
-        replace_all(t, literal_, content_);
-        continue;
-      }
-      std::string out;
-      size_t prev = 0;
-      for (auto [s, e] : re_->find_all(t)) {
-        out.append(t, prev, s - prev);
-        out.append(content_);
-        prev = e;
-      }
-      out.append(t, prev, std::string::npos);
-      t = std::move(out);
-    }
+    for (auto& t : tokens) replacement_.apply(t);
   }
 
  private:
-  std::unique_ptr<Regex> re_;
-  std::string literal_;
-  std::string content_;
+  Replacement replacement_;
 };
 
 class WordPieceDecoder : public Decoder {
@@ -266,12 +248,8 @@ StatusOr<std::unique_ptr<Decoder>> make_decoder(const Json& j, const std::string
     return std::unique_ptr<Decoder>(new StripDecoder(c, start, stop));
   }
   if (type == "Replace") {
-    const Json* pattern = json_util::find(j, "pattern");
-    if (pattern == nullptr) return json_util::field_error(path + ".pattern", "missing");
-    std::string literal;
-    ASSIGN_OR_RETURN(auto re, make_pattern(*pattern, path + ".pattern", &literal));
-    ASSIGN_OR_RETURN(std::string content, json_util::get_string(j, "content", path));
-    return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(re), std::move(literal), std::move(content)));
+    ASSIGN_OR_RETURN(Replacement replacement, Replacement::parse(j, path));
+    return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(replacement)));
   }
   if (type == "WordPiece") {
     ASSIGN_OR_RETURN(std::string prefix, json_util::get_string_or(j, "prefix", path, "##"));

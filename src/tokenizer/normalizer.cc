@@ -66,33 +66,11 @@ class PrependNormalizer : public Normalizer {
 
 class ReplaceNormalizer : public Normalizer {
  public:
-  ReplaceNormalizer(std::unique_ptr<Regex> re, std::string literal, std::string content)
-      : re_(std::move(re)), literal_(std::move(literal)), content_(std::move(content)) {}
-  void normalize(std::string& text) const override {
-    std::string out;
-    size_t prev = 0;
-    if (re_ == nullptr) {
-      if (literal_.empty()) return;
-      for (size_t pos = text.find(literal_); pos != std::string::npos; pos = text.find(literal_, prev)) {
-        out.append(text, prev, pos - prev);
-        out.append(content_);
-        prev = pos + literal_.size();
-      }
-    } else {
-      for (auto [s, e] : re_->find_all(text)) {
-        out.append(text, prev, s - prev);
-        out.append(content_);
-        prev = e;
-      }
-    }
-    out.append(text, prev, std::string::npos);
-    text = std::move(out);
-  }
+  explicit ReplaceNormalizer(Replacement replacement) : replacement_(std::move(replacement)) {}
+  void normalize(std::string& text) const override { replacement_.apply(text); }
 
  private:
-  std::unique_ptr<Regex> re_;  // null: literal pattern
-  std::string literal_;
-  std::string content_;
+  Replacement replacement_;
 };
 
 class StripAccentsNormalizer : public Normalizer {
@@ -176,6 +154,36 @@ StatusOr<std::unique_ptr<Regex>> make_pattern(const Json& j, const std::string& 
   return json_util::field_error(path, "expected {\"String\": ...} or {\"Regex\": ...}");
 }
 
+StatusOr<Replacement> Replacement::parse(const Json& j, const std::string& path) {
+  const Json* pattern = json_util::find(j, "pattern");
+  if (pattern == nullptr) return json_util::field_error(path + ".pattern", "missing");
+  Replacement r;
+  ASSIGN_OR_RETURN(std::unique_ptr<Regex> re, make_pattern(*pattern, path + ".pattern", &r.literal_));
+  r.re_ = std::move(re);
+  ASSIGN_OR_RETURN(r.content_, json_util::get_string(j, "content", path));
+  return r;
+}
+
+void Replacement::apply(std::string& text) const {
+  if (re_ == nullptr && literal_.empty()) return;
+  std::string out;
+  size_t prev = 0;
+  auto replace = [&](size_t begin, size_t end) {
+    out.append(text, prev, begin - prev);
+    out.append(content_);
+    prev = end;
+  };
+  if (re_ == nullptr) {
+    for (size_t pos = text.find(literal_); pos != std::string::npos; pos = text.find(literal_, prev)) {
+      replace(pos, pos + literal_.size());
+    }
+  } else {
+    for (auto [begin, end] : re_->find_all(text)) replace(begin, end);
+  }
+  out.append(text, prev, std::string::npos);
+  text = std::move(out);
+}
+
 StatusOr<std::unique_ptr<Normalizer>> make_precompiled_normalizer(const Json& j, const std::string& path);
 
 StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::string& path) {
@@ -197,12 +205,8 @@ StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::
     return std::unique_ptr<Normalizer>(new PrependNormalizer(std::move(prepend)));
   }
   if (type == "Replace") {
-    const Json* pattern = json_util::find(j, "pattern");
-    if (pattern == nullptr) return json_util::field_error(path + ".pattern", "missing");
-    std::string literal;
-    ASSIGN_OR_RETURN(auto re, make_pattern(*pattern, path + ".pattern", &literal));
-    ASSIGN_OR_RETURN(std::string content, json_util::get_string(j, "content", path));
-    return std::unique_ptr<Normalizer>(new ReplaceNormalizer(std::move(re), std::move(literal), std::move(content)));
+    ASSIGN_OR_RETURN(Replacement replacement, Replacement::parse(j, path));
+    return std::unique_ptr<Normalizer>(new ReplaceNormalizer(std::move(replacement)));
   }
   if (type == "BertNormalizer") {
     ASSIGN_OR_RETURN(bool clean, json_util::get_bool_or(j, "clean_text", path, true));

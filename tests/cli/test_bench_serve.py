@@ -4,6 +4,7 @@
 # `tokenizers` counting the prompts; error paths (refused connection, HTTP 500, dropped streams) are reported,
 # never fatal.
 import json
+import pathlib
 import re
 import socket
 
@@ -190,7 +191,39 @@ def test_bad_flags(llmserve_bin, tmp_path):
     cases = [(("--request-rate", "0"), "--request-rate"), (("--random-range-ratio", "1.5"), "--random-range-ratio"),
              (("--burstiness", "-1"), "--burstiness"), (("--base-url", "https://x:1"), "--base-url"),
              (("--endpoint", "/v1/chat/completions"), "--tokenizer"), (("--dataset-name", "sharegpt"), "random"),
-             (("--percentile-metrics", "ttft,foo"), "foo"), (("--num-prompts", "0"), "--num-prompts")]
+             (("--percentile-metrics", "ttft,foo"), "foo"), (("--num-prompts", "0"), "--num-prompts"),
+             (("--floor-device", "cuda"), "need --floor-config"),
+             (("--floor-config", "c.json", "--floor-device", "tpu"), "--floor-device 'tpu'"),
+             (("--floor-config", "c.json", "--floor-dtype", "int3"), "--floor-dtype 'int3'"),
+             (("--floor-config", "c.json", "--floor-num-threads", "-1"), "--floor-num-threads")]
     for args, needle in cases:
         r = run(llmserve_bin, "bench", "serve", "--base-url", "http://127.0.0.1:9", *args, check=False)
         assert r.returncode != 0 and needle in r.stderr, (args, r.stderr)
+
+
+def test_floor_of_the_served_model(llmserve_bin, tmp_path):
+    # The floor of what the run did (bench_floors.h): the completed requests' prefills and decode tokens for the
+    # model named by --floor-config, at rates measured after the run; printed beside the elapsed time and TPOT.
+    n, i_len, o_len, conc = 6, 16, 9, 3
+    config = pathlib.Path(__file__).resolve().parents[2] / "bench" / "configs" / "llama2-110m.json"
+    with FixtureServer(first_delay_s=0.01, token_interval_s=0.002, fail_every=4) as srv:
+        r, res = bench(llmserve_bin, tmp_path, srv.base_url, "--random-input-len", str(i_len),
+                       "--random-output-len", str(o_len), "--num-prompts", str(n), "--max-concurrency", str(conc),
+                       "--ignore-eos", "--floor-config", str(config), "--floor-num-threads", "2")
+    completed = res["completed"]
+    assert 0 < completed < n  # server requests 4 and 8 failed: the floor counts only the completed ones
+    assert "measured: read bandwidth" in r.stdout
+    m = re.search(r"floor: ([0-9.]+) s = prefill ([0-9.]+) s \(bound by [^;]+; LM head on (\d+) rows\) \+ decode "
+                  r"([0-9.]+) s \((\d+) steps x weights [0-9.]+ MB \+ KV [0-9.]+ MB at the read bandwidth\); "
+                  r"elapsed ([0-9.]+) s: ([0-9.]+)% of the floor's speed", r.stdout)
+    assert m, r.stdout
+    floor_s, prefill_s, rows, decode_s, steps, elapsed, ratio = (float(g) for g in m.groups())
+    assert rows == completed
+    assert steps == -(-(completed * (o_len - 1)) // conc)  # ceil(decode tokens / concurrency)
+    assert floor_s == pytest.approx(prefill_s + decode_s, abs=0.015)
+    assert elapsed == pytest.approx(res["duration"], abs=0.006)
+    assert ratio == pytest.approx(100 * floor_s / elapsed, rel=0.1)  # both printed rounded to 10 ms
+    t = re.search(r"mean TPOT floor: ([0-9.]+) ms \(the floor over its (\d+) decode steps\); mean TPOT ([0-9.]+) ms",
+                  r.stdout)
+    assert t and int(t.group(2)) == steps
+    assert float(t.group(3)) == pytest.approx(res["mean_tpot_ms"], abs=0.006)

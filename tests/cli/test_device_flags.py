@@ -11,6 +11,10 @@ FIXTURE = "tests/fixtures/models/llama_gqa_f32"
     (["--device", "cuda:x"], "--device"),
     (["--dtype", "float16"], "--dtype float16 needs --device cuda"),
     (["--dtype", "int8"], "--dtype"),
+    (["--cuda-graph-mode", "piecewise"], "PIECEWISE graphs (between attention calls) are not built yet"),
+    (["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}'], "cudagraph_mode piecewise"),
+    (["--cuda-graph-mode", "full", "--enforce-eager"], "--enforce-eager contradicts"),
+    (["--cuda-graph-mode", "fast"], "--cuda-graph-mode"),
 ])
 def test_generate_rejects_bad_device_flags(llmserve_bin, args, message):
     r = run(llmserve_bin, "generate", "--model", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "2", *args,

@@ -141,7 +141,8 @@ TEST(ProtocolTest, ChatFieldsMapToTheRequest) {
       "max_completion_tokens": 12, "max_tokens": 99, "logprobs": true, "top_logprobs": 3,
       "add_generation_prompt": false, "continue_final_message": true, "chat_template": "{{ 1 }}",
       "chat_template_kwargs": {"enable_thinking": false}, "tools": [{"type": "function"}], "documents": [],
-      "tool_choice": "auto", "response_format": {"type": "text"}, "echo": true, "stream": false})");
+      "tool_choice": "none", "response_format": {"type": "text"}, "modalities": ["text"], "echo": true,
+      "stream": false})");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->params.max_tokens, 12);  // max_completion_tokens wins
   EXPECT_TRUE(r->logprobs);
@@ -232,6 +233,7 @@ TEST(ProtocolTest, EveryBadCompletionValueNamesItsParam) {
       {R"({"prompt": "x", "suffix": "s"})", "suffix"},
       {R"({"prompt": "x", "use_beam_search": true})", "use_beam_search"},
       {R"({"prompt": "x", "guided_json": {}})", "guided_json"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},  // refused, not ignored
   };
   for (const BadCase &c : cases) {
     auto r = completion(c.json);
@@ -268,6 +270,15 @@ TEST(ProtocolTest, EveryBadChatValueNamesItsParam) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
        "response_format"},
+      // Tools that would need tool-call parsing (tool_choice absent or "auto"), the legacy function fields and
+      // non-text modalities are refused, not ignored.
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}], "tool_choice": "auto"})",
+       "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})", "functions"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "function_call": "auto"})", "function_call"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "modalities": ["text", "audio"]})", "modalities"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "modalities": "text"})", "modalities"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", "temperature"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", "n"},
   };

@@ -32,6 +32,47 @@ def test_models_health_version(default_server, client):
     assert status == 200 and json.loads(body)["version"]
 
 
+def test_model_by_id_ping_and_root(default_server, client):
+    m = client.models.retrieve("default")
+    assert m.id == "default" and m.root == "default"  # the built-in model has no path: root is its served name
+    assert default_server.request("GET", "/v1/models/other")[0] == 404
+    for method in ("GET", "POST"):
+        assert default_server.request(method, "/ping")[0] == 200
+
+
+def test_streams_carry_no_empty_text_mid_stream(client):
+    # The built-in model's noise text splits UTF-8 sequences across tokens: held-back tokens join the next chunk.
+    for prompt in PROMPTS:
+        chunks = list(client.chat.completions.create(model="default", messages=[{"role": "user", "content": prompt}],
+                                                     max_tokens=40, temperature=0, stream=True))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        mid = [c for c in chunks[1:] if c.choices and c.choices[0].finish_reason is None]
+        assert mid and all(c.choices[0].delta.content for c in mid), [c.choices[0].delta for c in mid]
+        completion = list(greedy(client, prompt, max_tokens=40, stream=True))
+        assert all(c.choices[0].text for c in completion if c.choices[0].finish_reason is None)
+    # With logprobs every token's chunk still goes out (its logprobs cannot wait), text or not.
+    chunks = list(greedy(client, PROMPTS[4], max_tokens=40, stream=True, logprobs=1, extra_body={"ignore_eos": True}))
+    assert sum(len(c.choices[0].logprobs.tokens) for c in chunks) == 40
+
+
+def test_fields_needing_missing_features_are_refused(client):
+    messages = [{"role": "user", "content": "hi"}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    for extra in ({"tools": tools}, {"tools": tools, "tool_choice": "auto"}, {"functions": [{"name": "f"}]},
+                  {"modalities": ["text", "audio"]}, {"response_format": {"type": "json_object"}}):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="default", messages=messages, max_tokens=2, extra_body=extra)
+        assert e.value.body["param"] == next(iter(extra)), e.value.body
+    # tool_choice "none": the tools only reach the template, nothing is parsed (vLLM's behaviour): served.
+    r = client.chat.completions.create(model="default", messages=messages, max_tokens=2, tools=tools,
+                                       tool_choice="none")
+    assert r.choices[0].message.tool_calls is None
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="default", prompt="x", max_tokens=2,
+                                  extra_body={"response_format": {"type": "json_object"}})
+    assert e.value.body["param"] == "response_format"
+
+
 def test_completion_shape_and_usage(default_server, client):
     r = greedy(client, PROMPTS[0], max_tokens=10, extra_body={"ignore_eos": True})
     assert r.object == "text_completion" and r.id.startswith("cmpl-") and r.model == "default"

@@ -1,0 +1,80 @@
+// The run floor the bench commands print (bench_floors.h), against the arithmetic done by hand on a small config:
+// prefill FLOPs per distinct prompt length (LM head on one row per request), the weight-read bound, ceil(decode
+// tokens / concurrency) weight reads, and each decode token's KV context.
+#include "cli/bench_floors.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace llmserve::cli {
+namespace {
+
+ModelConfig small_config() {
+  StatusOr<ModelConfig> c = parse_model_config(nlohmann::json{
+      {"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 128},
+      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"num_hidden_layers", 2}, {"vocab_size", 100},
+      {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5}});
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+// Projections of one layer: q and o 64 x 64, k and v 64 x 32 (2 kv heads of 16), gate, up and down 64 x 128.
+constexpr double kLayerParams = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128;
+constexpr double kLmHeadParams = 100 * 64;
+
+// One request's prefill by hand: every projection on every token, QK^T and PV over positions 1..len (2 layers,
+// q_dim 64), the LM head on one row.
+double prefill_by_hand(int len) {
+  return 2 * 2 * kLayerParams * len + 2 * 4.0 * 64 * (len * (len + 1) / 2) + 2 * kLmHeadParams;
+}
+
+TEST(RunFloor, PrefillDecodeAndKvTermsAddUp) {
+  const ModelConfig c = small_config();
+  MeasuredRates rates;
+  rates.bandwidth = 1e9;
+  rates.gemm_rate = 1e9;  // slow enough that the prefill is FLOP-bound here
+  const RunWork work{{8, 8, 16}, 13, 2};
+  const RunFloor f = run_floor(c, DType::kF32, DType::kF32, rates, work);
+
+  const double weight_bytes = (2 * kLayerParams + kLmHeadParams) * 4;
+  EXPECT_DOUBLE_EQ(f.weight_bytes, weight_bytes);
+  const double flops = 2 * prefill_by_hand(8) + prefill_by_hand(16);
+  EXPECT_NEAR(f.prefill.compute_s, flops / 1e9, 1e-12);
+  EXPECT_NEAR(f.prefill.weight_read_s, weight_bytes / 1e9, 1e-12);
+  EXPECT_DOUBLE_EQ(f.prefill.seconds, std::max(f.prefill.compute_s, f.prefill.weight_read_s));
+  EXPECT_STREQ(f.prefill.bound, "FLOPs at the GEMM rate");
+  // 13 output tokens, 3 of them from the prefills: 10 decode tokens, 2 per step.
+  EXPECT_EQ(f.decode_steps, 5);
+  const double kv_per_token = 2.0 * 2 * 2 * 16 * 4;  // K and V, 2 layers, 2 kv heads, head_dim 16, f32
+  const double kv_read = 10 * (32.0 / 3 + 13.0 / 3 / 2) * kv_per_token;
+  EXPECT_NEAR(f.kv_read_bytes, kv_read, 1e-6);
+  EXPECT_NEAR(f.decode_s, (5 * weight_bytes + kv_read) / 1e9, 1e-12);
+  EXPECT_DOUBLE_EQ(f.seconds, f.prefill.seconds + f.decode_s);
+
+  const std::string line = describe_run_floor(f, work, /*cpu=*/true, 2 * f.seconds);
+  EXPECT_NE(line.find("LM head on 3 rows"), std::string::npos) << line;
+  EXPECT_NE(line.find("5 steps"), std::string::npos) << line;
+  EXPECT_NE(line.find("50.0% of the floor's speed"), std::string::npos) << line;
+}
+
+TEST(RunFloor, SmallPrefillIsBoundByOneWeightRead) {
+  MeasuredRates rates;
+  rates.bandwidth = 1e6;  // slow memory: reading the weights once outlasts the FLOPs
+  rates.gemm_rate = 1e15;
+  const RunFloor f = run_floor(small_config(), DType::kBF16, DType::kBF16, rates, RunWork{{4}, 1, 1});
+  EXPECT_STREQ(f.prefill.bound, "one read of the weights");
+  EXPECT_DOUBLE_EQ(f.prefill.seconds, f.weight_bytes / 1e6);
+  EXPECT_EQ(f.decode_steps, 0);  // the only output token came from the prefill
+  EXPECT_EQ(f.decode_s, 0);
+}
+
+TEST(RunFloor, NoCompletedRequestIsAZeroFloor) {
+  MeasuredRates rates;
+  rates.bandwidth = rates.gemm_rate = 1;
+  const RunFloor f = run_floor(small_config(), DType::kF32, DType::kF32, rates, RunWork{});
+  EXPECT_EQ(f.seconds, 0);
+}
+
+}  // namespace
+}  // namespace llmserve::cli
