@@ -33,6 +33,10 @@ void ArgParser::add_int(const std::string& name, int64_t* out, const std::string
   flags_[name] = {Kind::kInt, out, help};
   order_.push_back(name);
 }
+void ArgParser::add_int(const std::string& name, std::optional<int64_t>* out, const std::string& help) {
+  flags_[name] = {Kind::kOptionalInt, out, help};
+  order_.push_back(name);
+}
 void ArgParser::add_float(const std::string& name, double* out, const std::string& help) {
   flags_[name] = {Kind::kFloat, out, help};
   order_.push_back(name);
@@ -66,14 +70,19 @@ Status ArgParser::assign(const std::string& name, Flag& flag, const std::string&
     case Kind::kStrings:
       static_cast<std::vector<std::string>*>(flag.out)->push_back(value);
       return ok_status();
-    case Kind::kInt: {
+    case Kind::kInt:
+    case Kind::kOptionalInt: {
       char* end = nullptr;
       errno = 0;
       long long v = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end != '\0' || errno != 0) {
         return invalid_argument("--" + name + " expects an integer, got '" + value + "'");
       }
-      *static_cast<int64_t*>(flag.out) = v;
+      if (flag.kind == Kind::kOptionalInt) {
+        *static_cast<std::optional<int64_t>*>(flag.out) = v;
+      } else {
+        *static_cast<int64_t*>(flag.out) = v;
+      }
       return ok_status();
     }
     case Kind::kFloat: {
@@ -154,7 +163,7 @@ std::string ArgParser::usage() const {
   for (const std::string& name : order_) {
     const Flag& f = flags_.at(name);
     std::string left = "  --" + name;
-    if (f.kind == Kind::kInt) left += " N";
+    if (f.kind == Kind::kInt || f.kind == Kind::kOptionalInt) left += " N";
     if (f.kind == Kind::kFloat) left += " X";
     if (f.kind == Kind::kString || f.kind == Kind::kStrings) left += " VALUE";
     if (left.size() < 30) left.resize(30, ' ');

@@ -56,6 +56,16 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_bool("async-scheduling", &f->async_scheduling,
                   "schedule step N+1 while step N runs (default: on for cuda, off for cpu; --no-async-scheduling)");
   add_cuda_graph_flags(parser, f);
+  VllmCompatFlags &v = f->vllm;
+  parser.add_int("tensor-parallel-size", &v.tensor_parallel_size, "vLLM's flag: 1 only (one device per engine)");
+  parser.add_int("pipeline-parallel-size", &v.pipeline_parallel_size, "vLLM's flag: 1 only");
+  parser.add_int("data-parallel-size", &v.data_parallel_size, "vLLM's flag: 1 only");
+  parser.add_bool("trust-remote-code", &v.trust_remote_code,
+                  "vLLM's flag, accepted: no code from a checkpoint ever runs here");
+  parser.add_string("kv-cache-dtype", &v.kv_cache_dtype, "vLLM's flag: auto only (the model's dtype)");
+  parser.add_string("quantization", &v.quantization, "vLLM's flag: not supported yet (unquantized checkpoints)");
+  parser.add_bool("enable-auto-tool-choice", &v.enable_auto_tool_choice, "vLLM's flag: tool calling is not built yet");
+  parser.add_string("tool-call-parser", &v.tool_call_parser, "vLLM's flag: tool calling is not built yet");
 }
 
 void add_cuda_graph_flags(ArgParser &parser, EngineFlags *f) {
@@ -297,10 +307,49 @@ std::vector<std::string> to_args(const EngineFlags &f) {
   return a;
 }
 
+namespace {
+
+Status check_vllm_compat_flags(const VllmCompatFlags &v) {
+  const std::pair<const char *, const std::optional<int64_t> *> sizes[] = {
+      {"tensor-parallel-size", &v.tensor_parallel_size}, {"pipeline-parallel-size", &v.pipeline_parallel_size},
+      {"data-parallel-size", &v.data_parallel_size}};
+  for (const auto &[name, size] : sizes) {
+    if (!*size) continue;
+    if (**size < 1) return invalid_argument(std::string("--") + name + " must be at least 1");
+    if (**size > 1) {
+      return invalid_argument(std::string("--") + name + " " + std::to_string(**size) +
+                              ": parallelism over several devices is not built yet (one device per engine)");
+    }
+  }
+  if (v.kv_cache_dtype != "auto") {
+    if (v.kv_cache_dtype.rfind("fp8", 0) == 0) {
+      return invalid_argument("--kv-cache-dtype " + v.kv_cache_dtype +
+                              ": an FP8 KV cache is not built yet (auto: the model's dtype)");
+    }
+    return invalid_argument("--kv-cache-dtype '" + v.kv_cache_dtype + "': expected auto");
+  }
+  if (!v.quantization.empty()) {
+    return invalid_argument("--quantization " + v.quantization +
+                            ": quantized linear methods are not built yet (bf16 / fp16 / fp32 checkpoints only)");
+  }
+  if (v.enable_auto_tool_choice || !v.tool_call_parser.empty()) {
+    return invalid_argument(std::string(v.enable_auto_tool_choice ? "--enable-auto-tool-choice" : "--tool-call-parser") +
+                            ": tool calling is not built yet");
+  }
+  if (v.tensor_parallel_size || v.pipeline_parallel_size || v.data_parallel_size || v.trust_remote_code) {
+    LOG(INFO) << "vLLM flags accepted, changing nothing here: parallel sizes of 1 are the only setting; "
+                 "--trust-remote-code has nothing to trust (no checkpoint code runs)";
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Status check_engine_flags(const EngineFlags &f) {
   if (f.scheduling_policy != "fcfs" && f.scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy '" + f.scheduling_policy + "': expected fcfs or priority");
   }
+  RETURN_IF_ERROR(check_vllm_compat_flags(f.vllm));
   return resolve_cuda_graph_flags(f).status();
 }
 

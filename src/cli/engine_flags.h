@@ -33,6 +33,15 @@ inline constexpr const char *kTokenizerPipelineHelp =
     "exactly as the HF `tokenizers` library runs it)";
 void add_model_flags(ArgParser &parser, ModelFlags *f);
 
+// vLLM's serving flags whose accepted values change nothing here (check_engine_flags logs one line for each given);
+// a value that needs a feature llmserve lacks is refused, naming the feature. Not forwarded to an engine process.
+struct VllmCompatFlags {
+  std::optional<int64_t> tensor_parallel_size, pipeline_parallel_size, data_parallel_size;  // 1 only
+  bool trust_remote_code = false;  // nothing to trust: no checkpoint code runs
+  bool enable_auto_tool_choice = false;
+  std::string kv_cache_dtype = "auto", quantization, tool_call_parser;
+};
+
 struct EngineFlags {
   int64_t max_model_len = 0, max_num_seqs = 256, max_num_batched_tokens = 4096, block_size = 16;
   int64_t kv_cache_tokens = 0;
@@ -43,6 +52,7 @@ struct EngineFlags {
   std::string cuda_graph_mode, cuda_graph_capture_sizes, compilation_config;
   bool enforce_eager = false;
   std::optional<bool> async_scheduling;    // unset: on for cuda, off for cpu (EngineArgs)
+  VllmCompatFlags vllm;
 };
 // The CUDA-graph mode and capture sizes the flags ask for (full_and_piecewise and vLLM's sizes when none is given).
 // InvalidArgument naming the flag for a bad value, an unknown --compilation-config key, or flags that disagree.

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   auto& registry = llmserve::cli::command_registry();
+  if (name == "--version" || name == "-V") name = "version";  // as `vllm --version`
   auto it = registry.find(name);
   if (it == registry.end()) {
     std::fprintf(stderr, "llmserve: unknown command '%s'\n", name.c_str());

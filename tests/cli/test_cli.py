@@ -15,6 +15,8 @@ def test_help_lists_commands(llmserve_bin):
 def test_version(llmserve_bin):
     r = run(llmserve_bin, "version")
     assert r.returncode == 0 and r.stdout.startswith("llmserve ")
+    for flag in ("--version", "-V"):
+        assert run(llmserve_bin, flag).stdout == r.stdout
 
 
 def test_unknown_command_and_flag_fail_clearly(llmserve_bin):

@@ -15,12 +15,30 @@ FIXTURE = "tests/fixtures/models/llama_gqa_f32"
     (["--compilation-config", '{"cudagraph_mode": "PIECEWISE"}'], "cudagraph_mode piecewise"),
     (["--cuda-graph-mode", "full", "--enforce-eager"], "--enforce-eager contradicts"),
     (["--cuda-graph-mode", "fast"], "--cuda-graph-mode"),
+    # vLLM's flags: values that need a missing feature are refused, naming it.
+    (["--tensor-parallel-size", "2"], "--tensor-parallel-size 2: parallelism over several devices is not built yet"),
+    (["--pipeline-parallel-size", "0"], "--pipeline-parallel-size must be at least 1"),
+    (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8: an FP8 KV cache is not built yet"),
+    (["--kv-cache-dtype", "int4"], "--kv-cache-dtype 'int4': expected auto"),
+    (["--quantization", "fp8"], "--quantization fp8: quantized linear methods are not built yet"),
+    (["--enable-auto-tool-choice"], "--enable-auto-tool-choice: tool calling is not built yet"),
+    (["--tool-call-parser", "hermes"], "--tool-call-parser: tool calling is not built yet"),
 ])
 def test_generate_rejects_bad_device_flags(llmserve_bin, args, message):
     r = run(llmserve_bin, "generate", "--model", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "2", *args,
             check=False)
     assert r.returncode != 0
     assert message in r.stderr
+
+
+def test_vllm_flags_that_change_nothing_are_accepted_and_logged(llmserve_bin):
+    base = ["generate", "--model", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "2", "--temperature", "0"]
+    plain = run(llmserve_bin, *base)
+    r = run(llmserve_bin, *base, "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1",
+            "--data-parallel-size", "1", "--trust-remote-code", "--kv-cache-dtype", "auto")
+    assert r.stdout == plain.stdout
+    assert r.stderr.count("vLLM flags accepted, changing nothing here") == 1
+    assert "vLLM flags accepted" not in plain.stderr
 
 
 def test_bench_latency_cpu_prints_floors(llmserve_bin):
