@@ -327,6 +327,7 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
   const int32_t n = job.n();
   const bool as_ids = job.req->return_tokens_as_token_ids;
   TokenNamer namer = [this, as_ids](int32_t id) { return token_name(id, as_ids); };
+  const bool has_tokenizer = llm_.load()->tokenizer() != nullptr;
   auto chunk = [&](OJson choice) {
     OJson c = completion_envelope(job.id, object, job.created, job.model, OJson::array({std::move(choice)}));
     if (job.req->continuous_usage_stats) {
@@ -372,8 +373,10 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
         }
         job.choice_started[choice] = true;
         // No empty chunk mid-stream (OpenAI's shape): tokens whose text is held back (a partial UTF-8 sequence, a
-        // possible stop string) reach the client with the next text, unless their logprobs must go out now.
-        if (text.empty() && !finishing && (o.delta_token_ids.empty() || !job.req->params.logprobs)) continue;
+        // possible stop string) reach the client with the next text, unless their logprobs must go out now. Without
+        // a tokenizer no token ever has text: each token's chunk is then its only sign of progress (ITL, TPOT).
+        const bool text_follows = has_tokenizer && !job.req->params.logprobs;
+        if (text.empty() && !finishing && (o.delta_token_ids.empty() || text_follows)) continue;
         OJson logprobs = nullptr;
         if (job.req->params.logprobs) {
           std::vector<int32_t> ids = o.delta_token_ids;

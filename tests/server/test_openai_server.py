@@ -346,3 +346,12 @@ def test_echo_with_logprobs_scores_the_prompt(gqa_fixture):
     assert tokens == lp.tokens
     assert token_logprobs[0] is None
     assert all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(token_logprobs[1:], lp.token_logprobs[1:]))
+
+
+def test_streams_without_a_tokenizer_send_a_chunk_per_token(gqa_fixture):
+    # No tokenizer, so no token ever has text: its chunk is the only sign of progress (what ITL and TPOT measure),
+    # so these empty-text chunks are kept, one per token.
+    _, client, ids, prompt_len, _ = gqa_fixture
+    chunks = list(client.completions.create(model="fx", prompt=ids[:prompt_len], max_tokens=6, temperature=0,
+                                            stream=True, extra_body={"ignore_eos": True}))
+    assert [c.choices[0].text for c in chunks if c.choices] == [""] * 6
