@@ -54,15 +54,16 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   parser.add_bool("ignore-eos", &ignore_eos, "generate exactly --output-len tokens");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (m.model.empty() && m.config_file.empty()) {
-    return fail(invalid_argument("give --model DIR, or --load-format dummy --config FILE"));
+    return usage_error(invalid_argument("give --model DIR, or --load-format dummy --config FILE"));
   }
   if (dataset_name != "random") {
-    return fail(invalid_argument("--dataset-name '" + dataset_name + "': only 'random' is supported"));
+    return usage_error(invalid_argument("--dataset-name '" + dataset_name + "': only 'random' is supported"));
   }
   if (num_prompts < 1 || input_len < 1 || output_len < 1) {
-    return fail(invalid_argument("--num-prompts, --input-len and --output-len must be at least 1"));
+    return usage_error(invalid_argument("--num-prompts, --input-len and --output-len must be at least 1"));
   }
-  if (Status s = check_engine_flags(e); !s.ok()) return fail(s);
+  if (Status s = check_model_flags(m); !s.ok()) return usage_error(s);
+  if (Status s = check_engine_flags(e); !s.ok()) return usage_error(s);
   StatusOr<LoadedModel> loaded = load_model_from_flags(m, /*need_tokenizer=*/false);
   if (!loaded.ok()) return fail(loaded.status());
   CausalLM &model = *loaded->model;

@@ -64,10 +64,12 @@ int run_chat(const std::vector<std::string> &args) {
   parser.add_string("system", &f.system, "system message that opens the conversation");
   parser.add_string("chat-template", &f.chat_template, "chat template file (default: the tokenizer's)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
-  if (f.model.model.empty() && f.model.config_file.empty()) return fail(invalid_argument("--model is required"));
+  if (f.model.model.empty() && f.model.config_file.empty()) return usage_error(invalid_argument("--model is required"));
+  if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
+  if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
   StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
-  if (!params.ok()) return fail(params.status());
-  if (params->n != 1) return fail(invalid_argument("--n: chat shows one reply"));
+  if (!params.ok()) return usage_error(params.status());
+  if (params->n != 1) return usage_error(invalid_argument("--n: chat shows one reply"));
   StatusOr<LoadedModel> loaded = load_model_from_flags(f.model, /*need_tokenizer=*/true);
   if (!loaded.ok()) return fail(loaded.status());
   const Tokenizer &tokenizer = *loaded->tokenizer;
@@ -87,7 +89,6 @@ int run_chat(const std::vector<std::string> &args) {
   StatusOr<ChatTemplate> tmpl = ChatTemplate::parse(source);
   if (!tmpl.ok()) return fail(tmpl.status());
 
-  if (Status s = check_engine_flags(f.engine); !s.ok()) return fail(s);
   StatusOr<std::unique_ptr<LLMEngine>> engine =
       LLMEngine::create(*loaded->model, &tokenizer, to_engine_args(f.engine, f.model));
   if (!engine.ok()) return fail(engine.status());

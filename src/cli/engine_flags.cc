@@ -23,6 +23,32 @@ int fail(const Status &status) {
   return 1;
 }
 
+int usage_error(const Status &status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 2;
+}
+
+Status check_model_flags(const ModelFlags &f) {
+  LoadFormat format;
+  std::optional<DType> dtype;
+  Device device;
+  if (!parse_load_format(f.load_format, &format)) {
+    return invalid_argument("--load-format '" + f.load_format + "': expected auto, safetensors or dummy");
+  }
+  if (!parse_dtype_flag(f.dtype, &dtype)) {
+    return invalid_argument("--dtype '" + f.dtype + "': expected auto, float32, bfloat16 or float16");
+  }
+  if (!parse_device_flag(f.device, &device)) {
+    return invalid_argument("--device '" + f.device + "': expected cpu, cuda or cuda:N");
+  }
+  TokenizerPipeline pipeline;
+  if (!parse_tokenizer_pipeline(f.tokenizer_pipeline, &pipeline)) {
+    return invalid_argument("--tokenizer-pipeline '" + f.tokenizer_pipeline + "': expected transformers or tokenizers");
+  }
+  if (f.num_threads < 0) return invalid_argument("--num-threads must be at least 1 (default: every core)");
+  return ok_status();
+}
+
 void add_model_flags(ArgParser &parser, ModelFlags *f) {
   parser.add_string("model", &f->model,
                     "Hugging Face model directory (config.json, *.safetensors, "
@@ -221,18 +247,13 @@ StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelF
 }
 
 StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_tokenizer) {
+  RETURN_IF_ERROR(check_model_flags(f));
   if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
   ModelLoadOptions options;
-  if (!parse_load_format(f.load_format, &options.load_format)) {
-    return invalid_argument("--load-format '" + f.load_format + "': expected auto, safetensors or dummy");
-  }
+  parse_load_format(f.load_format, &options.load_format);  // the three parsed by check_model_flags
+  parse_dtype_flag(f.dtype, &options.weight_dtype);
+  parse_device_flag(f.device, &options.device);
   options.seed = static_cast<uint64_t>(std::max<int64_t>(0, f.seed));
-  if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
-    return invalid_argument("--dtype '" + f.dtype + "': expected auto, float32, bfloat16 or float16");
-  }
-  if (!parse_device_flag(f.device, &options.device)) {
-    return invalid_argument("--device '" + f.device + "': expected cpu, cuda or cuda:N");
-  }
   LoadedModel out;
   if (f.model.empty() && f.config_file.empty()) {
     std::fprintf(stderr,
@@ -346,6 +367,14 @@ Status check_vllm_compat_flags(const VllmCompatFlags &v) {
 }  // namespace
 
 Status check_engine_flags(const EngineFlags &f) {
+  if (f.max_model_len < 0) return invalid_argument("--max-model-len must be positive (default: the model's)");
+  if (f.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
+  if (f.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be at least 1");
+  if (f.block_size < 1 || f.block_size > 256) return invalid_argument("--block-size must be in [1, 256]");
+  if (f.kv_cache_tokens < 0) return invalid_argument("--kv-cache-tokens must be positive (default: sized by memory)");
+  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  }
   if (f.scheduling_policy != "fcfs" && f.scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy '" + f.scheduling_policy + "': expected fcfs or priority");
   }

@@ -63,7 +63,8 @@ struct CudaGraphFlags {
 StatusOr<CudaGraphFlags> resolve_cuda_graph_flags(const EngineFlags &f);
 // The four CUDA-graph flags alone (add_engine_flags registers them too; bench latency only these).
 void add_cuda_graph_flags(ArgParser &parser, EngineFlags *f);
-// InvalidArgument naming the flag for values the parser cannot check (--scheduling-policy, the CUDA-graph flags).
+// InvalidArgument naming the flag for values the parser cannot check: ranges, --scheduling-policy, the CUDA-graph
+// flags, vLLM's compatibility flags.
 Status check_engine_flags(const EngineFlags &f);
 void add_engine_flags(ArgParser &parser, EngineFlags *f);
 
@@ -109,6 +110,14 @@ EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m);
 // Parses "1,2,3" into ids; `flag` names the flag in errors.
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string &text, const std::string &flag);
 
-int fail(const Status &status);
+// Exit codes of the engine commands (README): 2 for a wrong command line — a flag, a value out of its range or
+// choices, or flags that disagree, found before anything is printed or loaded — and 1 for a run that failed (a
+// model, tokenizer or input file that cannot be loaded, a rejected prompt). Both print "error: <message>".
+int fail(const Status &status);         // returns 1
+int usage_error(const Status &status);  // returns 2
+
+// InvalidArgument naming the flag for --load-format, --dtype, --device, --tokenizer-pipeline and --num-threads
+// values no load could accept (load_model_from_flags checks them too).
+Status check_model_flags(const ModelFlags &f);
 
 }  // namespace llmserve::cli

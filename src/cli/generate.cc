@@ -129,17 +129,21 @@ int run_generate(const std::vector<std::string> &args) {
   parser.add_string("output", &f.output, "text | json (one JSON object per sequence)");
   parser.add_bool("progress", &f.progress, "progress bar on stderr when several prompts run (default on)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
-  if (f.sampling.max_tokens < 0) return fail(invalid_argument("--max-tokens must be >= 0"));
-  if (f.output != "text" && f.output != "json") return fail(invalid_argument("--output must be text or json"));
-  if (Status s = check_engine_flags(f.engine); !s.ok()) return fail(s);
+  // The command line first (exit 2), before anything loads.
+  if (f.sampling.max_tokens < 0) return usage_error(invalid_argument("--max-tokens must be >= 0"));
+  if (f.output != "text" && f.output != "json") {
+    return usage_error(invalid_argument("--output '" + f.output + "': expected text or json"));
+  }
+  if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
+  if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
   StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
-  if (!params.ok()) return fail(params.status());
+  if (!params.ok()) return usage_error(params.status());
 
   std::vector<PromptInput> prompts;
   for (const std::string &text : f.prompts) prompts.push_back(PromptInput{text, {}});
   for (const std::string &ids : f.prompt_ids) {
     StatusOr<std::vector<int32_t>> parsed = parse_id_list(ids, "--prompt-ids");
-    if (!parsed.ok()) return fail(parsed.status());
+    if (!parsed.ok()) return usage_error(parsed.status());
     prompts.push_back(PromptInput{"", *parsed});
   }
   std::vector<int32_t> priorities;  // by prompt index; missing entries are 0

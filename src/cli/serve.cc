@@ -123,6 +123,29 @@ StatusOr<SamplingParams> default_params(const ServeFlags &f) {
   return p;
 }
 
+// Every flag's value, before anything is printed, listened on or loaded (a usage error: exit 2).
+Status check_serve_flags(ServeFlags &f) {
+  if (f.positional.size() > 1) return invalid_argument("serve takes one MODEL_DIR");
+  if (!f.positional.empty()) {
+    if (!f.model.model.empty()) return invalid_argument("give the model as MODEL_DIR or --model, not both");
+    f.model.model = f.positional[0];
+  }
+  LogLevel level;
+  if (!parse_log_level(f.log_level, &level)) {
+    return invalid_argument("--log-level '" + f.log_level + "': expected debug, info, warning or error");
+  }
+  RETURN_IF_ERROR(check_model_flags(f.model));
+  RETURN_IF_ERROR(check_engine_flags(f.engine));
+  if (f.port < 0 || f.port > 65535) return invalid_argument("--port must be in [0, 65535]");
+  if (f.http_threads < 1 || f.http_threads > 64) return invalid_argument("--http-threads must be in [1, 64]");
+  if (f.max_in_flight_requests < 1) return invalid_argument("--max-in-flight-requests must be at least 1");
+  if (f.max_request_body_bytes < 1) return invalid_argument("--max-request-body-bytes must be at least 1");
+  if (!(f.request_timeout > 0)) return invalid_argument("--request-timeout must be a positive number of seconds");
+  if (!(f.keep_alive_timeout > 0)) return invalid_argument("--keep-alive-timeout must be a positive number of seconds");
+  if (!(f.shutdown_timeout >= 0)) return invalid_argument("--shutdown-timeout must be a number of seconds >= 0");
+  return ok_status();
+}
+
 int run_serve(const std::vector<std::string> &args) {
   ServeFlags f;
   ArgParser parser("serve",
@@ -148,16 +171,15 @@ int run_serve(const std::vector<std::string> &args) {
   parser.add_bool("engine-process", &f.engine_process, "run the engine core in a child process (ZMQ)");
   parser.add_float("shutdown-timeout", &f.shutdown_timeout, "seconds in-flight requests get at shutdown (10)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
-  if (f.positional.size() > 1) return fail(invalid_argument("serve takes one MODEL_DIR"));
-  if (!f.positional.empty()) {
-    if (!f.model.model.empty()) return fail(invalid_argument("give the model as MODEL_DIR or --model, not both"));
-    f.model.model = f.positional[0];
-  }
+  if (Status s = check_serve_flags(f); !s.ok()) return usage_error(s);
   LogLevel level;
-  if (!parse_log_level(f.log_level, &level)) return fail(invalid_argument("--log-level: " + f.log_level));
+  parse_log_level(f.log_level, &level);  // checked above
   set_min_log_level(level);
-  if (Status s = check_engine_flags(f.engine); !s.ok()) return fail(s);
-  if (f.port < 0 || f.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
+  // A model that cannot be found fails here, before "listening" (its weights load after, behind /health's 503).
+  if (!f.model.model.empty() || !f.model.config_file.empty()) {
+    StatusOr<ModelConfig> config = load_model_config(f.model.config_file.empty() ? f.model.model : f.model.config_file);
+    if (!config.ok()) return fail(config.status());
+  }
   StatusOr<SamplingParams> defaults = default_params(f);
   if (!defaults.ok()) return fail(defaults.status().with_context("--generation-config"));
 
@@ -165,8 +187,8 @@ int run_serve(const std::vector<std::string> &args) {
   server::HttpServerConfig http;
   http.host = f.host;
   http.port = static_cast<int>(f.port);
-  http.num_threads = static_cast<int>(std::clamp<int64_t>(f.http_threads, 1, 64));
-  http.max_body_bytes = static_cast<size_t>(std::max<int64_t>(1, f.max_request_body_bytes));
+  http.num_threads = static_cast<int>(f.http_threads);
+  http.max_body_bytes = static_cast<size_t>(f.max_request_body_bytes);
   http.request_read_timeout_s = f.request_timeout;
   http.keep_alive_timeout_s = f.keep_alive_timeout;
   server::ServingOptions options;
@@ -177,7 +199,7 @@ int run_serve(const std::vector<std::string> &args) {
   options.version = LLMSERVE_VERSION;
   options.api_key = f.api_key;
   options.log_requests = !f.disable_log_requests;
-  options.max_in_flight_requests = std::max<int64_t>(1, f.max_in_flight_requests);
+  options.max_in_flight_requests = f.max_in_flight_requests;
   options.default_params = *defaults;
   server::OpenAIServer api(options);
   server::HttpServer http_server(http);

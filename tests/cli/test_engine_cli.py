@@ -130,7 +130,7 @@ def test_bench_throughput_reports_its_workload(llmserve_bin):
     assert "ignore_eos: true" in r.stdout
     bad = run(llmserve_bin, "bench", "throughput", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
               "--dataset-name", "sharegpt", check=False)
-    assert bad.returncode == 1 and "--dataset-name" in bad.stderr
+    assert bad.returncode == 2 and "--dataset-name" in bad.stderr  # a usage error
 
 
 def test_progress_bar_on_stderr_for_batches_only(llmserve_bin, stories_dir):
@@ -154,11 +154,12 @@ def test_logit_bias_flag(llmserve_bin, stories_dir):
     banned = gen_json(llmserve_bin, stories_dir, "--prompt-ids", "1", "--max-tokens", "8", "--ignore-eos",
                       "--logit-bias", json.dumps({str(base["token_ids"][0]): -100}))[0]
     assert banned["token_ids"][0] != base["token_ids"][0]
-    for bad, message in [("[1]", "--logit-bias"), ('{"x": 1}', "--logit-bias"), ('{"5": 101}', "logit_bias"),
-                         ('{"99999": 1}', "logit_bias")]:
+    # A malformed flag is a usage error (2, before loading); values are checked against the model (1).
+    for bad, message, code in [("[1]", "--logit-bias", 2), ('{"x": 1}', "--logit-bias", 2),
+                               ('{"5": 101}', "logit_bias", 1), ('{"99999": 1}', "logit_bias", 1)]:
         r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt-ids", "1", "--logit-bias", bad,
                 check=False)
-        assert r.returncode == 1 and message in r.stderr, (bad, r.stderr)
+        assert r.returncode == code and message in r.stderr, (bad, r.stderr)
 
 
 def test_priority_in_jsonl(llmserve_bin, stories_dir, tmp_path):
