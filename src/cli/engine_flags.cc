@@ -354,8 +354,8 @@ Status check_vllm_compat_flags(const VllmCompatFlags &v) {
                             ": quantized linear methods are not built yet (bf16 / fp16 / fp32 checkpoints only)");
   }
   if (v.enable_auto_tool_choice || !v.tool_call_parser.empty()) {
-    return invalid_argument(std::string(v.enable_auto_tool_choice ? "--enable-auto-tool-choice" : "--tool-call-parser") +
-                            ": tool calling is not built yet");
+    const char *flag = v.enable_auto_tool_choice ? "--enable-auto-tool-choice" : "--tool-call-parser";
+    return invalid_argument(std::string(flag) + ": tool calling is not built yet");
   }
   if (v.tensor_parallel_size || v.pipeline_parallel_size || v.data_parallel_size || v.trust_remote_code) {
     LOG(INFO) << "vLLM flags accepted, changing nothing here: parallel sizes of 1 are the only setting; "
