@@ -4,6 +4,10 @@ import pathlib
 
 import pytest
 
+# No test reaches the real Hugging Face Hub: a model id not in the cache fails instead of downloading (test_hub.py
+# serves its own fake Hub and turns this off for its runs).
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TESTDATA = pathlib.Path(os.environ.get("LLMSERVE_TESTDATA", ROOT.parent / "shared" / "testdata"))
 

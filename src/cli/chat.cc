@@ -24,6 +24,7 @@ struct ChatFlags {
   EngineFlags engine;
   SamplingFlags sampling;
   std::string system, chat_template;
+  std::vector<std::string> positional;
 };
 
 // Runs one turn; streams the reply's text to stdout and returns it.
@@ -57,6 +58,7 @@ int run_chat(const std::vector<std::string> &args) {
                    "Interactive chat with --model using its chat template. One line "
                    "of stdin per user turn;\n"
                    "/reset clears the conversation, /exit (or end of input) quits.");
+  parser.set_positional("[MODEL]", &f.positional);
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
   f.sampling.max_tokens = 256;
@@ -64,6 +66,7 @@ int run_chat(const std::vector<std::string> &args) {
   parser.add_string("system", &f.system, "system message that opens the conversation");
   parser.add_string("chat-template", &f.chat_template, "chat template file (default: the tokenizer's)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
+  if (Status s = take_positional_model(f.positional, "chat", &f.model); !s.ok()) return usage_error(s);
   if (f.model.model.empty() && f.model.config_file.empty()) return usage_error(invalid_argument("--model is required"));
   if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
   if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);

@@ -14,6 +14,7 @@
 #include "cli/builtin_default.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
+#include "hub/model_resolver.h"
 #include "model/model_registry.h"
 
 namespace llmserve::cli {
@@ -51,9 +52,12 @@ Status check_model_flags(const ModelFlags &f) {
 
 void add_model_flags(ArgParser &parser, ModelFlags *f) {
   parser.add_string("model", &f->model,
-                    "Hugging Face model directory (config.json, *.safetensors, "
-                    "tokenizer.json)");
-  parser.add_string("tokenizer", &f->tokenizer, "tokenizer directory (default: the model directory)");
+                    "Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or model id ORG/NAME "
+                    "(from the Hub cache, downloaded into it when absent)");
+  parser.add_string("tokenizer", &f->tokenizer, "tokenizer directory or model id (default: the model's)");
+  parser.add_string("revision", &f->revision,
+                    "branch, tag or commit of a Hugging Face model id (default main; HF_HUB_CACHE, HF_ENDPOINT, "
+                    "HF_TOKEN and HF_HUB_OFFLINE as huggingface_hub reads them)");
   parser.add_string("tokenizer-pipeline", &f->tokenizer_pipeline, kTokenizerPipelineHelp);
   parser.add_string("config", &f->config_file, "config.json to use with --load-format dummy (no weights needed)");
   parser.add_string("dtype", &f->dtype,
@@ -246,8 +250,29 @@ StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelF
   return p;
 }
 
-StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_tokenizer) {
-  RETURN_IF_ERROR(check_model_flags(f));
+Status take_positional_model(const std::vector<std::string> &positional, const char *command, ModelFlags *f) {
+  if (positional.size() > 1) return invalid_argument(std::string(command) + " takes one MODEL");
+  if (positional.empty()) return ok_status();
+  if (!f->model.empty()) return invalid_argument("give the model as MODEL or --model, not both");
+  f->model = positional[0];
+  return ok_status();
+}
+
+Status resolve_model_flags(ModelFlags *f) {
+  hub::ResolveOptions options;
+  options.revision = f->revision;
+  for (std::string *name : {&f->model, &f->tokenizer}) {
+    StatusOr<std::string> path = hub::resolve_model_path(*name, options);
+    if (!path.ok()) return path.status();
+    *name = *path;
+  }
+  return ok_status();
+}
+
+StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_tokenizer) {
+  RETURN_IF_ERROR(check_model_flags(flags));
+  ModelFlags f = flags;
+  RETURN_IF_ERROR(resolve_model_flags(&f));  // a no-op for local paths (and for flags resolved already)
   if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
   ModelLoadOptions options;
   parse_load_format(f.load_format, &options.load_format);  // the three parsed by check_model_flags

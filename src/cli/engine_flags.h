@@ -21,7 +21,8 @@
 namespace llmserve::cli {
 
 struct ModelFlags {
-  std::string model, tokenizer, config_file, load_format = "auto", dtype = "auto", device = "cpu";
+  // model / tokenizer: a local folder, or a Hugging Face model id (resolve_model_flags) at `revision`.
+  std::string model, tokenizer, config_file, load_format = "auto", dtype = "auto", device = "cpu", revision = "main";
   std::string tokenizer_pipeline = "transformers";  // transformers | tokenizers (TokenizerPipeline)
   int64_t seed = -1;                                // sampling seed when >= 0; also seeds dummy weights (0 when unset)
   int64_t num_threads = 0;
@@ -109,6 +110,14 @@ EngineArgs to_engine_args(const EngineFlags &f, const ModelFlags &m);
 
 // Parses "1,2,3" into ids; `flag` names the flag in errors.
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string &text, const std::string &flag);
+
+// The model as a positional argument (`llmserve serve|generate|chat MODEL`, as `vllm serve MODEL`): at most one,
+// and not together with --model.
+Status take_positional_model(const std::vector<std::string> &positional, const char *command, ModelFlags *f);
+
+// Replaces a Hugging Face model id in --model / --tokenizer by its local snapshot folder: from the Hub cache, or
+// downloaded into it (hub/model_resolver.h). Local paths stay as they are. Errors name the id and what failed.
+Status resolve_model_flags(ModelFlags *f);
 
 // Exit codes of the engine commands (README): 2 for a wrong command line — a flag, a value out of its range or
 // choices, or flags that disagree, found before anything is printed or loaded — and 1 for a run that failed (a

@@ -24,7 +24,7 @@ struct GenerateFlags {
   EngineFlags engine;
   SamplingFlags sampling;
   std::string output = "text", input;
-  std::vector<std::string> prompts, prompt_ids;
+  std::vector<std::string> prompts, prompt_ids, positional;
   bool progress = true;
 };
 
@@ -117,6 +117,7 @@ int run_generate(const std::vector<std::string> &args) {
                    "Generation for each --prompt / --prompt-ids / --input line through the "
                    "engine.\n"
                    "Without --model, a built-in tiny model with random weights runs.");
+  parser.set_positional("[MODEL]", &f.positional);
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
   add_sampling_flags(parser, &f.sampling, /*default_temperature=*/0.0);
@@ -130,6 +131,7 @@ int run_generate(const std::vector<std::string> &args) {
   parser.add_bool("progress", &f.progress, "progress bar on stderr when several prompts run (default on)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   // The command line first (exit 2), before anything loads.
+  if (Status s = take_positional_model(f.positional, "generate", &f.model); !s.ok()) return usage_error(s);
   if (f.sampling.max_tokens < 0) return usage_error(invalid_argument("--max-tokens must be >= 0"));
   if (f.output != "text" && f.output != "json") {
     return usage_error(invalid_argument("--output '" + f.output + "': expected text or json"));

@@ -125,11 +125,7 @@ StatusOr<SamplingParams> default_params(const ServeFlags &f) {
 
 // Every flag's value, before anything is printed, listened on or loaded (a usage error: exit 2).
 Status check_serve_flags(ServeFlags &f) {
-  if (f.positional.size() > 1) return invalid_argument("serve takes one MODEL_DIR");
-  if (!f.positional.empty()) {
-    if (!f.model.model.empty()) return invalid_argument("give the model as MODEL_DIR or --model, not both");
-    f.model.model = f.positional[0];
-  }
+  RETURN_IF_ERROR(take_positional_model(f.positional, "serve", &f.model));
   LogLevel level;
   if (!parse_log_level(f.log_level, &level)) {
     return invalid_argument("--log-level '" + f.log_level + "': expected debug, info, warning or error");
@@ -149,9 +145,10 @@ Status check_serve_flags(ServeFlags &f) {
 int run_serve(const std::vector<std::string> &args) {
   ServeFlags f;
   ArgParser parser("serve",
-                   "OpenAI-compatible HTTP server (vLLM's flag names). MODEL_DIR is a Hugging Face model\n"
-                   "directory; without one the built-in default model is served.");
-  parser.set_positional("[MODEL_DIR]", &f.positional);
+                   "OpenAI-compatible HTTP server (vLLM's flag names). MODEL is a Hugging Face model folder or\n"
+                   "id (ORG/NAME: from the Hub cache, downloaded when absent); without one the built-in default\n"
+                   "model is served.");
+  parser.set_positional("[MODEL]", &f.positional);
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
   parser.add_string("host", &f.host, "address to listen on (default 127.0.0.1)");
@@ -175,7 +172,10 @@ int run_serve(const std::vector<std::string> &args) {
   LogLevel level;
   parse_log_level(f.log_level, &level);  // checked above
   set_min_log_level(level);
-  // A model that cannot be found fails here, before "listening" (its weights load after, behind /health's 503).
+  // A model id is resolved (from the Hub cache, or downloaded) and a model that cannot be found fails here, before
+  // "listening"; the weights load after, behind /health's 503.
+  const std::string model_name = f.model.model;  // as given: the served name and root (vLLM's), an id stays an id
+  if (Status s = resolve_model_flags(&f.model); !s.ok()) return fail(s);
   if (!f.model.model.empty() || !f.model.config_file.empty()) {
     StatusOr<ModelConfig> config = load_model_config(f.model.config_file.empty() ? f.model.model : f.model.config_file);
     if (!config.ok()) return fail(config.status());
@@ -193,9 +193,9 @@ int run_serve(const std::vector<std::string> &args) {
   http.keep_alive_timeout_s = f.keep_alive_timeout;
   server::ServingOptions options;
   options.served_model_name = !f.served_model_name.empty() ? f.served_model_name
-                              : !f.model.model.empty()     ? f.model.model
-                                                           : "llmserve-default";
-  options.model_root = f.model.model;
+                              : !model_name.empty()          ? model_name
+                                                             : "llmserve-default";
+  options.model_root = model_name;
   options.version = LLMSERVE_VERSION;
   options.api_key = f.api_key;
   options.log_requests = !f.disable_log_requests;

@@ -36,8 +36,8 @@ SERVE_CASES = ENGINE_CASES + [
     (["--keep-alive-timeout", "0"], "--keep-alive-timeout must be a positive number of seconds"),
     (["--shutdown-timeout", "-1"], "--shutdown-timeout must be a number of seconds >= 0"),
     (["--log-level", "verbose"], "--log-level 'verbose': expected debug, info, warning or error"),
-    (["a", "b"], "serve takes one MODEL_DIR"),
-    (["--model", FIXTURE, FIXTURE], "give the model as MODEL_DIR or --model, not both"),
+    (["a", "b"], "serve takes one MODEL"),
+    (["--model", FIXTURE, FIXTURE], "give the model as MODEL or --model, not both"),
 ]
 
 
@@ -58,6 +58,22 @@ def test_generate_usage_errors(llmserve_bin, args, message):
 
 def test_serve_reports_a_missing_model_before_listening(llmserve_bin, tmp_path):
     r = run(llmserve_bin, "serve", "--port", "0", str(tmp_path / "nope"))
+    assert r.returncode == 1 and "nope: no such file or folder" in r.stderr and "listening" not in r.stderr, r.stderr
+    (tmp_path / "empty").mkdir()
+    r = run(llmserve_bin, "serve", "--port", "0", str(tmp_path / "empty"))
     assert r.returncode == 1 and "config.json" in r.stderr and "listening" not in r.stderr, r.stderr
-    r = run(llmserve_bin, "serve", "--port", "0", "Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: not resolved yet
-    assert r.returncode == 1 and "Qwen/Qwen2.5-0.5B-Instruct" in r.stderr and "listening" not in r.stderr
+    # A model id that is not in the cache (tests run with HF_HUB_OFFLINE=1: no test reaches the real Hub).
+    r = run(llmserve_bin, "serve", "--port", "0", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert r.returncode == 1 and "HF_HUB_OFFLINE forbids downloading it" in r.stderr and "listening" not in r.stderr
+
+
+def test_generate_and_chat_take_the_model_as_an_argument(llmserve_bin):
+    r = run(llmserve_bin, "generate", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "3", "--temperature", "0")
+    flag = run(llmserve_bin, "generate", "--model", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "3",
+               "--temperature", "0")
+    assert r.returncode == 0 and r.stdout == flag.stdout
+    for command in ("generate", "chat"):
+        both = run(llmserve_bin, command, FIXTURE, "--model", FIXTURE)
+        assert both.returncode == 2 and "give the model as MODEL or --model, not both" in both.stderr
+        two = run(llmserve_bin, command, FIXTURE, FIXTURE)
+        assert two.returncode == 2 and f"{command} takes one MODEL" in two.stderr

@@ -84,6 +84,9 @@ def test_generate_rejects_bad_model_inputs(llmserve_bin, stories_dir, tmp_path):
             check=False)
     assert r.returncode == 1 and "max_position_embeddings" in r.stderr
     r = run(llmserve_bin, "generate", "--model", str(tmp_path / "nope"), "--prompt-ids", "1", check=False)
+    assert r.returncode == 1 and "nope: no such file or folder" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = run(llmserve_bin, "generate", "--model", str(tmp_path / "empty"), "--prompt-ids", "1", check=False)
     assert r.returncode == 1 and "config.json" in r.stderr
 
 
