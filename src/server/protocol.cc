@@ -180,6 +180,44 @@ Status reject_unsupported(const OJson &body) {
   return ok_status();
 }
 
+// The fields parse_common reads (or refuses with a message of its own, reject_unsupported).
+constexpr const char *kCommonFields[] = {
+    "model", "n", "best_of", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "seed", "min_tokens", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output",
+    "skip_special_tokens", "spaces_between_special_tokens", "logit_bias", "prompt_logprobs", "priority", "stream",
+    "echo", "return_tokens_as_token_ids", "add_special_tokens", "stream_options", "response_format", "use_beam_search",
+    "suffix", "allowed_token_ids", "truncate_prompt_tokens", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "structured_outputs", "bad_words", "logits_processors"};
+constexpr const char *kCompletionFields[] = {"prompt", "max_tokens", "logprobs"};
+constexpr const char *kChatFields[] = {
+    "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "add_generation_prompt",
+    "continue_final_message", "chat_template", "chat_template_kwargs", "tools", "documents", "tool_choice",
+    "functions", "function_call", "modalities"};
+
+// A field that is neither read by the parser nor refused by it with its own message is refused here, naming it:
+// nothing the server does not act on is ignored (tests/server walks OpenAI's and vLLM's request schemas).
+template <size_t N>
+Status reject_unknown_fields(const OJson &body, const char *const (&endpoint_fields)[N]) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (it->is_null()) continue;  // null: not set
+    const std::string &key = it.key();
+    auto known = [&](const auto &list) {
+      return std::find_if(std::begin(list), std::end(list), [&](const char *f) { return key == f; }) != std::end(list);
+    };
+    if (!known(kCommonFields) && !known(endpoint_fields)) {
+      return invalid_argument(key + ": this server does not support this field (refused rather than ignored)");
+    }
+  }
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      if (it.key() != "include_usage" && it.key() != "continuous_usage_stats" && !it->is_null()) {
+        return invalid_argument("stream_options: " + it.key() + " is not supported");
+      }
+    }
+  }
+  return ok_status();
+}
+
 Status parse_common(const OJson &body, const SamplingParams &defaults, const ProtocolLimits &limits,
                     GenerationRequest *r) {
   RETURN_IF_ERROR(reject_unsupported(body));
@@ -338,6 +376,7 @@ std::string param_of(const std::string &message) {
 StatusOr<CompletionRequest> parse_completion_request(const OJson &body, const SamplingParams &defaults,
                                                      const ProtocolLimits &limits) {
   CompletionRequest r;
+  RETURN_IF_ERROR(reject_unknown_fields(body, kCompletionFields));
   RETURN_IF_ERROR(parse_common(body, defaults, limits, &r));
   Fields f(body);
   // Completions default to 16 tokens (OpenAI); null means "until max_model_len".
@@ -368,6 +407,7 @@ StatusOr<CompletionRequest> parse_completion_request(const OJson &body, const Sa
 StatusOr<ChatRequest> parse_chat_request(const OJson &body, const SamplingParams &defaults,
                                          const ProtocolLimits &limits) {
   ChatRequest r;
+  RETURN_IF_ERROR(reject_unknown_fields(body, kChatFields));
   RETURN_IF_ERROR(parse_common(body, defaults, limits, &r));
   Fields f(body);
   auto messages = body.find("messages");

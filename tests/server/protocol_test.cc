@@ -35,7 +35,7 @@ TEST(ProtocolTest, CompletionFieldsMapToSamplingParams) {
       "repetition_penalty": 1.2, "logit_bias": {"5": -100, "17": 2.5}, "logprobs": 4, "skip_special_tokens": false,
       "spaces_between_special_tokens": false, "priority": -3, "echo": true, "stream": true,
       "stream_options": {"include_usage": true, "continuous_usage_stats": true}, "return_tokens_as_token_ids": true,
-      "add_special_tokens": false, "user": "ignored", "best_of": 3, "unknown_field": {"x": 1}})");
+      "add_special_tokens": false, "best_of": 3, "user": null})");
   // echo + logprobs also scores the prompt (vLLM): prompt_logprobs = logprobs, without the prompt_logprobs field.
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->params.logprobs, 4);
@@ -47,7 +47,7 @@ TEST(ProtocolTest, CompletionFieldsMapToSamplingParams) {
       "repetition_penalty": 1.2, "logit_bias": {"5": -100, "17": 2.5}, "skip_special_tokens": false,
       "spaces_between_special_tokens": false, "priority": -3, "echo": true, "stream": true,
       "stream_options": {"include_usage": true, "continuous_usage_stats": true}, "return_tokens_as_token_ids": true,
-      "add_special_tokens": false, "user": "ignored", "best_of": 3, "unknown_field": {"x": 1}})");
+      "add_special_tokens": false, "best_of": 3, "user": null})");
   ASSERT_TRUE(r.ok()) << r.status().message();
   const SamplingParams &p = r->params;
   EXPECT_EQ(r->model, "m");
@@ -132,6 +132,25 @@ TEST(ProtocolTest, PromptForms) {
   ASSERT_EQ(r->prompts.size(), 3u);
   EXPECT_EQ(r->prompts[1].token_ids, (std::vector<int32_t>{3}));
   EXPECT_EQ(r->prompts[2].token_ids, (std::vector<int32_t>{4, 5, 6}));
+}
+
+// A field the server does not act on is refused naming it, on both endpoints; null means "not set".
+TEST(ProtocolTest, UnknownFieldsAreRefusedNotIgnored) {
+  for (const char *json : {R"({"prompt": "hi", "user": "u1"})", R"({"prompt": "hi", "unknown_field": {"x": 1}})",
+                           R"({"prompt": "hi", "metadata": {}})", R"({"prompt": "hi", "store": true})"}) {
+    auto r = completion(json);
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_NE(r.status().message().find("this server does not support this field"), std::string::npos) << json;
+  }
+  EXPECT_EQ(param_of(completion(R"({"prompt": "hi", "user": "u1"})").status().message()), "user");
+  EXPECT_EQ(param_of(chat(R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": true})")
+                         .status()
+                         .message()),
+            "parallel_tool_calls");
+  EXPECT_TRUE(completion(R"({"prompt": "hi", "user": null, "metadata": null})").ok());
+  auto so = completion(R"({"prompt": "hi", "stream": true, "stream_options": {"include_obfuscation": true}})");
+  ASSERT_FALSE(so.ok());
+  EXPECT_EQ(param_of(so.status().message()), "stream_options");
 }
 
 TEST(ProtocolTest, ChatFieldsMapToTheRequest) {
