@@ -21,33 +21,32 @@ CommandRegistrar::CommandRegistrar(std::string name, std::string summary, Comman
 ArgParser::ArgParser(std::string command, std::string description)
     : command_(std::move(command)), description_(std::move(description)) {}
 
-void ArgParser::add_string(const std::string& name, std::string* out, const std::string& help) {
-  flags_[name] = {Kind::kString, out, help};
+void ArgParser::add(const std::string& name, Flag flag) {
+  flags_[name] = std::move(flag);
   order_.push_back(name);
+}
+void ArgParser::add_string(const std::string& name, std::string* out, const std::string& help) {
+  add(name, {Kind::kString, out, help, *out});
 }
 void ArgParser::add_strings(const std::string& name, std::vector<std::string>* out, const std::string& help) {
-  flags_[name] = {Kind::kStrings, out, help};
-  order_.push_back(name);
+  add(name, {Kind::kStrings, out, help, ""});
 }
 void ArgParser::add_int(const std::string& name, int64_t* out, const std::string& help) {
-  flags_[name] = {Kind::kInt, out, help};
-  order_.push_back(name);
+  add(name, {Kind::kInt, out, help, std::to_string(*out)});
 }
 void ArgParser::add_int(const std::string& name, std::optional<int64_t>* out, const std::string& help) {
-  flags_[name] = {Kind::kOptionalInt, out, help};
-  order_.push_back(name);
+  add(name, {Kind::kOptionalInt, out, help, ""});
 }
 void ArgParser::add_float(const std::string& name, double* out, const std::string& help) {
-  flags_[name] = {Kind::kFloat, out, help};
-  order_.push_back(name);
+  std::ostringstream text;
+  text << *out;
+  add(name, {Kind::kFloat, out, help, text.str()});
 }
 void ArgParser::add_bool(const std::string& name, bool* out, const std::string& help) {
-  flags_[name] = {Kind::kBool, out, help};
-  order_.push_back(name);
+  add(name, {Kind::kBool, out, help, *out ? "on" : "off"});
 }
 void ArgParser::add_bool(const std::string& name, std::optional<bool>* out, const std::string& help) {
-  flags_[name] = {Kind::kOptionalBool, out, help};
-  order_.push_back(name);
+  add(name, {Kind::kOptionalBool, out, help, ""});
 }
 void ArgParser::set_positional(const std::string& usage_name, std::vector<std::string>* out) {
   positional_name_ = usage_name;
@@ -162,12 +161,17 @@ std::string ArgParser::usage() const {
   os << "\n\n" << description_ << "\n\noptions:\n";
   for (const std::string& name : order_) {
     const Flag& f = flags_.at(name);
-    std::string left = "  --" + name;
+    const bool boolean = f.kind == Kind::kBool || f.kind == Kind::kOptionalBool;
+    std::string left = boolean ? "  --[no-]" + name : "  --" + name;
     if (f.kind == Kind::kInt || f.kind == Kind::kOptionalInt) left += " N";
     if (f.kind == Kind::kFloat) left += " X";
     if (f.kind == Kind::kString || f.kind == Kind::kStrings) left += " VALUE";
     if (left.size() < 30) left.resize(30, ' ');
-    os << left << ' ' << f.help << '\n';
+    os << left << ' ' << f.help;
+    if (!f.default_text.empty() && f.help.find("default") == std::string::npos) {
+      os << " (default " << f.default_text << ")";
+    }
+    os << '\n';
   }
   return os.str();
 }

@@ -58,7 +58,9 @@ class ArgParser {
     Kind kind;
     void* out;
     std::string help;
+    std::string default_text;  // the value at registration, shown by usage() unless the help names a default
   };
+  void add(const std::string& name, Flag flag);
   Status assign(const std::string& name, Flag& flag, const std::string& value);
   static void set_bool(Flag& flag, bool value);
 

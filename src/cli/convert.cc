@@ -9,8 +9,14 @@ namespace {
 
 int run_convert(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "llama2c") {
-    std::fprintf(stderr, "usage: llmserve convert llama2c --checkpoint X.bin --tokenizer tok.bin --out DIR\n");
-    return args.size() == 1 && (args[0] == "--help" || args[0] == "-h") ? 0 : 2;
+    const bool help = args.size() == 1 && (args[0] == "--help" || args[0] == "-h");
+    if (!args.empty() && !help) {  // say which format is unknown before the usage line
+      std::fprintf(stderr, "error: convert %s: not supported (the only format is llama2c; GGUF is not read yet)\n",
+                   args[0].c_str());
+    }
+    std::fprintf(help ? stdout : stderr,
+                 "usage: llmserve convert llama2c --checkpoint X.bin --tokenizer tok.bin --out DIR\n");
+    return help ? 0 : 2;
   }
   Llama2cImportOptions options;
   ArgParser parser("convert llama2c",

@@ -65,8 +65,7 @@ void add_model_flags(ArgParser &parser, ModelFlags *f) {
   parser.add_string("device", &f->device, "cpu (default) | cuda | cuda:N");
   parser.add_string("load-format", &f->load_format, "auto | safetensors | dummy (random weights from config.json)");
   parser.add_int("seed", &f->seed,
-                 "sampling seed of every request (and seed of --load-format "
-                 "dummy weights)");
+                 "sampling seed of every request, and of --load-format dummy weights (default: none; dummy weights 0)");
   parser.add_int("num-threads", &f->num_threads, "CPU threads (default: all)");
 }
 
@@ -299,6 +298,14 @@ StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_t
     ASSIGN_OR_RETURN(out.model, load_model(f.model, options));
   }
   ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer_from_flags(f, need_tokenizer));
+  // Ids the tokenizer can produce must index the model's embedding: caught at load, not by every request.
+  const int64_t vocab = out.model->config().vocab_size;
+  if (out.tokenizer && out.tokenizer->vocab_size() > vocab) {
+    return invalid_argument("the tokenizer" + (f.tokenizer.empty() ? std::string() : " " + f.tokenizer) +
+                            " has ids up to " + std::to_string(out.tokenizer->vocab_size() - 1) +
+                            ", beyond the model's vocab_size " + std::to_string(vocab) +
+                            " (config.json): they belong to another model");
+  }
   return out;
 }
 

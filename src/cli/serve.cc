@@ -157,16 +157,16 @@ int run_serve(const std::vector<std::string> &args) {
   parser.add_string("served-model-name", &f.served_model_name, "model id in the API (default: the model path)");
   parser.add_string("chat-template", &f.chat_template, "chat template file or template text");
   parser.add_string("generation-config", &f.generation_config,
-                    "auto: sampling defaults from the model's generation_config.json; vllm: none; or a folder");
+                    "auto (default: sampling defaults from the model's generation_config.json) | vllm (none) | a folder");
   parser.add_bool("disable-log-requests", &f.disable_log_requests, "no log line per request");
   parser.add_string("log-level", &f.log_level, "debug | info | warning | error");
   parser.add_int("http-threads", &f.http_threads, "HTTP I/O threads (default 2)");
   parser.add_int("max-in-flight-requests", &f.max_in_flight_requests, "generation requests at once; more get 429");
   parser.add_int("max-request-body-bytes", &f.max_request_body_bytes, "larger bodies get 413 (default 32 MiB)");
   parser.add_float("request-timeout", &f.request_timeout, "seconds to receive a whole request (default 30)");
-  parser.add_float("keep-alive-timeout", &f.keep_alive_timeout, "idle seconds before a connection is closed (5)");
+  parser.add_float("keep-alive-timeout", &f.keep_alive_timeout, "idle seconds before a connection is closed");
   parser.add_bool("engine-process", &f.engine_process, "run the engine core in a child process (ZMQ)");
-  parser.add_float("shutdown-timeout", &f.shutdown_timeout, "seconds in-flight requests get at shutdown (10)");
+  parser.add_float("shutdown-timeout", &f.shutdown_timeout, "seconds in-flight requests get at shutdown");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (Status s = check_serve_flags(f); !s.ok()) return usage_error(s);
   LogLevel level;

@@ -1,6 +1,8 @@
 # The llmserve binary's command dispatch: help, version, and clear errors for unknown commands and flags.
 import subprocess
 
+import pytest
+
 
 def run(bin_path, *args):
     return subprocess.run([str(bin_path), *args], capture_output=True, text=True, timeout=60)
@@ -24,3 +26,15 @@ def test_unknown_command_and_flag_fail_clearly(llmserve_bin):
     assert r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr
     r = run(llmserve_bin, "version", "--bogus")
     assert r.returncode == 2 and "unknown flag --bogus" in r.stderr
+
+
+@pytest.mark.parametrize("command", [["serve"], ["generate"], ["chat"], ["bench", "throughput"]])
+def test_help_shows_defaults_and_no_forms(llmserve_bin, command):
+    r = run(llmserve_bin, *command, "--help")
+    assert r.returncode == 0
+    flags = [line for line in r.stdout.splitlines() if line.startswith("  --")]
+    assert flags
+    for line in flags:  # a switch shows both forms; every other flag shows its value's kind
+        assert line.startswith("  --[no-]") or line.split()[1] in ("N", "X", "VALUE"), line
+    assert any(line.startswith("  --[no-]enable-prefix-caching") and "(default on)" in line for line in flags)
+    assert any(line.startswith("  --max-num-batched-tokens N") and "(default 4096)" in line for line in flags)

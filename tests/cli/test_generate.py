@@ -90,6 +90,20 @@ def test_generate_rejects_bad_model_inputs(llmserve_bin, stories_dir, tmp_path):
     assert r.returncode == 1 and "config.json" in r.stderr
 
 
+def test_tokenizer_of_another_model_is_refused_at_load(llmserve_bin, stories_dir, testdata):
+    # tinyllama's tokenizer (32000 ids) with stories260K's 512-row embedding: refused before any request.
+    other = testdata / "tokenizers" / "tinyllama-1.1b-chat-v1.0"
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--tokenizer", str(other), "--prompt", "Hi",
+            check=False)
+    assert r.returncode == 1 and "has ids up to 31999, beyond the model's vocab_size 512" in r.stderr, r.stderr
+
+
+def test_convert_names_an_unsupported_format(llmserve_bin):
+    r = run(llmserve_bin, "convert", "gguf", "model.gguf", check=False)
+    assert r.returncode == 2 and "convert gguf: not supported (the only format is llama2c" in r.stderr
+    assert run(llmserve_bin, "convert", "--help").stdout.startswith("usage: llmserve convert llama2c")
+
+
 def test_convert_reports_bad_checkpoint(llmserve_bin, testdata, tmp_path):
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"\x01\x00")
