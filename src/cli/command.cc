@@ -31,6 +31,11 @@ void ArgParser::add_string(const std::string& name, std::string* out, const std:
 void ArgParser::add_strings(const std::string& name, std::vector<std::string>* out, const std::string& help) {
   add(name, {Kind::kStrings, out, help, ""});
 }
+void ArgParser::add_string_list(const std::string& name, std::vector<std::string>* out, const std::string& help) {
+  std::string defaults;
+  for (const std::string& v : *out) defaults += (defaults.empty() ? "" : " ") + v;
+  add(name, {Kind::kStringList, out, help, defaults});
+}
 void ArgParser::add_int(const std::string& name, int64_t* out, const std::string& help) {
   add(name, {Kind::kInt, out, help, std::to_string(*out)});
 }
@@ -67,6 +72,7 @@ Status ArgParser::assign(const std::string& name, Flag& flag, const std::string&
       *static_cast<std::string*>(flag.out) = value;
       return ok_status();
     case Kind::kStrings:
+    case Kind::kStringList:
       static_cast<std::vector<std::string>*>(flag.out)->push_back(value);
       return ok_status();
     case Kind::kInt:
@@ -149,6 +155,12 @@ Status ArgParser::parse(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) return invalid_argument("--" + name + " needs a value");
       value = args[++i];
     }
+    if (flag.kind == Kind::kStringList) {
+      auto* list = static_cast<std::vector<std::string>*>(flag.out);
+      list->assign(1, value);
+      while (!has_value && i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) list->push_back(args[++i]);
+      continue;
+    }
     RETURN_IF_ERROR(assign(name, flag, value));
   }
   return ok_status();
@@ -166,6 +178,7 @@ std::string ArgParser::usage() const {
     if (f.kind == Kind::kInt || f.kind == Kind::kOptionalInt) left += " N";
     if (f.kind == Kind::kFloat) left += " X";
     if (f.kind == Kind::kString || f.kind == Kind::kStrings) left += " VALUE";
+    if (f.kind == Kind::kStringList) left += " VALUE...";
     if (left.size() < 30) left.resize(30, ' ');
     os << left << ' ' << f.help;
     if (!f.default_text.empty() && f.help.find("default") == std::string::npos) {

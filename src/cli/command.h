@@ -38,6 +38,9 @@ class ArgParser {
 
   void add_string(const std::string& name, std::string* out, const std::string& help);
   void add_strings(const std::string& name, std::vector<std::string>* out, const std::string& help);  // repeatable
+  // As argparse's nargs="+": the words after the flag up to the next flag (`--served-model-name a b`), replacing
+  // the default list.
+  void add_string_list(const std::string& name, std::vector<std::string>* out, const std::string& help);
   void add_int(const std::string& name, int64_t* out, const std::string& help);
   void add_int(const std::string& name, std::optional<int64_t>* out, const std::string& help);  // unset: not given
   void add_float(const std::string& name, double* out, const std::string& help);
@@ -53,7 +56,7 @@ class ArgParser {
   std::string usage() const;
 
  private:
-  enum class Kind { kString, kStrings, kInt, kOptionalInt, kFloat, kBool, kOptionalBool };
+  enum class Kind { kString, kStrings, kStringList, kInt, kOptionalInt, kFloat, kBool, kOptionalBool };
   struct Flag {
     Kind kind;
     void* out;

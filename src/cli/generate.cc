@@ -79,6 +79,13 @@ nlohmann::ordered_json logprob_json(const TokenLogprobs &lp) {
   return {{"token_id", lp.token_ids[0]}, {"logprob", lp.logprobs[0]}, {"rank", lp.sampled_token_rank}, {"top", top}};
 }
 
+// vLLM's shape: null for the first prompt token.
+nlohmann::ordered_json prompt_logprobs_json(const RequestOutput &r) {
+  nlohmann::ordered_json lps = nlohmann::ordered_json::array();
+  for (const std::optional<TokenLogprobs> &lp : r.prompt_logprobs) lps.push_back(lp ? logprob_json(*lp) : nullptr);
+  return lps;
+}
+
 nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r, const CompletionOutput &c, bool text,
                                        int32_t n) {
   nlohmann::ordered_json j = {{"index", index}};
@@ -94,11 +101,23 @@ nlohmann::ordered_json completion_json(size_t index, const RequestOutput &r, con
     for (const TokenLogprobs &lp : c.logprobs) lps.push_back(logprob_json(lp));
     j["logprobs"] = lps;
   }
-  if (!r.prompt_logprobs.empty()) {  // vLLM's shape: null for the first prompt token
-    nlohmann::ordered_json lps = nlohmann::ordered_json::array();
-    for (const std::optional<TokenLogprobs> &lp : r.prompt_logprobs) lps.push_back(lp ? logprob_json(*lp) : nullptr);
-    j["prompt_logprobs"] = lps;
+  if (!r.prompt_logprobs.empty()) j["prompt_logprobs"] = prompt_logprobs_json(r);
+  return j;
+}
+
+// --output jsonl: one object per prompt, its sequences under "outputs" (completion_json's fields).
+nlohmann::ordered_json prompt_json(size_t index, const PromptInput &prompt, const RequestOutput &r, bool text) {
+  nlohmann::ordered_json j = {{"index", index}};
+  if (!prompt.text.empty()) j["prompt"] = prompt.text;
+  j["prompt_token_ids"] = r.prompt_token_ids;
+  nlohmann::ordered_json outputs = nlohmann::ordered_json::array();
+  for (const CompletionOutput &c : r.outputs) {
+    nlohmann::ordered_json o = completion_json(index, r, c, text, /*n=*/2);
+    for (const char *key : {"index", "prompt_token_ids", "prompt_logprobs"}) o.erase(key);
+    outputs.push_back(std::move(o));
   }
+  j["outputs"] = std::move(outputs);
+  if (!r.prompt_logprobs.empty()) j["prompt_logprobs"] = prompt_logprobs_json(r);
   return j;
 }
 
@@ -127,14 +146,16 @@ int run_generate(const std::vector<std::string> &args) {
   parser.add_string("input", &f.input,
                     "JSONL file, one {\"prompt\": ...} or "
                     "{\"prompt_token_ids\": [...]} per line");
-  parser.add_string("output", &f.output, "text | json (one JSON object per sequence)");
+  parser.add_string("output", &f.output,
+                    "text (several sequences: each after a '=== prompt I ===' line) | json (one JSON object per "
+                    "sequence) | jsonl (one JSON object per prompt, its sequences under \"outputs\")");
   parser.add_bool("progress", &f.progress, "progress bar on stderr when several prompts run (default on)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   // The command line first (exit 2), before anything loads.
   if (Status s = take_positional_model(f.positional, "generate", &f.model); !s.ok()) return usage_error(s);
   if (f.sampling.max_tokens < 0) return usage_error(invalid_argument("--max-tokens must be >= 0"));
-  if (f.output != "text" && f.output != "json") {
-    return usage_error(invalid_argument("--output '" + f.output + "': expected text or json"));
+  if (f.output != "text" && f.output != "json" && f.output != "jsonl") {
+    return usage_error(invalid_argument("--output '" + f.output + "': expected text, json or jsonl"));
   }
   if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
   if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
@@ -232,11 +253,22 @@ int run_generate(const std::vector<std::string> &args) {
     }
   }
 
+  // Several sequences in text form: a header line before each (texts may hold newlines of their own).
+  const bool headers = results.size() > 1 || params->n > 1;
   for (size_t i = 0; i < results.size(); ++i) {
+    if (f.output == "jsonl") {
+      std::printf("%s\n", prompt_json(i, prompts[i], results[i], tokenizer != nullptr).dump().c_str());
+      continue;
+    }
     for (const CompletionOutput &c : results[i].outputs) {
       if (f.output == "json") {
         std::printf("%s\n", completion_json(i, results[i], c, tokenizer != nullptr, params->n).dump().c_str());
-      } else if (tokenizer != nullptr) {
+        continue;
+      }
+      if (headers) {
+        std::printf(params->n > 1 ? "=== prompt %zu, output %d ===\n" : "=== prompt %zu ===\n", i, c.index);
+      }
+      if (tokenizer != nullptr) {
         std::printf("%s\n", c.text.c_str());
       } else {
         for (size_t k = 0; k < c.token_ids.size(); ++k) std::printf("%s%d", k ? " " : "", c.token_ids[k]);

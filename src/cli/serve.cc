@@ -35,7 +35,8 @@ struct ServeFlags {
   ModelFlags model;
   EngineFlags engine;
   std::vector<std::string> positional;
-  std::string host = "127.0.0.1", api_key, served_model_name, chat_template;
+  std::string host = "127.0.0.1", api_key, chat_template;
+  std::vector<std::string> served_model_names;
   std::string generation_config = "auto", log_level = "info";
   int64_t port = 8000, http_threads = 2, max_in_flight_requests = 4096, max_request_body_bytes = 32 << 20;
   double request_timeout = 30.0, keep_alive_timeout = 5.0, shutdown_timeout = 10.0;
@@ -154,7 +155,9 @@ int run_serve(const std::vector<std::string> &args) {
   parser.add_string("host", &f.host, "address to listen on (default 127.0.0.1)");
   parser.add_int("port", &f.port, "port to listen on (default 8000; 0 = any free port)");
   parser.add_string("api-key", &f.api_key, "require 'Authorization: Bearer KEY' (/health, /metrics stay open)");
-  parser.add_string("served-model-name", &f.served_model_name, "model id in the API (default: the model path)");
+  parser.add_string_list("served-model-name", &f.served_model_names,
+                         "model ids in the API, one or more (default: the model as given); the first names it in "
+                         "metrics and logs");
   parser.add_string("chat-template", &f.chat_template, "chat template file or template text");
   parser.add_string("generation-config", &f.generation_config,
                     "auto (default: sampling defaults from the model's generation_config.json) | vllm (none) | a folder");
@@ -192,9 +195,8 @@ int run_serve(const std::vector<std::string> &args) {
   http.request_read_timeout_s = f.request_timeout;
   http.keep_alive_timeout_s = f.keep_alive_timeout;
   server::ServingOptions options;
-  options.served_model_name = !f.served_model_name.empty() ? f.served_model_name
-                              : !model_name.empty()          ? model_name
-                                                             : "llmserve-default";
+  options.served_model_names = !f.served_model_names.empty() ? f.served_model_names
+                               : std::vector<std::string>{!model_name.empty() ? model_name : "llmserve-default"};
   options.model_root = model_name;
   options.version = LLMSERVE_VERSION;
   options.api_key = f.api_key;
@@ -214,11 +216,11 @@ int run_serve(const std::vector<std::string> &args) {
   AsyncLLM &llm = *(*engine)->llm;
   StatusOr<std::optional<std::string>> tmpl = chat_template_source(f, (*engine)->loaded);
   if (!tmpl.ok()) return fail(tmpl.status());
-  server::ServerMetrics metrics(options.served_model_name, llm.max_model_len());
+  server::ServerMetrics metrics(options.served_model_names.front(), llm.max_model_len());
   if (Status s = api.set_engine(&llm, &metrics, *tmpl); !s.ok()) return fail(s);
   signals.set_serving();
-  std::fprintf(stderr, "llmserve: serving %s on http://%s:%d\n", options.served_model_name.c_str(), f.host.c_str(),
-               http_server.port());
+  std::fprintf(stderr, "llmserve: serving %s on http://%s:%d\n", options.served_model_names.front().c_str(),
+               f.host.c_str(), http_server.port());
 
   signals.wait();
   std::fprintf(stderr, "llmserve: shutting down (%lld requests in flight)\n",

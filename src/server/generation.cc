@@ -430,9 +430,11 @@ std::variant<Request, HttpResponse> OpenAIServer::parse_generation_request(
     const std::string &m = req.status().message();
     return HttpServer::error_response(400, m, param_of(m));
   }
-  if (!req->model.empty() && req->model != options_.served_model_name) {
+  const std::vector<std::string> &names = options_.served_model_names;
+  if (!req->model.empty() && std::find(names.begin(), names.end(), req->model) == names.end()) {
     return HttpServer::error_response(404, "The model `" + req->model + "` does not exist.", "model");
   }
+  if (req->model.empty()) req->model = names.front();  // responses name the model the request named
   return std::move(*req);
 }
 
@@ -446,7 +448,7 @@ awaitable<void> OpenAIServer::handle_completions(HttpExchange &ex) {
   Job job;
   job.id = random_id("cmpl");
   job.created = unix_now();
-  job.model = options_.served_model_name;
+  job.model = req->model;
   job.req = &*req;
   const Tokenizer *tok = llm_.load()->tokenizer();
   for (PromptInput &p : req->prompts) {
@@ -480,7 +482,7 @@ awaitable<void> OpenAIServer::handle_chat(HttpExchange &ex) {
   job.chat = true;
   job.id = random_id("chatcmpl");
   job.created = unix_now();
-  job.model = options_.served_model_name;
+  job.model = req->model;
   job.req = &*req;
   job.chat_top_logprobs = req->params.logprobs.value_or(0);
   if (req->echo) {

@@ -59,8 +59,10 @@ void OpenAIServer::register_routes(HttpServer &server) {
   server.add_route("GET", "/v1/models", bind(&OpenAIServer::handle_models));
   server.add_route("POST", "/tokenize", bind(&OpenAIServer::handle_tokenize));
   server.add_route("POST", "/detokenize", bind(&OpenAIServer::handle_detokenize));
-  // /v1/models/{id}: the served model alone (an unknown id is the router's 404).
-  server.add_route("GET", "/v1/models/" + options_.served_model_name, bind(&OpenAIServer::handle_model));
+  // /v1/models/{id}: one served name (an unknown id is the router's 404).
+  for (const std::string &name : options_.served_model_names) {
+    server.add_route("GET", "/v1/models/" + name, [this, name](HttpExchange &ex) { return handle_model(ex, name); });
+  }
   server.add_route("GET", "/health", bind(&OpenAIServer::handle_health));
   // vLLM's /ping (SageMaker's health check), GET and POST: the same answer as /health.
   server.add_route("GET", "/ping", bind(&OpenAIServer::handle_health));
@@ -149,12 +151,12 @@ StatusOr<std::vector<int32_t>> OpenAIServer::render_chat(const ChatRequest &req)
   return ids;
 }
 
-OJson OpenAIServer::model_card() const {
-  return {{"id", options_.served_model_name},
+OJson OpenAIServer::model_card(const std::string &name) const {
+  return {{"id", name},
           {"object", "model"},
           {"created", static_cast<int64_t>(std::time(nullptr))},
           {"owned_by", "llmserve"},
-          {"root", options_.model_root.empty() ? options_.served_model_name : options_.model_root},
+          {"root", options_.model_root.empty() ? options_.served_model_names.front() : options_.model_root},
           {"parent", nullptr},
           {"max_model_len", llm_.load()->max_model_len()}};
 }
@@ -164,18 +166,20 @@ awaitable<void> OpenAIServer::handle_models(HttpExchange &ex) {
     co_await ex.respond(std::move(*err));
     co_return;
   }
+  OJson cards = OJson::array();
+  for (const std::string &name : options_.served_model_names) cards.push_back(model_card(name));
   HttpResponse res;
-  res.body = dump_json(OJson{{"object", "list"}, {"data", OJson::array({model_card()})}});
+  res.body = dump_json(OJson{{"object", "list"}, {"data", std::move(cards)}});
   co_await ex.respond(std::move(res));
 }
 
-awaitable<void> OpenAIServer::handle_model(HttpExchange &ex) {
+awaitable<void> OpenAIServer::handle_model(HttpExchange &ex, const std::string &name) {
   if (auto err = check_request(ex.request(), false)) {
     co_await ex.respond(std::move(*err));
     co_return;
   }
   HttpResponse res;
-  res.body = dump_json(model_card());
+  res.body = dump_json(model_card(name));
   co_await ex.respond(std::move(res));
 }
 

@@ -24,8 +24,9 @@
 namespace llmserve::server {
 
 struct ServingOptions {
-  std::string served_model_name = "llmserve";  // the model id clients name
-  std::string model_root;                      // shown as "root" in /v1/models (empty: the served name)
+  // The model ids clients may name (vLLM's --served-model-name a b); the first names it in metrics and logs.
+  std::vector<std::string> served_model_names = {"llmserve"};
+  std::string model_root;  // shown as "root" in /v1/models (empty: the served name)
   std::string version;                         // /version
   std::string api_key;                         // empty: no auth
   bool log_requests = true;
@@ -53,8 +54,8 @@ class OpenAIServer {
   asio::awaitable<void> handle_completions(HttpExchange &ex);
   asio::awaitable<void> handle_chat(HttpExchange &ex);
   asio::awaitable<void> handle_models(HttpExchange &ex);
-  asio::awaitable<void> handle_model(HttpExchange &ex);  // GET /v1/models/{served name}
-  OJson model_card() const;                               // one entry of /v1/models
+  asio::awaitable<void> handle_model(HttpExchange &ex, const std::string &name);  // GET /v1/models/{name}
+  OJson model_card(const std::string &name) const;                                // one entry of /v1/models
   asio::awaitable<void> handle_tokenize(HttpExchange &ex);
   asio::awaitable<void> handle_detokenize(HttpExchange &ex);
   asio::awaitable<void> handle_health(HttpExchange &ex);

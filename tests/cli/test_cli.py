@@ -35,6 +35,6 @@ def test_help_shows_defaults_and_no_forms(llmserve_bin, command):
     flags = [line for line in r.stdout.splitlines() if line.startswith("  --")]
     assert flags
     for line in flags:  # a switch shows both forms; every other flag shows its value's kind
-        assert line.startswith("  --[no-]") or line.split()[1] in ("N", "X", "VALUE"), line
+        assert line.startswith("  --[no-]") or line.split()[1] in ("N", "X", "VALUE", "VALUE..."), line
     assert any(line.startswith("  --[no-]enable-prefix-caching") and "(default on)" in line for line in flags)
     assert any(line.startswith("  --max-num-batched-tokens N") and "(default 4096)" in line for line in flags)

@@ -137,7 +137,7 @@ def test_progress_bar_on_stderr_for_batches_only(llmserve_bin, stories_dir):
     many = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--prompt", PROMPTS[1],
                "--prompt", PROMPTS[2], "--max-tokens", "5")
     assert "Processed prompts: 3/3" in many.stderr and "Processed prompts" not in many.stdout
-    assert len(many.stdout.splitlines()) == 3
+    assert [l for l in many.stdout.splitlines() if l.startswith("===")] == [f"=== prompt {i} ===" for i in range(3)]
     one = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--max-tokens", "5")
     assert "Processed prompts" not in one.stderr
     off = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--prompt", PROMPTS[1],
@@ -188,3 +188,26 @@ def test_async_scheduling_flag_gives_the_same_outputs(llmserve_bin, stories_dir,
     assert default == gen_json(llmserve_bin, stories_dir, *args, "--async-scheduling")
     r = run(llmserve_bin, "generate", "--model", str(stories_dir), "--async-scheduling=maybe", check=False)
     assert r.returncode != 0 and "--async-scheduling" in r.stderr
+
+
+def test_output_forms_agree(llmserve_bin, stories_dir):
+    # text (a header per sequence when there are several), json (one object per sequence) and jsonl (one per
+    # prompt, its sequences under "outputs") carry the same sequences.
+    args = ["--prompt", PROMPTS[0], "--prompt", PROMPTS[1], "--max-tokens", "6", "--n", "2", "--temperature", "0.8",
+            "--seed", "5"]
+    per_sequence = gen_json(llmserve_bin, stories_dir, *args)
+    r = run(llmserve_bin, "generate", "--model", str(stories_dir), *args, "--output", "jsonl")
+    per_prompt = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [p["index"] for p in per_prompt] == [0, 1] and [p["prompt"] for p in per_prompt] == PROMPTS[:2]
+    flat = [dict(o, index=p["index"], prompt_token_ids=p["prompt_token_ids"]) for p in per_prompt for o in p["outputs"]]
+    key = lambda d: (d["index"], d["completion_index"])
+    assert sorted(flat, key=key) == sorted(per_sequence, key=key)
+    text = run(llmserve_bin, "generate", "--model", str(stories_dir), *args).stdout
+    headers = [l for l in text.splitlines() if l.startswith("===")]
+    assert headers == [f"=== prompt {i}, output {k} ===" for i in range(2) for k in range(2)]
+    for s in per_sequence:
+        assert f"=== prompt {s['index']}, output {s['completion_index']} ===\n{s['text']}\n" in text
+    one = run(llmserve_bin, "generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--max-tokens", "6")
+    assert "===" not in one.stdout  # a single sequence prints its text alone
+    bad = run(llmserve_bin, "generate", "--model", str(stories_dir), "--output", "xml", check=False)
+    assert bad.returncode == 2 and "--output 'xml': expected text, json or jsonl" in bad.stderr

@@ -124,7 +124,7 @@ class OpenAIServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServingOptions opts;
-    opts.served_model_name = "fake";
+    opts.served_model_names = {"fake"};
     opts.log_requests = false;
     api_ = std::make_unique<OpenAIServer>(opts);
     HttpServerConfig cfg;

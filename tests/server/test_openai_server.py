@@ -355,3 +355,21 @@ def test_streams_without_a_tokenizer_send_a_chunk_per_token(gqa_fixture):
     chunks = list(client.completions.create(model="fx", prompt=ids[:prompt_len], max_tokens=6, temperature=0,
                                             stream=True, extra_body={"ignore_eos": True}))
     assert [c.choices[0].text for c in chunks if c.choices] == [""] * 6
+
+
+def test_several_served_model_names(llmserve_bin):
+    # vLLM's `--served-model-name a b`: every name is listed and accepted, a response names the model the request
+    # named, any other name is a 404; the first name is the one metrics carry.
+    s = ServerProcess(llmserve_bin, "--served-model-name", "alpha", "beta", "--max-num-seqs", "4")
+    try:
+        client = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["alpha", "beta"]
+        assert client.models.retrieve("beta").id == "beta"
+        for name in ("alpha", "beta"):
+            r = client.completions.create(model=name, prompt="hi", max_tokens=2, temperature=0)
+            assert r.model == name
+        with pytest.raises(openai.NotFoundError):
+            client.completions.create(model="gamma", prompt="hi", max_tokens=2)
+        assert 'model_name="alpha"' in s.request("GET", "/metrics")[1].decode()
+    finally:
+        assert s.stop() == 0
