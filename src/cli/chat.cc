@@ -62,7 +62,7 @@ int run_chat(const std::vector<std::string> &args) {
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
   f.sampling.max_tokens = 256;
-  add_sampling_flags(parser, &f.sampling, /*default_temperature=*/0.0);
+  add_sampling_flags(parser, &f.sampling);
   parser.add_string("system", &f.system, "system message that opens the conversation");
   parser.add_string("chat-template", &f.chat_template, "chat template file (default: the tokenizer's)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -70,9 +70,15 @@ int run_chat(const std::vector<std::string> &args) {
   if (f.model.model.empty() && f.model.config_file.empty()) return usage_error(invalid_argument("--model is required"));
   if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
   if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
-  StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
+  if (StatusOr<SamplingParams> p = to_sampling_params(f.sampling, f.model, SamplingParams()); !p.ok()) {
+    return usage_error(p.status());
+  }
+  if (f.sampling.n != 1) return usage_error(invalid_argument("--n: chat shows one reply"));
+  if (Status s = resolve_model_flags(&f.model); !s.ok()) return fail(s);
+  StatusOr<SamplingParams> defaults = sampling_defaults_for(f.sampling, f.model);
+  if (!defaults.ok()) return fail(defaults.status());
+  StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model, *defaults);
   if (!params.ok()) return usage_error(params.status());
-  if (params->n != 1) return usage_error(invalid_argument("--n: chat shows one reply"));
   StatusOr<LoadedModel> loaded = load_model_from_flags(f.model, /*need_tokenizer=*/true);
   if (!loaded.ok()) return fail(loaded.status());
   const Tokenizer &tokenizer = *loaded->tokenizer;

@@ -47,6 +47,9 @@ void ArgParser::add_float(const std::string& name, double* out, const std::strin
   text << *out;
   add(name, {Kind::kFloat, out, help, text.str()});
 }
+void ArgParser::add_float(const std::string& name, std::optional<double>* out, const std::string& help) {
+  add(name, {Kind::kOptionalFloat, out, help, ""});
+}
 void ArgParser::add_bool(const std::string& name, bool* out, const std::string& help) {
   add(name, {Kind::kBool, out, help, *out ? "on" : "off"});
 }
@@ -90,14 +93,19 @@ Status ArgParser::assign(const std::string& name, Flag& flag, const std::string&
       }
       return ok_status();
     }
-    case Kind::kFloat: {
+    case Kind::kFloat:
+    case Kind::kOptionalFloat: {
       char* end = nullptr;
       errno = 0;
       double v = std::strtod(value.c_str(), &end);
       if (value.empty() || *end != '\0' || errno != 0) {
         return invalid_argument("--" + name + " expects a number, got '" + value + "'");
       }
-      *static_cast<double*>(flag.out) = v;
+      if (flag.kind == Kind::kOptionalFloat) {
+        *static_cast<std::optional<double>*>(flag.out) = v;
+      } else {
+        *static_cast<double*>(flag.out) = v;
+      }
       return ok_status();
     }
     case Kind::kBool:
@@ -176,7 +184,7 @@ std::string ArgParser::usage() const {
     const bool boolean = f.kind == Kind::kBool || f.kind == Kind::kOptionalBool;
     std::string left = boolean ? "  --[no-]" + name : "  --" + name;
     if (f.kind == Kind::kInt || f.kind == Kind::kOptionalInt) left += " N";
-    if (f.kind == Kind::kFloat) left += " X";
+    if (f.kind == Kind::kFloat || f.kind == Kind::kOptionalFloat) left += " X";
     if (f.kind == Kind::kString || f.kind == Kind::kStrings) left += " VALUE";
     if (f.kind == Kind::kStringList) left += " VALUE...";
     if (left.size() < 30) left.resize(30, ' ');

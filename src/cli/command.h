@@ -44,6 +44,7 @@ class ArgParser {
   void add_int(const std::string& name, int64_t* out, const std::string& help);
   void add_int(const std::string& name, std::optional<int64_t>* out, const std::string& help);  // unset: not given
   void add_float(const std::string& name, double* out, const std::string& help);
+  void add_float(const std::string& name, std::optional<double>* out, const std::string& help);  // unset: not given
   void add_bool(const std::string& name, bool* out, const std::string& help);  // also accepts --no-<name>
   // As add_bool, but `out` stays unset when neither form is given (a default that depends on other flags).
   void add_bool(const std::string& name, std::optional<bool>* out, const std::string& help);
@@ -56,7 +57,7 @@ class ArgParser {
   std::string usage() const;
 
  private:
-  enum class Kind { kString, kStrings, kStringList, kInt, kOptionalInt, kFloat, kBool, kOptionalBool };
+  enum class Kind { kString, kStrings, kStringList, kInt, kOptionalInt, kFloat, kOptionalFloat, kBool, kOptionalBool };
   struct Flag {
     Kind kind;
     void* out;

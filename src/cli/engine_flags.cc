@@ -151,12 +151,17 @@ StatusOr<CudaGraphFlags> resolve_cuda_graph_flags(const EngineFlags &f) {
   return out;
 }
 
-void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temperature) {
-  f->temperature = default_temperature;
-  parser.add_float("temperature", &f->temperature, "0 = greedy");
-  parser.add_float("top-p", &f->top_p, "nucleus sampling mass, (0, 1]");
-  parser.add_int("top-k", &f->top_k, "keep the k most likely tokens (0 or -1: all)");
-  parser.add_float("min-p", &f->min_p, "drop tokens below min-p x the top probability");
+void add_sampling_flags(ArgParser &parser, SamplingFlags *f) {
+  parser.add_float("temperature", &f->temperature,
+                   "0 = greedy (default: the model's generation_config.json, else 1.0, as vLLM)");
+  parser.add_float("top-p", &f->top_p, "nucleus sampling mass, (0, 1] (default: generation_config.json, else 1)");
+  parser.add_int("top-k", &f->top_k,
+                 "keep the k most likely tokens, 0 or -1: all (default: generation_config.json, else all)");
+  parser.add_float("min-p", &f->min_p,
+                   "drop tokens below min-p x the top probability (default: generation_config.json, else 0)");
+  parser.add_string("generation-config", &f->generation_config,
+                    "auto (default: sampling defaults from the model's generation_config.json) | vllm (none) | a "
+                    "folder");
   parser.add_int("max-tokens", &f->max_tokens, "tokens to generate per sequence (default 16)");
   parser.add_int("min-tokens", &f->min_tokens, "no EOS / stop token before this many tokens");
   parser.add_strings("stop", &f->stop, "stop string (repeatable); not included in the text");
@@ -170,7 +175,8 @@ void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temp
                     "JSON object {\"token id\": bias in [-100, 100], ...} added to the logits");
   parser.add_float("presence-penalty", &f->presence_penalty, "[-2, 2]");
   parser.add_float("frequency-penalty", &f->frequency_penalty, "[-2, 2]");
-  parser.add_float("repetition-penalty", &f->repetition_penalty, "> 0; 1 = off");
+  parser.add_float("repetition-penalty", &f->repetition_penalty,
+                   "> 0; 1 = off (default: generation_config.json, else 1)");
   parser.add_int("n", &f->n, "sequences per prompt (default 1)");
   parser.add_int("logprobs", &f->logprobs, "top logprobs per generated token (json output)");
 }
@@ -215,12 +221,41 @@ StatusOr<std::vector<std::pair<int32_t, double>>> parse_logit_bias(const std::st
   return out;
 }
 
-StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m) {
+StatusOr<SamplingParams> generation_defaults(const std::string &generation_config, const std::string &model_dir) {
   SamplingParams p;
-  p.temperature = f.temperature;
-  p.top_p = f.top_p;
-  p.top_k = static_cast<int32_t>(f.top_k);
-  p.min_p = f.min_p;
+  if (generation_config == "vllm") return p;
+  const std::string dir = generation_config == "auto" ? model_dir : generation_config;
+  if (dir.empty()) return p;
+  ASSIGN_OR_RETURN(GenerationConfig g, load_generation_config(dir));
+  if (g.temperature) p.temperature = *g.temperature;
+  if (g.top_p) p.top_p = *g.top_p;
+  if (g.top_k) p.top_k = static_cast<int32_t>(*g.top_k);
+  if (g.min_p) p.min_p = *g.min_p;
+  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
+  if (g.max_new_tokens) p.max_tokens = *g.max_new_tokens;
+  return p;
+}
+
+StatusOr<SamplingParams> sampling_defaults_for(const SamplingFlags &f, const ModelFlags &m) {
+  const bool builtin = m.model.empty() && m.config_file.empty();
+  StatusOr<SamplingParams> d = generation_defaults(f.generation_config, builtin ? "" : m.model);
+  if (!d.ok()) return d.status().with_context("--generation-config");
+  if (!f.temperature) {
+    const bool from_model = d->temperature != SamplingParams().temperature;
+    std::fprintf(stderr, "llmserve: sampling at temperature %g (%s); --temperature 0 for greedy\n", d->temperature,
+                 from_model ? "the model's generation_config.json" : "vLLM's default");
+  }
+  return d;
+}
+
+StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m,
+                                            const SamplingParams &defaults) {
+  SamplingParams p = defaults;
+  if (f.temperature) p.temperature = *f.temperature;
+  if (f.top_p) p.top_p = *f.top_p;
+  if (f.top_k) p.top_k = static_cast<int32_t>(std::clamp<int64_t>(*f.top_k, INT32_MIN, INT32_MAX));
+  if (f.min_p) p.min_p = *f.min_p;
+  if (f.repetition_penalty) p.repetition_penalty = *f.repetition_penalty;
   if (m.seed >= 0) p.seed = m.seed;
   p.max_tokens = f.max_tokens;
   p.min_tokens = f.min_tokens;
@@ -238,7 +273,6 @@ StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelF
   }
   p.presence_penalty = f.presence_penalty;
   p.frequency_penalty = f.frequency_penalty;
-  p.repetition_penalty = f.repetition_penalty;
   if (f.n < 1 || f.n > 1024) return invalid_argument("--n must be in [1, 1024]");
   p.n = static_cast<int32_t>(f.n);
   // Out-of-range values reach SamplingParams::validate (clamped into int32 so they stay out of range), which

@@ -71,20 +71,31 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f);
 
 struct SamplingFlags {
   static constexpr int64_t kUnset = INT64_MIN;  // an int flag not given (so a negative value can be rejected)
-  double temperature = 0.0, top_p = 1.0, min_p = 0.0;
-  double presence_penalty = 0.0, frequency_penalty = 0.0, repetition_penalty = 1.0;
-  int64_t top_k = 0, max_tokens = 16, min_tokens = 0, n = 1, logprobs = kUnset;
+  // Unset: the model's generation_config.json (--generation-config auto), else vLLM's SamplingParams defaults.
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int64_t> top_k;
+  double presence_penalty = 0.0, frequency_penalty = 0.0;
+  std::string generation_config = "auto";  // auto | vllm | a folder (vLLM's --generation-config)
+  int64_t max_tokens = 16, min_tokens = 0, n = 1, logprobs = kUnset;
   int64_t prompt_logprobs = kUnset;  // registered by generate only (add_prompt_logprobs_flag)
   std::vector<std::string> stop, stop_token_ids;
   std::string logit_bias;  // JSON object {"token id": bias, ...} (OpenAI's logit_bias)
   bool ignore_eos = false, include_stop_str_in_output = false, skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
 };
-void add_sampling_flags(ArgParser &parser, SamplingFlags *f, double default_temperature);
+void add_sampling_flags(ArgParser &parser, SamplingFlags *f);
 void add_prompt_logprobs_flag(ArgParser &parser, SamplingFlags *f);
-// SamplingParams from the flags (validated later by LLMEngine::add_request,
-// which names the field).
-StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m);
+// The sampling defaults vLLM starts a request from: SamplingParams' own (temperature 1.0, ...), over which
+// `generation_config` "auto" lays the model folder's generation_config.json (temperature, top_p, top_k, min_p,
+// repetition_penalty, max_new_tokens), a folder that folder's, and "vllm" nothing.
+StatusOr<SamplingParams> generation_defaults(const std::string &generation_config, const std::string &model_dir);
+// SamplingParams from the flags over `defaults` (validated later by LLMEngine::add_request, which names the
+// field). InvalidArgument names a malformed flag (--stop-token-ids, --logit-bias, --n).
+StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m,
+                                            const SamplingParams &defaults);
+// The sampling defaults of a command that samples (generate, chat): generation_defaults for the model, and one line
+// on stderr when the temperature is not given, saying where it comes from (vLLM samples at 1.0 unless told).
+StatusOr<SamplingParams> sampling_defaults_for(const SamplingFlags &f, const ModelFlags &m);
 
 struct LoadedModel {
   std::unique_ptr<CausalLM> model;

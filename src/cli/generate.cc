@@ -139,7 +139,7 @@ int run_generate(const std::vector<std::string> &args) {
   parser.set_positional("[MODEL]", &f.positional);
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
-  add_sampling_flags(parser, &f.sampling, /*default_temperature=*/0.0);
+  add_sampling_flags(parser, &f.sampling);
   add_prompt_logprobs_flag(parser, &f.sampling);
   parser.add_strings("prompt", &f.prompts, "prompt text (repeatable: prompts run as one batch)");
   parser.add_strings("prompt-ids", &f.prompt_ids, "prompt as comma-separated token ids (repeatable)");
@@ -159,7 +159,14 @@ int run_generate(const std::vector<std::string> &args) {
   }
   if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
   if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
-  StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model);
+  if (StatusOr<SamplingParams> p = to_sampling_params(f.sampling, f.model, SamplingParams()); !p.ok()) {
+    return usage_error(p.status());
+  }
+  // The model id resolved (cached or downloaded) first: generation_config.json lives in its folder.
+  if (Status s = resolve_model_flags(&f.model); !s.ok()) return fail(s);
+  StatusOr<SamplingParams> defaults = sampling_defaults_for(f.sampling, f.model);
+  if (!defaults.ok()) return fail(defaults.status());
+  StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model, *defaults);
   if (!params.ok()) return usage_error(params.status());
 
   std::vector<PromptInput> prompts;

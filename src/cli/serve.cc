@@ -108,22 +108,6 @@ StatusOr<std::optional<std::string>> chat_template_source(const ServeFlags &f, c
   return std::optional<std::string>();
 }
 
-// generation_config.json's sampling defaults (vLLM's --generation-config auto), or none (vllm).
-StatusOr<SamplingParams> default_params(const ServeFlags &f) {
-  SamplingParams p;
-  if (f.generation_config == "vllm") return p;
-  std::string dir = f.generation_config == "auto" ? f.model.model : f.generation_config;
-  if (dir.empty()) return p;
-  ASSIGN_OR_RETURN(GenerationConfig g, load_generation_config(dir));
-  if (g.temperature) p.temperature = *g.temperature;
-  if (g.top_p) p.top_p = *g.top_p;
-  if (g.top_k) p.top_k = static_cast<int32_t>(*g.top_k);
-  if (g.min_p) p.min_p = *g.min_p;
-  if (g.repetition_penalty) p.repetition_penalty = *g.repetition_penalty;
-  if (g.max_new_tokens) p.max_tokens = *g.max_new_tokens;
-  return p;
-}
-
 // Every flag's value, before anything is printed, listened on or loaded (a usage error: exit 2).
 Status check_serve_flags(ServeFlags &f) {
   RETURN_IF_ERROR(take_positional_model(f.positional, "serve", &f.model));
@@ -183,7 +167,7 @@ int run_serve(const std::vector<std::string> &args) {
     StatusOr<ModelConfig> config = load_model_config(f.model.config_file.empty() ? f.model.model : f.model.config_file);
     if (!config.ok()) return fail(config.status());
   }
-  StatusOr<SamplingParams> defaults = default_params(f);
+  StatusOr<SamplingParams> defaults = generation_defaults(f.generation_config, f.model.model);
   if (!defaults.ok()) return fail(defaults.status().with_context("--generation-config"));
 
   SignalWaiter signals;

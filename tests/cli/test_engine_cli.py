@@ -12,7 +12,9 @@ FIXTURE = "tests/fixtures/models/llama_gqa_f32"
 
 
 def gen_json(bin_path, model, *args):
-    r = run(bin_path, "generate", "--model", str(model), "--output", "json", *args)
+    # Greedy unless the test asks otherwise (generate samples at vLLM's temperature 1.0 by default; a later
+    # --temperature in `args` wins).
+    r = run(bin_path, "generate", "--model", str(model), "--output", "json", "--temperature", "0", *args)
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
@@ -211,3 +213,25 @@ def test_output_forms_agree(llmserve_bin, stories_dir):
     assert "===" not in one.stdout  # a single sequence prints its text alone
     bad = run(llmserve_bin, "generate", "--model", str(stories_dir), "--output", "xml", check=False)
     assert bad.returncode == 2 and "--output 'xml': expected text, json or jsonl" in bad.stderr
+
+
+def test_sampling_defaults_follow_vllm(llmserve_bin, stories_dir, tmp_path):
+    # No --temperature: vLLM's 1.0 (said on stderr), so --n 3 gives different sequences; a generation_config.json
+    # temperature wins over it, --generation-config vllm ignores the file, and --temperature over everything.
+    base = ["generate", "--model", str(stories_dir), "--prompt", PROMPTS[0], "--max-tokens", "12", "--n", "3",
+            "--seed", "1", "--output", "json"]
+    r = run(llmserve_bin, *base)
+    assert "sampling at temperature 1 (vLLM's default); --temperature 0 for greedy" in r.stderr
+    assert len({tuple(json.loads(l)["token_ids"]) for l in r.stdout.splitlines()}) > 1
+    model = tmp_path / "m"
+    model.mkdir()
+    for f in stories_dir.iterdir():
+        (model / f.name).symlink_to(f)
+    (model / "generation_config.json").write_text(json.dumps({"temperature": 0.0, "top_p": 0.5}))
+    greedy = run(llmserve_bin, *base[:2], str(model), *base[3:])
+    assert "sampling at temperature 0 (the model's generation_config.json)" in greedy.stderr
+    ids = lambda r: {tuple(json.loads(l)["token_ids"]) for l in r.stdout.splitlines()}
+    assert len(ids(greedy)) == 1  # temperature 0: three identical sequences
+    assert run(llmserve_bin, *base[:2], str(model), *base[3:], "--generation-config", "vllm").stdout == r.stdout
+    quiet = run(llmserve_bin, *base, "--temperature", "0")
+    assert "sampling at temperature" not in quiet.stderr and len(ids(quiet)) == 1

@@ -29,6 +29,7 @@ def test_version_and_names():
 def test_greedy_matches_cli_json(llm, llmserve_bin):
     cli = subprocess.run([str(llmserve_bin), "generate", "--prompt", "Hello world", "--prompt-ids", "5,6,7",
                           "--max-tokens", "8", "--logprobs", "3", "--output", "json", "--num-threads", "2",
+                          "--temperature", "0",
                           "--device", llm._engine.device],
                          capture_output=True, text=True, check=True)
     want = [json.loads(line) for line in cli.stdout.splitlines()]
