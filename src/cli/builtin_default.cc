@@ -25,6 +25,11 @@ std::string builtin_default_config_json() {
   return config.dump();
 }
 
+const char *builtin_default_chat_template() {
+  return "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+         "{% if add_generation_prompt %}assistant:{% endif %}";
+}
+
 std::string builtin_default_tokenizer_json() {
   // GPT-2's byte -> printable character map: printable Latin-1 bytes map to themselves, the rest to U+0100+.
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();

@@ -12,5 +12,7 @@ namespace llmserve::cli {
 std::string builtin_default_config_json();
 // A byte-level BPE tokenizer.json (256 byte tokens, no merges, <|begin_of_text|> / <|end_of_text|>).
 std::string builtin_default_tokenizer_json();
+// Its chat template (the tokenizer has none): "role: content" lines, then "assistant:".
+const char *builtin_default_chat_template();
 
 }  // namespace llmserve::cli

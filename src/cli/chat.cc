@@ -1,18 +1,21 @@
-// `llmserve chat`: an interactive chat in the terminal. Each stdin line is a
-// user turn; the conversation is rendered with the model's chat template, run
-// through LLMEngine and the reply is streamed to stdout as it is detokenized.
-// Works with stdin as a pipe (one turn per line), so it can be scripted and
-// tested.
+// `llmserve chat`: an interactive chat in the terminal. Each input line is a user turn; the conversation is
+// rendered with the model's chat template, run through LLMEngine and the reply streamed as it is detokenized. On a
+// terminal: line editing and history (libedit), a banner, /help, /reset (confirmed), Ctrl-C stops the reply being
+// written and keeps the conversation, Ctrl-D quits. From a pipe: one turn per line, no prompts (scriptable).
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/builtin_default.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/line_reader.h"
 #include "frontend/llm_engine.h"
 #include "tokenizer/chat_template/chat_template.h"
 
@@ -27,7 +30,17 @@ struct ChatFlags {
   std::vector<std::string> positional;
 };
 
-// Runs one turn; streams the reply's text to stdout and returns it.
+// Set by Ctrl-C (SIGINT, installed on a terminal only): the reply being written stops.
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) { g_interrupted.store(true); }
+
+constexpr const char *kHelp =
+    "/help   this list\n"
+    "/reset  start a new conversation (asks first)\n"
+    "/exit   quit (or Ctrl-D)\n"
+    "Ctrl-C  stop the reply being written (the conversation keeps what was written)\n";
+
+// Runs one turn; streams the reply's text to stdout and returns it (what was written, when Ctrl-C stopped it).
 StatusOr<std::string> run_turn(LLMEngine &engine, int turn, const std::vector<int32_t> &ids, SamplingParams params) {
   const int64_t room = engine.max_model_len() - static_cast<int64_t>(ids.size());
   if (room < 1) {
@@ -36,18 +49,22 @@ StatusOr<std::string> run_turn(LLMEngine &engine, int turn, const std::vector<in
                             "); type /reset to start over");
   }
   if (params.max_tokens) params.max_tokens = std::min(*params.max_tokens, room);
-  RETURN_IF_ERROR(engine.add_request("turn-" + std::to_string(turn), PromptInput{"", ids}, params));
+  const std::string id = "turn-" + std::to_string(turn);
+  g_interrupted.store(false);
+  RETURN_IF_ERROR(engine.add_request(id, PromptInput{"", ids}, params));
   std::string reply;
+  bool stopped = false;
   while (engine.has_unfinished()) {
+    if (g_interrupted.exchange(false) && !stopped) stopped = engine.abort_request(id);  // the abort lands next step
     ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine.step());
     for (const RequestOutput &o : outs) {
       const std::string &delta = o.outputs[0].delta_text;
       std::fwrite(delta.data(), 1, delta.size(), stdout);
       std::fflush(stdout);
-      if (o.finished) reply = o.outputs[0].text;
+      reply += delta;
     }
   }
-  std::printf("\n");
+  std::printf(stopped ? " [stopped]\n" : "\n");
   std::fflush(stdout);
   return reply;
 }
@@ -55,9 +72,9 @@ StatusOr<std::string> run_turn(LLMEngine &engine, int turn, const std::vector<in
 int run_chat(const std::vector<std::string> &args) {
   ChatFlags f;
   ArgParser parser("chat",
-                   "Interactive chat with --model using its chat template. One line "
-                   "of stdin per user turn;\n"
-                   "/reset clears the conversation, /exit (or end of input) quits.");
+                   "Interactive chat with MODEL (default: the built-in model) using its chat template. One line per\n"
+                   "user turn; /help lists the commands, /reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a\n"
+                   "reply.");
   parser.set_positional("[MODEL]", &f.positional);
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
@@ -67,7 +84,6 @@ int run_chat(const std::vector<std::string> &args) {
   parser.add_string("chat-template", &f.chat_template, "chat template file (default: the tokenizer's)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (Status s = take_positional_model(f.positional, "chat", &f.model); !s.ok()) return usage_error(s);
-  if (f.model.model.empty() && f.model.config_file.empty()) return usage_error(invalid_argument("--model is required"));
   if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
   if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
   if (StatusOr<SamplingParams> p = to_sampling_params(f.sampling, f.model, SamplingParams()); !p.ok()) {
@@ -92,6 +108,8 @@ int run_chat(const std::vector<std::string> &args) {
     source = ss.str();
   } else if (auto t = tokenizer.chat_template(); t) {
     source = *t;
+  } else if (loaded->builtin_default) {
+    source = builtin_default_chat_template();
   } else {
     return fail(invalid_argument("the tokenizer has no chat template; give --chat-template FILE"));
   }
@@ -105,28 +123,56 @@ int run_chat(const std::vector<std::string> &args) {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!f.system.empty()) messages.push_back({{"role", "system"}, {"content", f.system}});
   const size_t base = messages.size();
-  const bool interactive = isatty(STDIN_FILENO) != 0;
-  std::string line;
+  LineReader input;
+  const bool interactive = input.interactive();
+  if (interactive) {
+    struct sigaction sa = {};
+    sa.sa_handler = on_sigint;  // no SA_RESTART: a read in progress returns, the loop decides
+    sigaction(SIGINT, &sa, nullptr);
+    const std::string name = f.model.model.empty() ? "the built-in default model" : f.model.model;
+    std::fprintf(stderr, "llmserve chat with %s (temperature %g, up to %lld tokens a reply). /help for commands.\n",
+                 name.c_str(), params->temperature, static_cast<long long>(params->max_tokens.value_or(0)));
+  }
   for (int turn = 0;; ++turn) {
-    if (interactive) {
-      std::fprintf(stderr, "> ");
-      std::fflush(stderr);
+    std::optional<std::string> line = input.read("> ");
+    if (!line) {
+      if (interactive && g_interrupted.exchange(false)) {  // Ctrl-C at the prompt: a fresh line, no quitting
+        std::fprintf(stderr, "\n");
+        continue;
+      }
+      if (interactive) std::fprintf(stderr, "\n");  // Ctrl-D: leave the shell's prompt on a line of its own
+      break;
     }
-    if (!std::getline(std::cin, line) || line == "/exit") break;
-    if (line == "/reset") {
-      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(base), messages.end());
+    if (*line == "/exit") break;
+    if (*line == "/help") {
+      std::fputs(kHelp, stderr);
       continue;
     }
-    if (line.empty()) continue;
-    messages.push_back({{"role", "user"}, {"content", line}});
+    if (*line == "/reset") {
+      if (interactive) {
+        std::optional<std::string> yes = input.read("Start a new conversation? [y/N] ");
+        if (!yes || (*yes != "y" && *yes != "Y" && *yes != "yes")) {
+          std::fprintf(stderr, "kept the conversation\n");
+          continue;
+        }
+      }
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(base), messages.end());
+      if (interactive) std::fprintf(stderr, "new conversation\n");
+      continue;
+    }
+    if (line->size() > 1 && (*line)[0] == '/' && line->find(' ') == std::string::npos) {
+      std::fprintf(stderr, "unknown command %s: /help lists them\n", line->c_str());
+      continue;
+    }
+    if (line->empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", *line}});
     nlohmann::ordered_json context = {{"messages", messages},
                                       {"add_generation_prompt", true},
                                       {"bos_token", tokenizer.bos_token()},
                                       {"eos_token", tokenizer.eos_token()}};
     StatusOr<std::string> prompt = tmpl->render(context);
     if (!prompt.ok()) return fail(prompt.status());
-    // The template writes the special tokens (BOS) itself, as in vLLM's chat
-    // path.
+    // The template writes the special tokens (BOS) itself, as in vLLM's chat path.
     StatusOr<std::string> reply = run_turn(**engine, turn, tokenizer.encode(*prompt, false), *params);
     if (!reply.ok()) {
       std::fprintf(stderr, "error: %s\n", reply.status().message().c_str());

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/builtin_default.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/serving_engine.h"
@@ -25,11 +26,6 @@
 
 namespace llmserve::cli {
 namespace {
-
-// The built-in default model has a byte tokenizer and no chat template; this plain one makes chat usable.
-constexpr const char *kBuiltinChatTemplate =
-    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}";
 
 struct ServeFlags {
   ModelFlags model;
@@ -104,7 +100,7 @@ StatusOr<std::optional<std::string>> chat_template_source(const ServeFlags &f, c
   if (loaded.tokenizer) {
     if (auto t = loaded.tokenizer->chat_template(); t) return std::optional<std::string>(*t);
   }
-  if (loaded.builtin_default) return std::optional<std::string>(kBuiltinChatTemplate);
+  if (loaded.builtin_default) return std::optional<std::string>(builtin_default_chat_template());
   return std::optional<std::string>();
 }
 

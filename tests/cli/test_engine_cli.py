@@ -96,7 +96,7 @@ def test_chat_over_a_pipe_matches_template_and_generate(llmserve_bin, chat_model
     transformers = pytest.importorskip("transformers")
     model, tok_dir = chat_model
     common = ["--model", str(model), "--load-format", "dummy", "--tokenizer", str(tok_dir), "--max-tokens", "12",
-              "--ignore-eos"]
+              "--ignore-eos", "--temperature", "0"]
     r = run(llmserve_bin, "chat", *common, stdin="Hello there!\nTell me more.\n")
     # Oracle for turn 1: jinja2 renders the template, transformers' AutoTokenizer (what vLLM tokenizes with) encodes,
     # `generate` runs the same ids.
