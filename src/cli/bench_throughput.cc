@@ -42,7 +42,9 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   int64_t num_prompts = 16, input_len = 128, output_len = 64;
   double temperature = 1.0;
   bool ignore_eos = false;
+  std::vector<std::string> positional;
   ArgParser parser("bench throughput", "End-to-end output tokens/s of LLMEngine on random prompts.");
+  parser.set_positional("[MODEL]", &positional);
   add_model_flags(parser, &m);
   add_engine_flags(parser, &e);
   parser.add_string("dataset-name", &dataset_name, "random (the only one: uniform random token ids, vLLM's name)");
@@ -53,8 +55,9 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   parser.add_float("temperature", &temperature, "sampling temperature (default 1.0, as vLLM's benchmark)");
   parser.add_bool("ignore-eos", &ignore_eos, "generate exactly --output-len tokens");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
+  if (Status s = take_positional_model(positional, "bench throughput", &m); !s.ok()) return usage_error(s);
   if (m.model.empty() && m.config_file.empty()) {
-    return usage_error(invalid_argument("give --model DIR, or --load-format dummy --config FILE"));
+    return usage_error(invalid_argument("give MODEL (or --model), or --load-format dummy --config FILE"));
   }
   if (dataset_name != "random") {
     return usage_error(invalid_argument("--dataset-name '" + dataset_name + "': only 'random' is supported"));

@@ -79,7 +79,7 @@ int run_chat(const std::vector<std::string> &args) {
   add_model_flags(parser, &f.model);
   add_engine_flags(parser, &f.engine);
   f.sampling.max_tokens = 256;
-  add_sampling_flags(parser, &f.sampling);
+  add_sampling_flags(parser, &f.sampling, /*several_outputs=*/false);
   parser.add_string("system", &f.system, "system message that opens the conversation");
   parser.add_string("chat-template", &f.chat_template, "chat template file (default: the tokenizer's)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -89,7 +89,6 @@ int run_chat(const std::vector<std::string> &args) {
   if (StatusOr<SamplingParams> p = to_sampling_params(f.sampling, f.model, SamplingParams()); !p.ok()) {
     return usage_error(p.status());
   }
-  if (f.sampling.n != 1) return usage_error(invalid_argument("--n: chat shows one reply"));
   if (Status s = resolve_model_flags(&f.model); !s.ok()) return fail(s);
   StatusOr<SamplingParams> defaults = sampling_defaults_for(f.sampling, f.model);
   if (!defaults.ok()) return fail(defaults.status());

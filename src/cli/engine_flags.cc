@@ -151,7 +151,7 @@ StatusOr<CudaGraphFlags> resolve_cuda_graph_flags(const EngineFlags &f) {
   return out;
 }
 
-void add_sampling_flags(ArgParser &parser, SamplingFlags *f) {
+void add_sampling_flags(ArgParser &parser, SamplingFlags *f, bool several_outputs) {
   parser.add_float("temperature", &f->temperature,
                    "0 = greedy (default: the model's generation_config.json, else 1.0, as vLLM)");
   parser.add_float("top-p", &f->top_p, "nucleus sampling mass, (0, 1] (default: generation_config.json, else 1)");
@@ -177,8 +177,10 @@ void add_sampling_flags(ArgParser &parser, SamplingFlags *f) {
   parser.add_float("frequency-penalty", &f->frequency_penalty, "[-2, 2]");
   parser.add_float("repetition-penalty", &f->repetition_penalty,
                    "> 0; 1 = off (default: generation_config.json, else 1)");
-  parser.add_int("n", &f->n, "sequences per prompt (default 1)");
-  parser.add_int("logprobs", &f->logprobs, "top logprobs per generated token (json output)");
+  if (several_outputs) {
+    parser.add_int("n", &f->n, "sequences per prompt (default 1)");
+    parser.add_int("logprobs", &f->logprobs, "top logprobs per generated token (json output)");
+  }
 }
 
 void add_prompt_logprobs_flag(ArgParser &parser, SamplingFlags *f) {

@@ -83,7 +83,8 @@ struct SamplingFlags {
   bool ignore_eos = false, include_stop_str_in_output = false, skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
 };
-void add_sampling_flags(ArgParser &parser, SamplingFlags *f);
+// `several_outputs`: --n and --logprobs too (generate; chat shows one reply and no logprobs, so it has neither).
+void add_sampling_flags(ArgParser &parser, SamplingFlags *f, bool several_outputs = true);
 void add_prompt_logprobs_flag(ArgParser &parser, SamplingFlags *f);
 // The sampling defaults vLLM starts a request from: SamplingParams' own (temperature 1.0, ...), over which
 // `generation_config` "auto" lays the model folder's generation_config.json (temperature, top_p, top_k, min_p,

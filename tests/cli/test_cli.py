@@ -38,3 +38,13 @@ def test_help_shows_defaults_and_no_forms(llmserve_bin, command):
         assert line.startswith("  --[no-]") or line.split()[1] in ("N", "X", "VALUE", "VALUE..."), line
     assert any(line.startswith("  --[no-]enable-prefix-caching") and "(default on)" in line for line in flags)
     assert any(line.startswith("  --max-num-batched-tokens N") and "(default 4096)" in line for line in flags)
+
+
+def test_chat_offers_only_the_flags_it_acts_on(llmserve_bin):
+    # One reply, no logprobs shown: chat has no --n and no --logprobs (generate has both).
+    chat = run(llmserve_bin, "chat", "--help").stdout
+    assert "--n N" not in chat and "--logprobs" not in chat
+    generate = run(llmserve_bin, "generate", "--help").stdout
+    assert "--n N" in generate and "--logprobs N" in generate
+    r = run(llmserve_bin, "chat", "--n", "2")
+    assert r.returncode == 2 and "unknown flag --n" in r.stderr
