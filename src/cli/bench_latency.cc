@@ -41,7 +41,9 @@ int run_latency(const std::vector<std::string>& args) {
   ArgParser parser("bench latency",
                    "Times one batch: prefill of batch-size x input-len tokens, then output-len\n"
                    "decode steps; prints tok/s beside the memory-bandwidth / GEMM-rate floor.");
-  parser.add_string("model", &f.model, "model directory");
+  std::vector<std::string> positional;
+  parser.set_positional("[MODEL]", &positional);
+  parser.add_string("model", &f.model, "model folder or Hugging Face model id");
   parser.add_string("config", &f.config_file, "config.json to use with --load-format dummy (no weights needed)");
   parser.add_string("dtype", &f.dtype, "weight dtype: auto (the checkpoint's) | float32 | bfloat16 | float16");
   parser.add_string("load-format", &f.load_format, "auto | safetensors | dummy");
@@ -55,6 +57,11 @@ int run_latency(const std::vector<std::string>& args) {
   EngineFlags graph_flags;  // only the CUDA-graph flags are registered
   add_cuda_graph_flags(parser, &graph_flags);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
+  ModelFlags model_flags;
+  model_flags.model = f.model;
+  if (Status s = take_positional_model(positional, "bench latency", &model_flags); !s.ok()) return usage_error(s);
+  if (Status s = resolve_model_flags(&model_flags); !s.ok()) return fail(s);  // an id: from the cache or the Hub
+  f.model = model_flags.model;
   if (f.batch_size <= 0 || f.input_len <= 0 || f.output_len <= 0 || f.num_iters <= 0) {
     return fail(invalid_argument("--batch-size, --input-len, --output-len and --num-iters must be positive"));
   }
@@ -79,7 +86,7 @@ int run_latency(const std::vector<std::string>& args) {
   } else if (!f.model.empty()) {
     model = load_model(f.model, options);
   } else {
-    return fail(invalid_argument("give --model DIR, or --load-format dummy --config FILE"));
+    return fail(invalid_argument("give MODEL (or --model), or --load-format dummy --config FILE"));
   }
   if (!model.ok()) return fail(model.status());
   const double load_s = seconds_since(load_start);

@@ -67,6 +67,15 @@ def test_serve_reports_a_missing_model_before_listening(llmserve_bin, tmp_path):
     assert r.returncode == 1 and "HF_HUB_OFFLINE forbids downloading it" in r.stderr and "listening" not in r.stderr
 
 
+def test_bench_commands_take_the_model_as_an_argument(llmserve_bin):
+    for command in (["bench", "latency"], ["bench", "throughput"]):
+        r = run(llmserve_bin, *command, FIXTURE, "--input-len", "4", "--output-len", "2", "--num-threads", "1",
+                *(["--num-iters", "1"] if command[1] == "latency" else ["--num-prompts", "2"]))
+        assert r.returncode == 0, r.stderr
+        both = run(llmserve_bin, *command, FIXTURE, "--model", FIXTURE)
+        assert both.returncode == 2 and "give the model as MODEL or --model, not both" in both.stderr
+
+
 def test_generate_and_chat_take_the_model_as_an_argument(llmserve_bin):
     r = run(llmserve_bin, "generate", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "3", "--temperature", "0")
     flag = run(llmserve_bin, "generate", "--model", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "3",
