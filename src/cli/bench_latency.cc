@@ -31,11 +31,6 @@ struct BenchFlags {
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "error: %s\n", s.message().c_str());
-  return 1;
-}
-
 int run_latency(const std::vector<std::string>& args) {
   BenchFlags f;
   ArgParser parser("bench latency",
@@ -63,20 +58,19 @@ int run_latency(const std::vector<std::string>& args) {
   if (Status s = resolve_model_flags(&model_flags); !s.ok()) return fail(s);  // an id: from the cache or the Hub
   f.model = model_flags.model;
   if (f.batch_size <= 0 || f.input_len <= 0 || f.output_len <= 0 || f.num_iters <= 0) {
-    return fail(invalid_argument("--batch-size, --input-len, --output-len and --num-iters must be positive"));
+    return usage_error(invalid_argument("--batch-size, --input-len, --output-len and --num-iters must be positive"));
   }
+  model_flags.load_format = f.load_format;
+  model_flags.dtype = f.dtype;
+  model_flags.device = f.device;
+  model_flags.num_threads = f.num_threads;
+  if (Status s = check_model_flags(model_flags); !s.ok()) return usage_error(s);
   if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
   ModelLoadOptions options;
-  if (!parse_load_format(f.load_format, &options.load_format)) {
-    return fail(invalid_argument("--load-format '" + f.load_format + "': expected auto, safetensors or dummy"));
-  }
+  parse_load_format(f.load_format, &options.load_format);  // the three checked by check_model_flags
+  parse_dtype_flag(f.dtype, &options.weight_dtype);
+  parse_device_flag(f.device, &options.device);
   options.seed = static_cast<uint64_t>(f.seed);
-  if (!parse_dtype_flag(f.dtype, &options.weight_dtype)) {
-    return fail(invalid_argument("--dtype '" + f.dtype + "': expected auto, float32, bfloat16 or float16"));
-  }
-  if (!parse_device_flag(f.device, &options.device)) {
-    return fail(invalid_argument("--device '" + f.device + "': expected cpu, cuda or cuda:N"));
-  }
   StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
   const auto load_start = Clock::now();
   if (!f.config_file.empty()) {
