@@ -84,16 +84,9 @@ int run_chat(const std::vector<std::string> &args) {
   parser.add_string("chat-template", &f.chat_template, "chat template file (default: the tokenizer's)");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (Status s = take_positional_model(f.positional, "chat", &f.model); !s.ok()) return usage_error(s);
-  if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
-  if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
-  if (StatusOr<SamplingParams> p = to_sampling_params(f.sampling, f.model, SamplingParams()); !p.ok()) {
-    return usage_error(p.status());
-  }
-  if (Status s = resolve_model_flags(&f.model); !s.ok()) return fail(s);
-  StatusOr<SamplingParams> defaults = sampling_defaults_for(f.sampling, f.model);
-  if (!defaults.ok()) return fail(defaults.status());
-  StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model, *defaults);
-  if (!params.ok()) return usage_error(params.status());
+  int exit_code = 0;
+  const std::optional<SamplingParams> params = start_sampling_command(&f.model, f.engine, f.sampling, &exit_code);
+  if (!params) return exit_code;
   StatusOr<LoadedModel> loaded = load_model_from_flags(f.model, /*need_tokenizer=*/true);
   if (!loaded.ok()) return fail(loaded.status());
   const Tokenizer &tokenizer = *loaded->tokenizer;

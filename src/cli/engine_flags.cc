@@ -238,16 +238,31 @@ StatusOr<SamplingParams> generation_defaults(const std::string &generation_confi
   return p;
 }
 
-StatusOr<SamplingParams> sampling_defaults_for(const SamplingFlags &f, const ModelFlags &m) {
-  const bool builtin = m.model.empty() && m.config_file.empty();
-  StatusOr<SamplingParams> d = generation_defaults(f.generation_config, builtin ? "" : m.model);
-  if (!d.ok()) return d.status().with_context("--generation-config");
-  if (!f.temperature) {
-    const bool from_model = d->temperature != SamplingParams().temperature;
-    std::fprintf(stderr, "llmserve: sampling at temperature %g (%s); --temperature 0 for greedy\n", d->temperature,
-                 from_model ? "the model's generation_config.json" : "vLLM's default");
+std::optional<SamplingParams> start_sampling_command(ModelFlags *m, const EngineFlags &e, const SamplingFlags &s,
+                                                     int *exit_code) {
+  Status usage = check_model_flags(*m);
+  if (usage.ok()) usage = check_engine_flags(e);
+  if (usage.ok()) usage = to_sampling_params(s, *m, SamplingParams()).status();
+  if (!usage.ok()) {
+    *exit_code = usage_error(usage);
+    return std::nullopt;
   }
-  return d;
+  // The model id resolved (cached or downloaded) first: generation_config.json lives in its folder.
+  Status status = resolve_model_flags(m);
+  const bool builtin = m->model.empty() && m->config_file.empty();
+  StatusOr<SamplingParams> defaults = generation_defaults(s.generation_config, builtin ? "" : m->model);
+  if (status.ok() && !defaults.ok()) status = defaults.status().with_context("--generation-config");
+  StatusOr<SamplingParams> params = status.ok() ? to_sampling_params(s, *m, *defaults) : status;
+  if (!params.ok()) {
+    *exit_code = fail(params.status());
+    return std::nullopt;
+  }
+  if (!s.temperature) {
+    const bool from_model = params->temperature != SamplingParams().temperature;
+    std::fprintf(stderr, "llmserve: sampling at temperature %g (%s); --temperature 0 for greedy\n",
+                 params->temperature, from_model ? "the model's generation_config.json" : "vLLM's default");
+  }
+  return *params;
 }
 
 StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m,

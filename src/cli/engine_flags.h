@@ -94,9 +94,12 @@ StatusOr<SamplingParams> generation_defaults(const std::string &generation_confi
 // field). InvalidArgument names a malformed flag (--stop-token-ids, --logit-bias, --n).
 StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m,
                                             const SamplingParams &defaults);
-// The sampling defaults of a command that samples (generate, chat): generation_defaults for the model, and one line
-// on stderr when the temperature is not given, saying where it comes from (vLLM samples at 1.0 unless told).
-StatusOr<SamplingParams> sampling_defaults_for(const SamplingFlags &f, const ModelFlags &m);
+// The start generate and chat share: the command line checked (a usage error: exit 2), then the model id resolved
+// and the SamplingParams built over generation_defaults (a failure: exit 1), with one line on stderr when the
+// temperature is not given, saying where it comes from (vLLM samples at 1.0 unless told). nullopt: *exit_code is
+// set and the error printed.
+std::optional<SamplingParams> start_sampling_command(ModelFlags *m, const EngineFlags &e, const SamplingFlags &s,
+                                                     int *exit_code);
 
 struct LoadedModel {
   std::unique_ptr<CausalLM> model;

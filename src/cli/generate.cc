@@ -157,18 +157,6 @@ int run_generate(const std::vector<std::string> &args) {
   if (f.output != "text" && f.output != "json" && f.output != "jsonl") {
     return usage_error(invalid_argument("--output '" + f.output + "': expected text, json or jsonl"));
   }
-  if (Status s = check_model_flags(f.model); !s.ok()) return usage_error(s);
-  if (Status s = check_engine_flags(f.engine); !s.ok()) return usage_error(s);
-  if (StatusOr<SamplingParams> p = to_sampling_params(f.sampling, f.model, SamplingParams()); !p.ok()) {
-    return usage_error(p.status());
-  }
-  // The model id resolved (cached or downloaded) first: generation_config.json lives in its folder.
-  if (Status s = resolve_model_flags(&f.model); !s.ok()) return fail(s);
-  StatusOr<SamplingParams> defaults = sampling_defaults_for(f.sampling, f.model);
-  if (!defaults.ok()) return fail(defaults.status());
-  StatusOr<SamplingParams> params = to_sampling_params(f.sampling, f.model, *defaults);
-  if (!params.ok()) return usage_error(params.status());
-
   std::vector<PromptInput> prompts;
   for (const std::string &text : f.prompts) prompts.push_back(PromptInput{text, {}});
   for (const std::string &ids : f.prompt_ids) {
@@ -176,6 +164,9 @@ int run_generate(const std::vector<std::string> &args) {
     if (!parsed.ok()) return usage_error(parsed.status());
     prompts.push_back(PromptInput{"", *parsed});
   }
+  int exit_code = 0;
+  const std::optional<SamplingParams> params = start_sampling_command(&f.model, f.engine, f.sampling, &exit_code);
+  if (!params) return exit_code;
   std::vector<int32_t> priorities;  // by prompt index; missing entries are 0
   if (!f.input.empty()) {
     if (Status s = read_jsonl(f.input, &prompts, &priorities); !s.ok()) return fail(s);

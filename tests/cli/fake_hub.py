@@ -5,25 +5,24 @@
 # The LFS route honours Range. Faults for tests: a gated repo (401 without the token), a transfer cut in the middle
 # once, corrupted bytes, unknown repos and revisions (404).
 import hashlib
-import http.server
 import json
 import pathlib
 import re
 import threading
+
+from loopback_server import LoopbackServer, QuietHandler
 
 
 def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-class FakeHub(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
+class FakeHub(LoopbackServer):
     def __init__(self, repos, gated_token=None, cut_once=False, corrupt=None):
         """repos: {repo_id: folder}; every file of the folder (and a README.md the client must skip) is served at
         commit sha1(repo_id). gated_token: requests without "Bearer <it>" get 401. cut_once: the first LFS GET stops
         after half the bytes. corrupt: a file name whose body is served with one byte changed."""
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.repos = {}
         for repo_id, folder in repos.items():
             files = {p.name: p.read_bytes() for p in sorted(pathlib.Path(folder).iterdir()) if p.is_file()}
@@ -34,26 +33,9 @@ class FakeHub(http.server.ThreadingHTTPServer):
         self.corrupt = corrupt
         self.lock = threading.Lock()
         self.requests = []  # (method, path, Range header)
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.shutdown()
-        self.server_close()
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
+class _Handler(QuietHandler):
 
     def _send(self, status, headers=None, body=b"", head=False):
         self.send_response(status)

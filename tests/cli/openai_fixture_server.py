@@ -3,19 +3,18 @@
 # request arrived, then one every `token_interval_s`, by absolute deadlines so jitter does not accumulate), so
 # the benchmark's TTFT / TPOT / ITL can be checked against known values. Optional faults: HTTP 500 on every
 # k-th request, a connection dropped mid-stream, no usage chunk, events split across TCP writes.
-import http.server
 import json
 import socket
 import threading
 import time
 
+from loopback_server import LoopbackServer, QuietHandler
 
-class FixtureServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
 
+class FixtureServer(LoopbackServer):
     def __init__(self, model="fixture-model", first_delay_s=0.05, token_interval_s=0.01, fail_every=0,
                  drop_every=0, include_usage=True, split_events=True, tokenizer=None):
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.model = model
         self.first_delay_s = first_delay_s
         self.token_interval_s = token_interval_s
@@ -29,27 +28,13 @@ class FixtureServer(http.server.ThreadingHTTPServer):
         self.bodies = []
         self.active = 0
         self.max_active = 0
-        self._thread = None
 
     @property
     def base_url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def __enter__(self):
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.shutdown()
-        self.server_close()
+        return self.url
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
+class _Handler(QuietHandler):
 
     def _send_json(self, status, obj):
         data = json.dumps(obj).encode()
