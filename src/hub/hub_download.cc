@@ -8,6 +8,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -184,7 +185,12 @@ Status fetch_file(Http& http, const DownloadOptions& o, const std::string& repo_
   if (etag.empty() || etag.find('/') != std::string::npos || etag.find("..") != std::string::npos) {
     return data_loss(name + ": the Hub sent no usable ETag");
   }
-  const int64_t size = size_text.empty() ? -1 : std::stoll(size_text);
+  char *end = nullptr;
+  const long long parsed_size = size_text.empty() ? -1 : std::strtoll(size_text.c_str(), &end, 10);
+  if (!size_text.empty() && (*end != '\0' || parsed_size < 0)) {
+    return data_loss(name + ": the Hub sent a bad size '" + size_text + "'");
+  }
+  const int64_t size = parsed_size;
   const std::string location = head.status >= 300 && head.status < 400 ? header(head, "location") : "";
   std::string get_url = location.empty() ? url : location;
   if (!get_url.empty() && get_url.front() == '/') get_url = o.endpoint + get_url;  // a relative redirect
@@ -197,6 +203,7 @@ Status fetch_file(Http& http, const DownloadOptions& o, const std::string& repo_
     Status last = ok_status();
     for (int attempt = 0; attempt < 5; ++attempt) {  // a broken transfer resumes where it stopped
       const int64_t have = fs::exists(partial, ec) ? static_cast<int64_t>(fs::file_size(partial, ec)) : 0;
+      if (size >= 0 && have >= size) break;  // complete already (stopped before its check): verified below
       std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(partial.c_str(), have > 0 ? "ab" : "wb"),
                                                          std::fclose);
       if (!f) return internal_error(partial.string() + ": cannot write");
