@@ -6,7 +6,7 @@
 // (query and output are < 1% here). Each timed call reads a different slice of a >= 512 MB cache so L2 (50-60 MB)
 // never holds the data; times are medians of 15 samples of 20 back-to-back calls, with CUDA events. Also the
 // prefill kernel's TFLOP/s on causal prompts: one of 512, 2048, 8192 tokens and 8 of 1024 (M), one of 2048 (S), and
-// 64 of 48 (M: short chunks, where fixed costs dominate).
+// 64 of 48 (M: short chunks, where fixed costs dominate), each beside the bf16 matmul rate measured in the same run.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -157,6 +157,17 @@ double bench_prefill_tflops(const Shape3& shape, int prompts, int len, double* u
   return prompts * 4.0 * hd * nh * len * (len + 1.0) / 2 / us * 1e-6;
 }
 
+// The matmul rate the prefill rows are read against, measured in the same run: ops::linear (cuBLASLt) in bf16 at
+// 8192 x 8192 x 8192 on random data (the rate the tensor cores reach on a large GEMM), TFLOP/s.
+double bench_matmul_tflops() {
+  constexpr int64_t n = 8192;
+  Tensor x = upload(testing::random_tensor({n, n}, 11, DType::kBF16));
+  Tensor w = upload(testing::random_tensor({n, n}, 12, DType::kBF16));
+  Tensor out = Tensor::empty({n, n}, DType::kBF16, Device::cuda());
+  const double us = time_us([&](int) { ops::linear(out, x, w, nullptr); }, 5);
+  return 2.0 * n * n * n / us * 1e-6;
+}
+
 }  // namespace
 
 int run_bench() {
@@ -185,8 +196,10 @@ int run_bench() {
                 sp.shape->num_heads, sp.shape->num_kv_heads, sp.shape->head_dim, r.batch, r.ctx, r.split ? "yes" : "no",
                 r.us, r.kv_bytes * 1e-6, floor_us, gbs, 100.0 * floor_us / r.us);
   }
-  std::printf("\nprefill paged attention (causal, empty contexts), bf16\n");
-  std::printf("| shape | prompts x tokens | us / call | TFLOP/s |\n|---|---|---|---|\n");
+  const double matmul = bench_matmul_tflops();
+  std::printf("\nmatmul rate (ops::linear / cuBLASLt, bf16, 8192 x 8192 x 8192, random data): %.0f TFLOP/s\n", matmul);
+  std::printf("prefill paged attention (causal, empty contexts), bf16; floor = its FLOPs at that matmul rate\n");
+  std::printf("| shape | prompts x tokens | us / call | TFLOP/s | of matmul rate |\n|---|---|---|---|---|\n");
   struct PrefillSpec {
     const Shape3* shape;
     int prompts, len;
@@ -196,8 +209,8 @@ int run_bench() {
   for (const PrefillSpec& sp : prefills) {
     double us = 0;
     const double tflops = bench_prefill_tflops(*sp.shape, sp.prompts, sp.len, &us);
-    std::printf("| %s (hd %d) | %d x %d | %.1f | %.0f |\n", sp.shape->name, sp.shape->head_dim, sp.prompts, sp.len, us,
-                tflops);
+    std::printf("| %s (hd %d) | %d x %d | %.1f | %.0f | %.0f%% |\n", sp.shape->name, sp.shape->head_dim, sp.prompts,
+                sp.len, us, tflops, 100.0 * tflops / matmul);
   }
   return 0;
 }
