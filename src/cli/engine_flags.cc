@@ -248,11 +248,14 @@ std::optional<SamplingParams> start_sampling_command(ModelFlags *m, const Engine
     return std::nullopt;
   }
   // The model id resolved (cached or downloaded) first: generation_config.json lives in its folder.
-  Status status = resolve_model_flags(m);
+  if (Status resolved = resolve_model_flags(m); !resolved.ok()) {
+    *exit_code = fail(resolved);
+    return std::nullopt;
+  }
   const bool builtin = m->model.empty() && m->config_file.empty();
   StatusOr<SamplingParams> defaults = generation_defaults(s.generation_config, builtin ? "" : m->model);
-  if (status.ok() && !defaults.ok()) status = defaults.status().with_context("--generation-config");
-  StatusOr<SamplingParams> params = status.ok() ? to_sampling_params(s, *m, *defaults) : status;
+  StatusOr<SamplingParams> params =
+      defaults.ok() ? to_sampling_params(s, *m, *defaults) : defaults.status().with_context("--generation-config");
   if (!params.ok()) {
     *exit_code = fail(params.status());
     return std::nullopt;

@@ -57,9 +57,13 @@ class _Handler(QuietHandler):
             return False
         return True
 
-    def _find_repo(self, repo_id, revision):
+    def _repo(self, head, repo_id, revision):
+        """(sha, files) of an authorized request for a known repo and revision; else None, the error sent."""
+        if not self._authorized(head):
+            return None
         entry = self.server.repos.get(repo_id)
         if entry is None or revision not in ("main", entry[0]):
+            self._not_found(head)
             return None
         return entry
 
@@ -69,11 +73,9 @@ class _Handler(QuietHandler):
             hub.requests.append((self.command, self.path, self.headers.get("Range")))
         m = re.fullmatch(r"/api/models/(.+)/revision/([^/]+)", self.path)
         if m:
-            if not self._authorized(head):
-                return
-            entry = self._find_repo(m.group(1), m.group(2))
+            entry = self._repo(head, m.group(1), m.group(2))
             if entry is None:
-                return self._not_found(head)
+                return
             sha, files = entry
             body = json.dumps({"id": m.group(1), "sha": sha, "siblings": [{"rfilename": f} for f in files]}).encode()
             return self._send(200, {"Content-Type": "application/json"}, body, head)
@@ -83,11 +85,9 @@ class _Handler(QuietHandler):
         m = re.fullmatch(r"/(.+)/resolve/([^/]+)/([^/]+)", self.path)
         if not m:
             return self._not_found(head, "EntryNotFound")
-        if not self._authorized(head):
-            return
-        entry = self._find_repo(m.group(1), m.group(2))
+        entry = self._repo(head, m.group(1), m.group(2))
         if entry is None:
-            return self._not_found(head)
+            return
         sha, files = entry
         name = m.group(3)
         if name not in files:
