@@ -1,6 +1,7 @@
 # llmserve.LLM against the C++ engine: the same greedy ids and logprobs as `llmserve generate --output json` and as
 # the transformers fixtures, prompt shapes, per-prompt params, Ctrl-C, bad arguments naming the field, memory.
 import json
+import os
 import pathlib
 import resource
 import subprocess
@@ -161,7 +162,7 @@ def test_console_entry_point_runs_the_cli():
     from llmserve import _cli
     out = subprocess.run([sys.executable, "-c", "import sys; from llmserve._cli import main; sys.argv[0] = 'llmserve';"
                           " main()", "version"], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(pathlib.Path(llmserve.__file__).parent.parent)})
+                         env={**os.environ, "PYTHONPATH": str(pathlib.Path(llmserve.__file__).parent.parent)})
     assert llmserve.__version__ in out.stdout and _cli.binary_path().endswith("llmserve")
 
 
@@ -184,7 +185,7 @@ except KeyboardInterrupt:
     out = llm.generate(["y"], SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)
     print("usable", len(out[0].outputs[0].token_ids))
 """)
-    env = {"PYTHONPATH": str(pathlib.Path(llmserve.__file__).parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(llmserve.__file__).parent.parent)}
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert "usable 3" in run.stdout, run.stdout + run.stderr
     seconds = float(run.stdout.split("interrupted after ")[1].split()[0])
