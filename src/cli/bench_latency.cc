@@ -29,6 +29,7 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 struct BenchFlags {
   std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu";
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
+  std::optional<bool> async_scheduling;  // unset: on for cuda, off for cpu (as the engine)
 };
 
 int run_latency(const std::vector<std::string>& args) {
@@ -49,6 +50,9 @@ int run_latency(const std::vector<std::string>& args) {
   parser.add_int("num-threads", &f.num_threads, "CPU threads (default: all)");
   parser.add_int("num-iters", &f.num_iters, "timed repetitions; the best is reported (default 3)");
   parser.add_int("seed", &f.seed, "seed for dummy weights and prompts");
+  parser.add_bool("async-scheduling", &f.async_scheduling,
+                  "queue decode step N+1 before waiting for step N's ids, as the engine's batch queue does "
+                  "(default: on for cuda, off for cpu; --no-async-scheduling)");
   EngineFlags graph_flags;  // only the CUDA-graph flags are registered
   add_cuda_graph_flags(parser, &graph_flags);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -89,8 +93,10 @@ int run_latency(const std::vector<std::string>& args) {
     return fail(invalid_argument("input-len + output-len exceeds max_position_embeddings"));
   }
 
-  // The engine's ModelRunner, driven by hand-made SchedulerOutputs: one prefill step of every prompt, then
-  // output-len decode steps; each step ends when its sampled ids are on the host.
+  // The engine's ModelRunner, driven by hand-made SchedulerOutputs as the engine core drives it: one prefill step of
+  // every prompt (timed until its sampled ids are on the host), then output-len decode steps; with async
+  // scheduling each decode step is queued before the previous one's ids are waited for (EngineCore's batch queue of
+  // depth 2: the ids stay on the device and the runner scatters them into the next step's inputs).
   const int32_t block_size = 16;
   const int64_t blocks_per_seq = (f.input_len + f.output_len + 1 + block_size - 1) / block_size;
   ModelRunnerConfig rc;
@@ -112,6 +118,7 @@ int run_latency(const std::vector<std::string>& args) {
   greedy.max_tokens = f.output_len + 1;
   double best_prefill = 1e30, best_decode = 1e30;
   const bool on_cuda = !options.device.is_cpu();
+  const bool async_scheduling = f.async_scheduling.value_or(on_cuda);
   GpuBusyMeter busy_meter;
   bool busy_available = false;
   std::string busy_why_not;
@@ -138,6 +145,7 @@ int run_latency(const std::vector<std::string>& args) {
     const bool meter_this = iter == f.num_iters && on_cuda;
     if (meter_this) busy_available = busy_meter.start(&busy_why_not);
     start = Clock::now();
+    std::optional<ModelExecutor::StepHandle> in_flight;  // async: the queued step not yet waited for
     for (int64_t step = 0; step < f.output_len; ++step) {
       SchedulerOutput decode;
       for (int64_t r = 0; r < f.batch_size; ++r) {
@@ -148,7 +156,21 @@ int run_latency(const std::vector<std::string>& args) {
         decode.num_scheduled_tokens.push_back({ids[r], 1});
       }
       decode.total_num_scheduled_tokens = f.batch_size;
-      out = runner.execute(decode);
+      if (!async_scheduling) {
+        out = runner.execute(decode);
+        if (!out.ok()) return fail(out.status());
+        continue;
+      }
+      StatusOr<ModelExecutor::StepHandle> queued = runner.execute_async(decode);
+      if (!queued.ok()) return fail(queued.status());
+      if (in_flight) {
+        out = runner.wait(*in_flight);
+        if (!out.ok()) return fail(out.status());
+      }
+      in_flight = *queued;
+    }
+    if (in_flight) {
+      out = runner.wait(*in_flight);
       if (!out.ok()) return fail(out.status());
     }
     const double decode_s = seconds_since(start);
@@ -188,6 +210,7 @@ int run_latency(const std::vector<std::string>& args) {
                                                           " sizes up to " + std::to_string(graph_sizes.back()) + ", " +
                                                           std::to_string(runner.cuda_graph_bytes() >> 20) + " MiB")
                                                              .c_str());
+  std::printf("async scheduling: %s\n", async_scheduling ? "on (decode steps queued one ahead)" : "off");
   std::printf("model load: %.2f s (%s)\n", load_s,
               f.load_format == "dummy" ? "dummy weights generated on the host" : "safetensors");
   std::printf("measured: %s\n", rates.description.c_str());

@@ -50,6 +50,16 @@ def test_bench_latency_cpu_prints_floors(llmserve_bin):
     assert "floors:" in r.stdout
 
 
+def test_bench_latency_async_scheduling_is_a_flag(llmserve_bin):
+    # CPU default off, as the engine; on, the decode steps go through execute_async / wait one step apart.
+    args = ["bench", "latency", "--load-format", "dummy", "--config", FIXTURE + "/config.json", "--batch-size", "2",
+            "--input-len", "5", "--output-len", "6", "--num-iters", "1", "--num-threads", "1"]
+    assert "async scheduling: off" in run(llmserve_bin, *args).stdout
+    on = run(llmserve_bin, *args, "--async-scheduling")
+    assert "async scheduling: on" in on.stdout
+    assert any(l.startswith("decode") and l.endswith("%") for l in on.stdout.splitlines()), on.stdout
+
+
 def test_bench_latency_rejects_bad_device(llmserve_bin):
     r = run(llmserve_bin, "bench", "latency", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
             "--device", "gpu", check=False)
