@@ -29,6 +29,7 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 struct BenchFlags {
   std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu";
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
+  int64_t kernel_breakdown = 0;          // CUDA: print the decode phase's N kernels with the most time
   std::optional<bool> async_scheduling;  // unset: on for cuda, off for cpu (as the engine)
 };
 
@@ -53,6 +54,8 @@ int run_latency(const std::vector<std::string>& args) {
   parser.add_bool("async-scheduling", &f.async_scheduling,
                   "queue decode step N+1 before waiting for step N's ids, as the engine's batch queue does "
                   "(default: on for cuda, off for cpu; --no-async-scheduling)");
+  parser.add_int("kernel-breakdown", &f.kernel_breakdown,
+                 "cuda: print the N kernels with the most time in the last decode phase, per step (CUPTI)");
   EngineFlags graph_flags;  // only the CUDA-graph flags are registered
   add_cuda_graph_flags(parser, &graph_flags);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -64,6 +67,7 @@ int run_latency(const std::vector<std::string>& args) {
   if (f.batch_size <= 0 || f.input_len <= 0 || f.output_len <= 0 || f.num_iters <= 0) {
     return usage_error(invalid_argument("--batch-size, --input-len, --output-len and --num-iters must be positive"));
   }
+  if (f.kernel_breakdown < 0) return usage_error(invalid_argument("--kernel-breakdown must be >= 0"));
   model_flags.load_format = f.load_format;
   model_flags.dtype = f.dtype;
   model_flags.device = f.device;
@@ -75,6 +79,9 @@ int run_latency(const std::vector<std::string>& args) {
   parse_dtype_flag(f.dtype, &options.weight_dtype);
   parse_device_flag(f.device, &options.device);
   options.seed = static_cast<uint64_t>(f.seed);
+  if (f.kernel_breakdown > 0 && options.device.is_cpu()) {
+    return usage_error(invalid_argument("--kernel-breakdown needs --device cuda (it reads CUPTI's kernel records)"));
+  }
   StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
   const auto load_start = Clock::now();
   if (!f.config_file.empty()) {
@@ -232,6 +239,15 @@ int run_latency(const std::vector<std::string>& args) {
           "decode GPU busy: %.1f%% of the last iteration's decode wall time in kernels (CUPTI kernel activity; "
           "the rest is launch gaps and host time between steps)\n",
           100.0 * *decode_busy);
+      std::printf("decode idle: %lld stretches, %.1f us per step\n", static_cast<long long>(busy_meter.idle_gaps()),
+                  busy_meter.idle_us() / static_cast<double>(f.output_len));
+      const auto& kernels = busy_meter.kernel_times();
+      for (size_t i = 0; i < kernels.size() && static_cast<int64_t>(i) < f.kernel_breakdown; ++i) {
+        std::printf("  kernel %6.1f us/step %6.2f per step  %s\n",
+                    kernels[i].total_us / static_cast<double>(f.output_len),
+                    static_cast<double>(kernels[i].count) / static_cast<double>(f.output_len),
+                    kernels[i].name.substr(0, 110).c_str());
+      }
     } else {
       std::printf("decode GPU busy: not measured (%s)\n", busy_why_not.c_str());
     }

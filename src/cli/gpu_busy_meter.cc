@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #ifdef LLMSERVE_WITH_CUPTI
 #include <cupti.h>
@@ -27,12 +29,46 @@ double GpuBusyMeter::busy_fraction(std::vector<std::pair<uint64_t, uint64_t>> in
   return static_cast<double>(busy) / static_cast<double>(to - from);
 }
 
+std::vector<GpuBusyMeter::KernelTime> GpuBusyMeter::group_by_name(const std::vector<KernelRecord>& records) {
+  std::map<std::string, KernelTime> by_name;
+  for (const KernelRecord& r : records) {
+    KernelTime& t = by_name[r.name];
+    t.name = r.name;
+    ++t.count;
+    t.total_us += static_cast<double>(r.end - r.start) / 1e3;
+  }
+  std::vector<KernelTime> out;
+  for (auto& [name, t] : by_name) out.push_back(std::move(t));
+  std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
+  return out;
+}
+
+std::pair<int64_t, double> GpuBusyMeter::idle_stretches(std::vector<std::pair<uint64_t, uint64_t>> intervals,
+                                                        uint64_t from, uint64_t to) {
+  std::sort(intervals.begin(), intervals.end());
+  int64_t gaps = 0;
+  uint64_t idle = 0, covered_to = from;
+  for (auto [s, e] : intervals) {
+    if (s >= to) break;
+    if (s > covered_to) {
+      ++gaps;
+      idle += s - covered_to;
+    }
+    covered_to = std::max(covered_to, e);
+  }
+  if (to > covered_to) {
+    ++gaps;
+    idle += to - covered_to;
+  }
+  return {gaps, static_cast<double>(idle) / 1e3};
+}
+
 #ifdef LLMSERVE_WITH_CUPTI
 namespace {
 
 constexpr size_t kBufferBytes = 8 << 20;
 std::mutex g_mutex;
-std::vector<std::pair<uint64_t, uint64_t>> g_kernels;  // filled by CUPTI's buffer-completed callback
+std::vector<GpuBusyMeter::KernelRecord> g_kernels;  // filled by CUPTI's buffer-completed callback
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_num_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
@@ -46,7 +82,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
     if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      g_kernels.emplace_back(k->start, k->end);
+      g_kernels.push_back({k->name != nullptr ? k->name : "?", k->start, k->end});
     }
   }
   std::free(buffer);
@@ -80,7 +116,12 @@ std::optional<double> GpuBusyMeter::stop() {
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   cuptiActivityFlushAll(1);  // forced: hands back every buffer, complete or not
   std::lock_guard<std::mutex> lock(g_mutex);
-  return busy_fraction(std::move(g_kernels), from_, to);
+  std::vector<std::pair<uint64_t, uint64_t>> intervals;
+  intervals.reserve(g_kernels.size());
+  for (const KernelRecord& k : g_kernels) intervals.emplace_back(k.start, k.end);
+  kernel_times_ = group_by_name(g_kernels);
+  std::tie(idle_gaps_, idle_us_) = idle_stretches(intervals, from_, to);
+  return busy_fraction(std::move(intervals), from_, to);
 }
 
 GpuBusyMeter::~GpuBusyMeter() {

@@ -1,6 +1,7 @@
 // GpuBusyMeter: the fraction of a wall-clock window in which the GPU ran at least one kernel, from CUPTI's kernel
 // activity records (the union of kernel intervals inside the window over its length; kernels launched by CUDA
-// graphs count too). The gaps it exposes are launch overhead and host time between steps.
+// graphs count too). The gaps it exposes are launch overhead and host time between steps; a per-kernel breakdown of
+// the same records says which kernels the busy time went to.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +29,32 @@ class GpuBusyMeter {
   // Union of [start, end) intervals clipped to [from, to), over (to - from). Exposed for tests.
   static double busy_fraction(std::vector<std::pair<uint64_t, uint64_t>> intervals, uint64_t from, uint64_t to);
 
+  // The last window's kernels grouped by name, most total time first (durations summed, overlaps not merged), and
+  // the idle stretches between the merged intervals.
+  struct KernelTime {
+    std::string name;
+    int64_t count = 0;
+    double total_us = 0;
+  };
+  const std::vector<KernelTime>& kernel_times() const { return kernel_times_; }
+  int64_t idle_gaps() const { return idle_gaps_; }
+  double idle_us() const { return idle_us_; }
+
+  struct KernelRecord {
+    std::string name;
+    uint64_t start = 0, end = 0;
+  };
+  // Groups records by name and counts the idle gaps of their union within [from, to). Exposed for tests.
+  static std::vector<KernelTime> group_by_name(const std::vector<KernelRecord>& records);
+  static std::pair<int64_t, double> idle_stretches(std::vector<std::pair<uint64_t, uint64_t>> intervals,
+                                                   uint64_t from, uint64_t to);
+
  private:
   bool running_ = false;
   uint64_t from_ = 0;  // CUPTI timestamps (ns) of the window
+  std::vector<KernelTime> kernel_times_;
+  int64_t idle_gaps_ = 0;
+  double idle_us_ = 0;
 };
 
 }  // namespace llmserve::cli

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 namespace llmserve::cli {
 namespace {
 
@@ -16,6 +18,29 @@ TEST(GpuBusyMeter, UnionOfIntervalsInsideTheWindow) {
   EXPECT_DOUBLE_EQ(GpuBusyMeter::busy_fraction({}, 100, 200), 0.0);
   EXPECT_DOUBLE_EQ(GpuBusyMeter::busy_fraction({{0, 1000}}, 100, 200), 1.0);
   EXPECT_DOUBLE_EQ(GpuBusyMeter::busy_fraction({{0, 1000}}, 200, 200), 0.0);
+}
+
+TEST(GpuBusyMeter, IdleStretchesBetweenMergedIntervals) {
+  // Window [100, 200): idle [110, 120) and [160, 190) (the nested and overlapping kernels close no gap); none at the
+  // end since [190, 230) runs past it.
+  auto [gaps, idle_us] =
+      GpuBusyMeter::idle_stretches({{145, 160}, {120, 150}, {90, 110}, {130, 140}, {190, 230}, {300, 400}}, 100, 200);
+  EXPECT_EQ(gaps, 2);
+  EXPECT_DOUBLE_EQ(idle_us, 40 / 1e3);
+  std::tie(gaps, idle_us) = GpuBusyMeter::idle_stretches({{100, 150}}, 100, 200);  // the tail is idle too
+  EXPECT_EQ(gaps, 1);
+  EXPECT_DOUBLE_EQ(idle_us, 50 / 1e3);
+}
+
+TEST(GpuBusyMeter, KernelTimesGroupedByNameMostTimeFirst) {
+  const std::vector<GpuBusyMeter::KernelTime> t =
+      GpuBusyMeter::group_by_name({{"gemv", 0, 3000}, {"norm", 3000, 4000}, {"gemv", 4000, 8000}, {"norm", 8000, 9500}});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].name, "gemv");
+  EXPECT_EQ(t[0].count, 2);
+  EXPECT_DOUBLE_EQ(t[0].total_us, 7.0);
+  EXPECT_EQ(t[1].name, "norm");
+  EXPECT_DOUBLE_EQ(t[1].total_us, 2.5);
 }
 
 TEST(GpuBusyMeter, WithoutCuptiItSaysWhy) {

@@ -60,6 +60,12 @@ def test_bench_latency_async_scheduling_is_a_flag(llmserve_bin):
     assert any(l.startswith("decode") and l.endswith("%") for l in on.stdout.splitlines()), on.stdout
 
 
+def test_bench_latency_kernel_breakdown_needs_cuda(llmserve_bin):
+    r = run(llmserve_bin, "bench", "latency", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
+            "--kernel-breakdown", "5", check=False)
+    assert r.returncode == 2 and "--kernel-breakdown needs --device cuda" in r.stderr
+
+
 def test_bench_latency_rejects_bad_device(llmserve_bin):
     r = run(llmserve_bin, "bench", "latency", "--load-format", "dummy", "--config", FIXTURE + "/config.json",
             "--device", "gpu", check=False)
