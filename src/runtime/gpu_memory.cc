@@ -27,15 +27,20 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
   plan.block_bytes = ModelRunner::kv_block_bytes(model, block_size);
   const int64_t tokens = std::max<int64_t>(1, max_num_batched_tokens);
   const int64_t reqs = std::clamp<int64_t>(max_num_seqs, 1, tokens);
+  // The profiled requests share the token budget, and each must fit max_model_len (its block-table row): a small
+  // max_num_seqs with a large budget (4 x 1024 tokens at max_model_len 512 crashed the server, 2026-11-26) profiles
+  // more requests than max_num_seqs; their extra logits rows only add a margin.
+  const int64_t profile_reqs =
+      max_model_len > 0 ? std::min(tokens, std::max(reqs, (tokens + max_model_len - 1) / max_model_len)) : reqs;
   cuda::empty_cache(dev);  // synchronises; what stays reserved is what is in use
   {
     const size_t in_use_before = cuda::allocator_stats(dev).in_use;
     cuda::reset_peak(dev);
     ModelRunnerConfig rc;
     rc.block_size = block_size;
-    rc.num_blocks = static_cast<int32_t>(tokens / block_size + reqs + 1);
+    rc.num_blocks = static_cast<int32_t>(tokens / block_size + profile_reqs + 1);
     rc.max_num_tokens = tokens;
-    rc.max_num_reqs = reqs;
+    rc.max_num_reqs = profile_reqs;
     rc.max_model_len = max_model_len;
     const std::vector<int64_t> sizes = captures_full_decode(graphs.cuda_graph_mode)
                                            ? resolve_capture_sizes(graphs.cuda_graph_capture_sizes, reqs, tokens)
@@ -58,7 +63,7 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
           std::max<size_t>(sizes.size() >= 2 ? 2 * runner.cuda_graph_bytes(sizes[sizes.size() - 2]) : first, 1 << 20);
       plan.cuda_graph_bytes = first + each * (sizes.size() - 1) + plan.block_bytes;
     }
-    runner.profile_run(tokens, reqs);
+    runner.profile_run(tokens, profile_reqs);
     // The runner is built inside the measured window, so its persistent buffers (step inputs, [max_num_seqs, vocab]
     // logits, sampler arrays, attention workspace) count in the peak with the forward's activations. Its own
     // (small) KV cache is counted too: a margin, not an error.
@@ -82,7 +87,7 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
                 "blocks of %d tokens "
                 "(%.2f GiB, %lld tokens); maximal concurrency at max_model_len %lld: %.2fx",
                 total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
-                plan.activation_peak_bytes / gib, static_cast<long long>(tokens), static_cast<long long>(reqs),
+                plan.activation_peak_bytes / gib, static_cast<long long>(tokens), static_cast<long long>(profile_reqs),
                 plan.cuda_graph_bytes / (1024.0 * 1024.0), static_cast<long long>(plan.num_blocks), block_size,
                 plan.num_blocks * plan.block_bytes / gib, static_cast<long long>(plan.num_blocks * block_size),
                 static_cast<long long>(max_model_len),

@@ -386,6 +386,27 @@ TEST_F(ModelGpuTest, MemoryPlanFitsTheBudgetAndStepsDoNotCudaMalloc) {
   }
 }
 
+TEST_F(ModelGpuTest, MemoryPlanProfilesRequestsThatFitMaxModelLen) {
+  // 2 sequences sharing a 2048-token budget would each be 1024 tokens, past max_model_len 128: the profile spreads
+  // the budget over more requests instead (the server with --max-num-seqs 4 crashed here, 2026-11-26).
+  std::unique_ptr<CausalLM> model = load(testing::fixtures_dir() + "/llama_gqa_f32", Device::cuda(), DType::kBF16);
+  EngineArgs args;
+  args.max_model_len = 128;
+  args.max_num_seqs = 2;
+  args.max_num_batched_tokens = 2048;
+  args.gpu_memory_utilization = 0.3;
+  StatusOr<std::unique_ptr<LLMEngine>> engine = LLMEngine::create(*model, nullptr, args);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const auto prompts = random_prompts(3, 5, 100, model->config().vocab_size, 4);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    PromptInput p;
+    p.token_ids = prompts[i];
+    ASSERT_TRUE((*engine)->add_request("f" + std::to_string(i), p, greedy(20)).ok());
+  }
+  for (int s = 0; s < 200 && (*engine)->has_unfinished(); ++s) ASSERT_TRUE((*engine)->step().ok());
+  EXPECT_FALSE((*engine)->has_unfinished());
+}
+
 #include "cuda_graph_gpu_test.inc"  // NOLINT: shares this file's helpers
 
 }  // namespace
