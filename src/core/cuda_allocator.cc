@@ -72,6 +72,12 @@ class CachingAllocator {
     free_cached(device);
   }
 
+  size_t free_before_first(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_before_first_.find(device);
+    return it == free_before_first_.end() ? 0 : it->second;
+  }
+
  private:
   // *size in: the rounded request; out: the size of the block returned (unchanged on a miss).
   void* take_cached(const PoolKey& key, size_t* size) {
@@ -89,6 +95,11 @@ class CachingAllocator {
   void* malloc_or_retry(int device, size_t size, std::unique_lock<std::mutex>& lock) {
     (void)lock;
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    if (free_before_first_.count(device) == 0) {
+      size_t free_bytes = 0, total_bytes = 0;
+      check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+      free_before_first_[device] = free_bytes;
+    }
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, size);
     if (err == cudaErrorMemoryAllocation) {
@@ -129,6 +140,7 @@ class CachingAllocator {
   std::mutex mu_;
   std::map<PoolKey, std::multimap<size_t, void*>> pools_;
   std::map<int, AllocatorStats> stats_;
+  std::map<int, size_t> free_before_first_;  // device -> free bytes before its first cudaMalloc
 };
 
 // Never destroyed: tensors in static storage may be freed after every other static destructor ran.
@@ -147,6 +159,7 @@ std::shared_ptr<void> allocate_device(int device, size_t bytes) { return allocat
 AllocatorStats allocator_stats(int device) { return allocator().stats(device); }
 void reset_peak(int device) { allocator().reset_peak(device); }
 void empty_cache(int device) { allocator().empty_cache(device); }
+size_t free_bytes_before_first_allocation(int device) { return allocator().free_before_first(device); }
 
 std::shared_ptr<void> allocate_pinned(size_t bytes) {
   void* p = nullptr;

@@ -26,6 +26,10 @@ struct AllocatorStats {
 std::shared_ptr<void> allocate_device(int device, size_t bytes);
 
 AllocatorStats allocator_stats(int device = 0);
+// Free device memory (cudaMemGetInfo) just before this process's first allocation on `device`; 0 before any. The
+// KV-cache plan counts what this process took since then, so other processes on the GPU do not shrink its budget
+// (vLLM's --gpu-memory-utilization is per instance).
+size_t free_bytes_before_first_allocation(int device = 0);
 void reset_peak(int device = 0);
 // Synchronises the device and returns every cached (free) block to the driver.
 void empty_cache(int device = 0);

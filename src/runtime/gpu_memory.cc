@@ -73,24 +73,28 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
   size_t free_bytes = 0, total_bytes = 0;
   cuda::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   plan.total_bytes = total_bytes;
-  plan.used_before_bytes = total_bytes - free_bytes;
+  // What this process took since its first allocation (other processes' memory is theirs, not this budget's).
+  const size_t free_at_start = cuda::free_bytes_before_first_allocation(dev);
+  plan.used_before_bytes = free_at_start > free_bytes ? free_at_start - free_bytes : total_bytes - free_bytes;
+  plan.free_bytes = free_bytes;
   plan.budget_bytes = static_cast<size_t>(gpu_memory_utilization * static_cast<double>(total_bytes));
-  const double left = static_cast<double>(plan.budget_bytes) - static_cast<double>(plan.used_before_bytes) -
-                      static_cast<double>(plan.activation_peak_bytes) - static_cast<double>(plan.cuda_graph_bytes);
+  const double reserved = static_cast<double>(plan.activation_peak_bytes) + static_cast<double>(plan.cuda_graph_bytes);
+  const double left = std::min(static_cast<double>(plan.budget_bytes) - static_cast<double>(plan.used_before_bytes),
+                               static_cast<double>(free_bytes)) - reserved;
   plan.num_blocks = left > 0 ? static_cast<int64_t>(left / static_cast<double>(plan.block_bytes)) : 0;
   plan.num_blocks = std::min<int64_t>(plan.num_blocks, INT32_MAX);
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  char line[512];
+  char line[768];
   std::snprintf(line, sizeof(line),
-                "GPU memory: total %.2f GiB, budget %.2f GiB (utilization %.2f), in use after loading %.2f GiB, "
-                "activation peak %.2f GiB (profiled at %lld tokens / %lld seqs), CUDA graphs %.1f MiB; KV cache: %lld "
-                "blocks of %d tokens "
-                "(%.2f GiB, %lld tokens); maximal concurrency at max_model_len %lld: %.2fx",
+                "GPU memory: total %.2f GiB, budget %.2f GiB (utilization %.2f), this process after loading %.2f GiB "
+                "(free %.2f GiB), activation peak %.2f GiB (profiled at %lld tokens / %lld seqs), CUDA graphs %.1f MiB; "
+                "KV cache: %lld blocks of %d tokens (%.2f GiB, %lld tokens); maximal concurrency at max_model_len %lld: "
+                "%.2fx",
                 total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
-                plan.activation_peak_bytes / gib, static_cast<long long>(tokens), static_cast<long long>(profile_reqs),
-                plan.cuda_graph_bytes / (1024.0 * 1024.0), static_cast<long long>(plan.num_blocks), block_size,
-                plan.num_blocks * plan.block_bytes / gib, static_cast<long long>(plan.num_blocks * block_size),
-                static_cast<long long>(max_model_len),
+                free_bytes / gib, plan.activation_peak_bytes / gib, static_cast<long long>(tokens),
+                static_cast<long long>(profile_reqs), plan.cuda_graph_bytes / (1024.0 * 1024.0),
+                static_cast<long long>(plan.num_blocks), block_size, plan.num_blocks * plan.block_bytes / gib,
+                static_cast<long long>(plan.num_blocks * block_size), static_cast<long long>(max_model_len),
                 max_model_len > 0 ? static_cast<double>(plan.num_blocks * block_size) / max_model_len : 0.0);
   plan.summary = line;
   if (plan.num_blocks < 1 || plan.num_blocks * block_size < max_model_len) {
