@@ -361,8 +361,12 @@ TEST_F(ModelGpuTest, MemoryPlanFitsTheBudgetAndStepsDoNotCudaMalloc) {
   size_t free_bytes = 0, total_bytes = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
   EXPECT_GT((*engine)->num_kv_blocks(), 1000) << (*engine)->kv_cache_summary();
-  EXPECT_LE(total_bytes - free_bytes, static_cast<size_t>(0.3 * total_bytes) + (64u << 20))
-      << "device memory in use after allocating the KV cache: " << (*engine)->kv_cache_summary();
+  // The budget is this process's (vLLM's per-instance meaning): what it took since its first allocation. The CUDA
+  // context, made before that, is outside it (as in vLLM, whose baseline snapshot follows device initialisation).
+  const size_t taken = cuda::free_bytes_before_first_allocation(0) - free_bytes;
+  EXPECT_LE(taken, static_cast<size_t>(0.3 * total_bytes) + (64u << 20))
+      << "device memory taken after allocating the KV cache: " << (*engine)->kv_cache_summary();
+  EXPECT_GE(taken, static_cast<size_t>(0.25 * total_bytes)) << (*engine)->kv_cache_summary();
   EXPECT_NE((*engine)->kv_cache_summary().find("maximal concurrency"), std::string::npos);
 
   // Steady state: after the first steps, decode steps are served from the caching allocator.
