@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 struct BenchFlags {
-  std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu";
+  std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu", quantization;
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
 };
 
@@ -49,6 +49,7 @@ int run_latency(const std::vector<std::string>& args) {
   parser.add_int("num-threads", &f.num_threads, "CPU threads (default: all)");
   parser.add_int("num-iters", &f.num_iters, "timed repetitions; the best is reported (default 3)");
   parser.add_int("seed", &f.seed, "seed for dummy weights and prompts");
+  add_quantization_flag(parser, &f.quantization);
   EngineFlags graph_flags;  // only the CUDA-graph flags are registered
   add_cuda_graph_flags(parser, &graph_flags);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -71,6 +72,7 @@ int run_latency(const std::vector<std::string>& args) {
   parse_dtype_flag(f.dtype, &options.weight_dtype);
   parse_device_flag(f.device, &options.device);
   options.seed = static_cast<uint64_t>(f.seed);
+  options.quantization = f.quantization;
   StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
   const auto load_start = Clock::now();
   if (!f.config_file.empty()) {
@@ -165,7 +167,7 @@ int run_latency(const std::vector<std::string>& args) {
   const DType weight_dtype = resolve_weight_dtype(c, options);
   const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, f.batch_size * f.input_len);
   const double params = matmul_params(c);
-  const double weight_bytes = params * dtype_size(weight_dtype);
+  const double weight_bytes = decode_weight_bytes(c, weight_dtype);  // as the linear methods hold them
   const double kv_bytes = kv_bytes_per_token(c, (*model)->activation_dtype());
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes;
@@ -176,8 +178,12 @@ int run_latency(const std::vector<std::string>& args) {
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
+  const std::string weight_kind =
+      c.quantization ? c.quantization->quant_method + (c.quantization->online ? " (online)" : "") + " linears, " +
+                           std::string(dtype_name(weight_dtype)) + " lm_head"
+                     : std::string(dtype_name(weight_dtype));
   std::printf("model: %s, %.1fM matmul params (%s weights), batch %lld, input %lld, output %lld, %s\n",
-              c.architecture.c_str(), params / 1e6, std::string(dtype_name(weight_dtype)).c_str(),
+              c.architecture.c_str(), params / 1e6, weight_kind.c_str(),
               static_cast<long long>(f.batch_size), static_cast<long long>(f.input_len),
               static_cast<long long>(f.output_len),
               on_cuda ? options.device.to_string().c_str()
