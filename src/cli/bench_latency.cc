@@ -178,14 +178,13 @@ int run_latency(const std::vector<std::string>& args) {
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
-  const std::string weight_kind =
-      c.quantization ? c.quantization->quant_method + (c.quantization->online ? " (online)" : "") + " linears, " +
-                           std::string(dtype_name(weight_dtype)) + " lm_head"
-                     : std::string(dtype_name(weight_dtype));
+  const std::string weight_kind = c.quantization
+                                      ? c.quantization->quant_method + (c.quantization->online ? " (online)" : "") +
+                                            " linears, " + std::string(dtype_name(weight_dtype)) + " lm_head"
+                                      : std::string(dtype_name(weight_dtype));
   std::printf("model: %s, %.1fM matmul params (%s weights), batch %lld, input %lld, output %lld, %s\n",
-              c.architecture.c_str(), params / 1e6, weight_kind.c_str(),
-              static_cast<long long>(f.batch_size), static_cast<long long>(f.input_len),
-              static_cast<long long>(f.output_len),
+              c.architecture.c_str(), params / 1e6, weight_kind.c_str(), static_cast<long long>(f.batch_size),
+              static_cast<long long>(f.input_len), static_cast<long long>(f.output_len),
               on_cuda ? options.device.to_string().c_str()
                       : ("cpu, " + std::to_string(ThreadPool::global().num_threads()) + " threads").c_str());
   const std::vector<int64_t> graph_sizes = runner.cuda_graph_sizes();

@@ -343,8 +343,8 @@ void check_quantize_operands(const Tensor& out, const Tensor& x, const char* op)
   check_contiguous(x, op, "x");
   check_contiguous(out, op, "out");
   CHECK(x.dim() == 2 && out.shape() == x.shape()) << op << ": out " << out.to_string() << " for x " << x.to_string();
-  CHECK(out.dtype() == DType::kFP8E4M3 || out.dtype() == DType::kI8) << op << ": out " << out.to_string()
-                                                                      << " must be fp8_e4m3 or i8";
+  CHECK(out.dtype() == DType::kFP8E4M3 || out.dtype() == DType::kI8)
+      << op << ": out " << out.to_string() << " must be fp8_e4m3 or i8";
   check_same_device(x, out, op);
   if (x.device().is_cpu()) {
     check_dtype(x, DType::kF32, op, "x");
@@ -377,8 +377,11 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 void check_scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
                      const Tensor* bias) {
   constexpr const char* op = "scaled_mm";
-  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&a, "a"}, {&a_scales, "a_scales"},
-                                {&b, "b"}, {&b_scales, "b_scales"}, {&out, "out"}}) {
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&a, "a"},
+                                {&a_scales, "a_scales"},
+                                {&b, "b"},
+                                {&b_scales, "b_scales"},
+                                {&out, "out"}}) {
     check_contiguous(*t, op, name);
     check_same_device(a, *t, op);
   }
@@ -395,12 +398,13 @@ void check_scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const
   const bool a_group = a_scales.dim() == 2 && a_scales.size(0) == m && k % 128 == 0 && a_scales.size(1) == k / 128;
   const bool b_tensor = b_scales.numel() == 1 && b_scales.dim() <= 1;
   const bool b_channel = b_scales.dim() == 1 && b_scales.size(0) == n;
-  const bool b_block = b_scales.dim() == 2 && b_scales.size(0) == ceil_div(n, 128) && b_scales.size(1) == ceil_div(k, 128);
+  const bool b_block =
+      b_scales.dim() == 2 && b_scales.size(0) == ceil_div(n, 128) && b_scales.size(1) == ceil_div(k, 128);
   CHECK(a_tensor || a_token || a_group) << op << ": a_scales " << a_scales.to_string() << " for a " << a.to_string();
   CHECK(b_tensor || b_channel || b_block) << op << ": b_scales " << b_scales.to_string() << " for b " << b.to_string();
   CHECK(b_block ? a_group : !(a_group && !a_token))
-      << op << ": 128-block weight scales go with per-token-group activation scales (a_scales "
-      << a_scales.to_string() << ", b_scales " << b_scales.to_string() << ")";
+      << op << ": 128-block weight scales go with per-token-group activation scales (a_scales " << a_scales.to_string()
+      << ", b_scales " << b_scales.to_string() << ")";
   if (bias != nullptr) {
     check_contiguous(*bias, op, "bias");
     check_same_device(a, *bias, op);
@@ -419,8 +423,8 @@ void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, con
   constexpr const char* op = "w4a16_linear";
   check_rows(x, op, "x");
   check_rows(out, op, "out");
-  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&qweight, "qweight"}, {&scales, "scales"},
-                                {&zeros, "zeros"}}) {
+  for (const auto& [t, name] :
+       {std::pair<const Tensor*, const char*>{&qweight, "qweight"}, {&scales, "scales"}, {&zeros, "zeros"}}) {
     check_contiguous(*t, op, name);
     check_same_device(x, *t, op);
   }
@@ -451,8 +455,8 @@ void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, con
     check_dtype(x, DType::kF32, op, "x");
     check_dtype(out, DType::kF32, op, "out");
   } else {
-    CHECK(x.dtype() == DType::kBF16 || x.dtype() == DType::kF16) << op << ": x " << x.to_string()
-                                                                   << " must be bf16 or f16";
+    CHECK(x.dtype() == DType::kBF16 || x.dtype() == DType::kF16)
+        << op << ": x " << x.to_string() << " must be bf16 or f16";
     CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
   }
 }
