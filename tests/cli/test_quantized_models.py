@@ -3,6 +3,7 @@
 # of the shared prefix within a tolerance that covers activation quantization; plus the load errors of malformed
 # checkpoints and configs, each naming the tensor or field.
 import json
+import os
 import pathlib
 import shutil
 import struct
@@ -190,3 +191,20 @@ def test_quantization_flag_errors(llmserve_bin, checkpoints, flag, message):
 def test_quantization_flag_must_match_the_checkpoint(llmserve_bin, checkpoints):
     r = generate(llmserve_bin, checkpoints / "llama" / "gptq_g128", PROMPTS[0], "--quantization", "awq", check=False)
     assert r.returncode != 0 and "quant_method is 'gptq'" in r.stderr, r.stderr
+
+
+# On the GPU machine (LLMSERVE_GPU_TESTS=1, LLMSERVE_BIN=build-gpu/bin/llmserve): each quantized model on cuda
+# (bf16 activations) against the same checkpoint on the CPU (f32), by vLLM's rule; logprobs within 0.3 (bf16).
+@pytest.mark.skipif(os.environ.get("LLMSERVE_GPU_TESTS") != "1", reason="needs a GPU build (LLMSERVE_GPU_TESTS=1)")
+@pytest.mark.parametrize("arch", list(BASES))
+@pytest.mark.parametrize("fmt", list(mqc.FORMATS))
+def test_gpu_greedy_matches_cpu(llmserve_bin, checkpoints, arch, fmt):
+    for prompt in PROMPTS:
+        gpu = steps(generate(llmserve_bin, checkpoints / arch / fmt, prompt, "--device", "cuda", "--dtype",
+                             "bfloat16").stdout)
+        cpu = steps(generate(llmserve_bin, checkpoints / arch / fmt, prompt).stdout)
+        for (a, a_top, a_lp), (b, b_top, b_lp) in zip(gpu, cpu):
+            if a != b:
+                assert a in b_top and b in a_top, (fmt, prompt, gpu, cpu)
+                break
+            assert abs(a_lp - b_lp) <= 0.3, (fmt, prompt, a_lp, b_lp)

@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <mutex>
+#include <vector>
 
 #include "core/cuda_stream.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -171,15 +172,20 @@ __global__ void w4a16_dequant_kernel(T* w, W4Params p) {
   }
 }
 
-// The large-m path's dense weight: one device buffer per device, grown on demand (the runner's warm-up forward at
-// its largest batch grows it before any graph capture) and shared by every layer (one stream, layers in order).
+// The large-m path's dense weight: one device buffer per device, grown on demand (the warm-up forward before each
+// graph capture sizes it) and shared by every layer (one stream, layers in order). An outgrown buffer is kept, never
+// freed: a captured graph may still use its address.
 Tensor dequant_scratch(int64_t n, int64_t k, DType dtype, Device device) {
   static std::mutex mu;
   static Tensor buffers[16];
+  static std::vector<Tensor> outgrown;
   std::lock_guard<std::mutex> lock(mu);
   Tensor& b = buffers[device.index];
   const int64_t bytes = n * k * static_cast<int64_t>(dtype_size(dtype));
-  if (!b.defined() || b.numel() < bytes) b = Tensor::empty({bytes}, DType::kU8, device);
+  if (!b.defined() || b.numel() < bytes) {
+    if (b.defined()) outgrown.push_back(b);
+    b = Tensor::empty({bytes}, DType::kU8, device);
+  }
   return Tensor::from_blob(b.raw_data(), {n, k}, dtype, nullptr, device);
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
@@ -96,12 +97,16 @@ class ScaledMMContext {
 
   // The int8 accumulator [m, n] i32 (grown on demand, reused by every call on this device's stream).
   Tensor accumulator(int64_t m, int64_t n, Device device) {
-    if (!acc_.defined() || acc_.numel() < m * n) acc_ = Tensor::empty({m * n}, DType::kI32, device);
+    if (!acc_.defined() || acc_.numel() < m * n) {
+      if (acc_.defined()) outgrown_.push_back(acc_);  // a captured graph may still use it: never freed
+      acc_ = Tensor::empty({m * n}, DType::kI32, device);
+    }
     return acc_.slice(0, 0, m * n).view({m, n});
   }
   // The transposed per-token-group scales [groups, m] (same growth rule).
   Tensor transposed_scales(int64_t groups, int64_t m, Device device) {
     if (!scales_t_.defined() || scales_t_.numel() < groups * m) {
+      if (scales_t_.defined()) outgrown_.push_back(scales_t_);
       scales_t_ = Tensor::empty({groups * m}, DType::kF32, device);
     }
     return scales_t_.slice(0, 0, groups * m).view({groups, m});
@@ -164,6 +169,7 @@ class ScaledMMContext {
   void* workspace_ = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
   Tensor acc_, scales_t_;
+  std::vector<Tensor> outgrown_;
 };
 
 ScaledMMContext& context() {

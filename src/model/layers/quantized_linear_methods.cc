@@ -138,7 +138,7 @@ void set_param(LinearBase& layer, const std::string& name, Tensor data) {
 Tensor QuantScratch::view(size_t offset, Shape shape, DType dtype, Device device, size_t total_bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!buffer_.defined() || buffer_.device() != device || static_cast<size_t>(buffer_.numel()) < total_bytes) {
-    // Grows once per larger batch; the runner's warm-up at its largest batch sets the final size before capture.
+    if (buffer_.defined()) outgrown_.push_back(buffer_);
     buffer_ = Tensor::empty({static_cast<int64_t>(std::max<size_t>(total_bytes, 1 << 16))}, DType::kU8, device);
   }
   int64_t numel = 1;
@@ -300,7 +300,7 @@ int64_t W4A16LinearMethod::num_groups(int64_t input_size) const {
 
 void W4A16LinearMethod::create_weights(LinearBase& layer, int64_t input_size_per_partition,
                                        const std::vector<int64_t>& output_partition_sizes, DType params_dtype) const {
-  (void)params_dtype;
+  activation_dtype_ = params_dtype;
   const int64_t n = std::accumulate(output_partition_sizes.begin(), output_partition_sizes.end(), int64_t{0});
   const int64_t k = input_size_per_partition, groups = num_groups(k);
   std::string k_error;
@@ -334,6 +334,10 @@ inline int nibble(int32_t word, int i) { return (static_cast<uint32_t>(word) >> 
 
 Status W4A16LinearMethod::process_weights_after_loading(LinearBase& layer) const {
   const Device device = layer.param("qweight").data.device();
+  if (!device.is_cpu() && activation_dtype_ == DType::kF32) {
+    return invalid_argument("quantization_config.quant_method '" + config_.quant_method +
+                            "' on cuda runs 16-bit activations: pass --dtype bfloat16 or float16");
+  }
   const Tensor qweight = on_cpu(layer.param("qweight").data).contiguous();
   const Tensor qzeros = on_cpu(layer.param("qzeros").data).contiguous();
   const Tensor scales = on_cpu(layer.param("scales").data).contiguous();

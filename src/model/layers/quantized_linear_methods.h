@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "model/layers/linear_method.h"
 #include "model/quantization_config.h"
@@ -19,7 +20,8 @@ std::shared_ptr<const LinearMethod> make_linear_method(const std::optional<Quant
 
 // Per-call activation scratch of a quantized method (quantized activations and their scales): one device buffer,
 // grown on demand and then reused by every layer of the model (a forward runs its layers in order on one stream).
-// The runner's warm-up forward at max_num_batched_tokens grows it to its final size before any graph capture.
+// The warm-up forward before each graph capture sizes it, so capture never allocates; a buffer outgrown later is
+// kept, never freed, because a captured graph may still use its address.
 class QuantScratch {
  public:
   // A [rows, cols] tensor of `dtype` at byte `offset` of the buffer (offsets 256-byte aligned by the caller).
@@ -28,6 +30,7 @@ class QuantScratch {
  private:
   mutable std::mutex mu_;
   mutable Tensor buffer_;
+  mutable std::vector<Tensor> outgrown_;  // kept alive for graphs captured with them
 };
 
 // Scaled-mm methods: fp8 (also compressed-tensors float) and int8 W8A8 (compressed-tensors int). Parameters: weight
@@ -67,6 +70,7 @@ class W4A16LinearMethod final : public LinearMethod {
  private:
   int64_t num_groups(int64_t input_size) const;
   QuantizationConfig config_;
+  mutable DType activation_dtype_ = DType::kBF16;  // the model's (create_weights' params_dtype; one per model)
 };
 
 }  // namespace llmserve
