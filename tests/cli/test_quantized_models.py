@@ -208,3 +208,19 @@ def test_gpu_greedy_matches_cpu(llmserve_bin, checkpoints, arch, fmt):
                 assert a in b_top and b in a_top, (fmt, prompt, gpu, cpu)
                 break
             assert abs(a_lp - b_lp) <= 0.3, (fmt, prompt, a_lp, b_lp)
+
+
+@pytest.mark.parametrize("fmt,tensor,message", [
+    ("awq_g128", "mlp.gate_proj.qweight", "is not a multiple of 8"),  # AWQ packs 8 outputs per int32
+    ("gptq_g128", "mlp.gate_proj.qweight", "has shape [32, 512], expected [32, 260]"),  # GPTQ packs the input
+])
+def test_packed_dimension_that_does_not_divide_names_the_tensor(llmserve_bin, checkpoints, tmp_path, fmt, tensor,
+                                                                 message):
+    # A config whose intermediate_size (260) is not a multiple of the 8 nibbles packed per int32.
+    model = tmp_path / fmt
+    shutil.copytree(checkpoints / "llama" / fmt, model)
+    config = json.loads((model / "config.json").read_text())
+    config["intermediate_size"] = 260
+    (model / "config.json").write_text(json.dumps(config))
+    r = generate(llmserve_bin, model, PROMPTS[0], check=False)
+    assert r.returncode != 0 and L0 + tensor in r.stderr and message in r.stderr, r.stderr

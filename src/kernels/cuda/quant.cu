@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "core/cuda_stream.h"
