@@ -1,8 +1,8 @@
 // The quantized-GEMM ops on CUDA against the CPU ops (the references): activation quantization bit-exact (same
-// IEEE division and rounding), scaled_mm (fp8 per-tensor, per-token x per-channel, group-128 x block-128; int8
-// per-token x per-channel) and w4a16_linear (GEMV for m <= 16, dequantize + cuBLASLt above; with and without the
-// act-order permutation), m from 1 to 8192 with odd m, NaN-poisoned outputs. Tolerance: the output's dtype rounding
-// plus f32 accumulation-order error (2e-6 of sum |a b|).
+// IEEE division and rounding), scaled_mm (GEMV for m <= 8, cuBLASLt above; fp8 per-tensor, per-token x per-channel,
+// group-128 x block-128; int8 per-token x per-channel) and w4a16_linear (GEMV for m <= 16, dequantize + cuBLASLt above;
+// with and without the act-order permutation), m from 1 to 8192 with odd m, NaN-poisoned outputs. Tolerance: the
+// output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,7 +126,7 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
 
 TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
   uint32_t seed = 100;
-  for (int64_t m : {1, 3, 16, 17, 255, 2048, 8192}) {
+  for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 8: the GEMV; above: cuBLASLt
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 256, 256, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 384, 512, seed += 10);

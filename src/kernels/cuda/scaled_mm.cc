@@ -1,10 +1,10 @@
-// ops::scaled_mm on CUDA through cuBLASLt. FP8 e4m3 x e4m3 -> bf16/f16/f32 with cuBLASLt's own scaling (CUDA 12.9+
-// on Hopper): per-tensor scalars (SCALAR_32F), per-token x per-channel vectors (OUTER_VEC_32F), and DeepSeek-style
-// per-token-group-128 activations x 128x128 weight blocks (VEC128_32F / BLK128x128_32F). INT8: cuBLASLt i8 x i8 ->
-// i32 into a device scratch, then a scale epilogue (out = acc * sa[row] * sb[col] + bias). The row-major problem is
-// posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b and its B our activations a: A's scale is b_scales.
-// Plans are cached per shape and mode; scale pointers are set per call (graph-capturable: no allocation once the
-// int8 scratch has grown at the warm-up's largest batch).
+// ops::scaled_mm on CUDA: m <= 8 a weight-streaming GEMV (scaled_gemv.cu), above that cuBLASLt. FP8 e4m3 x e4m3 ->
+// bf16/f16/f32 with cuBLASLt's own scaling (CUDA 12.9+ on Hopper): per-tensor scalars (SCALAR_32F), per-token x
+// per-channel vectors (OUTER_VEC_32F), and DeepSeek-style per-token-group-128 activations x 128x128 weight blocks
+// (VEC128_32F / BLK128x128_32F). INT8: cuBLASLt i8 x i8 -> i32 into a device scratch, then a scale epilogue (out = acc
+// * sa[row] * sb[col] + bias). The row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b
+// and its B our activations a: A's scale is b_scales. Plans are cached per shape and mode; scale pointers are set per
+// call (graph-capturable: no allocation once the int8 scratch has grown at the warm-up's largest batch).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -26,6 +26,11 @@ void scaled_mm_int8_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_sca
                              const Tensor* bias);
 // Transposes the per-token-group scales [m, groups] into [groups, m] (scaled_mm_epilogue.cu).
 void transpose_scales(Tensor& out, const Tensor& in);
+// Decode-sized m: the weight-streaming GEMV (scaled_gemv.cu), every scale mode; needs k % 16 == 0 and 16-byte
+// aligned operands.
+bool scaled_gemv_applies(const Tensor& a, const Tensor& b);
+void scaled_gemv(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
+                 const Tensor* bias);
 
 namespace {
 
@@ -191,6 +196,7 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
                const Tensor* bias) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   if (m == 0 || n == 0) return;
+  if (scaled_gemv_applies(a, b)) return scaled_gemv(out, a, a_scales, b, b_scales, bias);
   const bool int8 = a.dtype() == DType::kI8;
   const bool block = b_scales.dim() == 2;
   const ScaleMode w_mode = mode_of(b_scales, block), x_mode = mode_of(a_scales, block);
