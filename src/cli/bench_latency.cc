@@ -65,6 +65,7 @@ int run_latency(const std::vector<std::string>& args) {
   model_flags.dtype = f.dtype;
   model_flags.device = f.device;
   model_flags.num_threads = f.num_threads;
+  model_flags.quantization = f.quantization;
   if (Status s = check_model_flags(model_flags); !s.ok()) return usage_error(s);
   if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
   ModelLoadOptions options;

@@ -47,6 +47,9 @@ Status check_model_flags(const ModelFlags &f) {
     return invalid_argument("--tokenizer-pipeline '" + f.tokenizer_pipeline + "': expected transformers or tokenizers");
   }
   if (f.num_threads < 0) return invalid_argument("--num-threads must be at least 1 (default: every core)");
+  if (!f.quantization.empty()) {  // the method names only; whether it fits the checkpoint is checked at load
+    RETURN_IF_ERROR(resolve_quantization_flag(std::nullopt, f.quantization, /*dummy_weights=*/true).status());
+  }
   return ok_status();
 }
 
