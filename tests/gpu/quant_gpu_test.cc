@@ -92,7 +92,7 @@ TEST_F(CudaQuantTest, DynamicQuantizeIsBitExact) {
   }
 }
 
-enum class Mode { kTensor, kTokenChannel, kGroupBlock };
+enum class Mode { kTensor, kTokenChannel, kGroupBlock, kTensorChannel };
 
 void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint32_t seed) {
   Tensor af = random_tensor({m, k}, seed, DType::kF32, -4.f, 4.f), bf = random_tensor({n, k}, seed + 1, DType::kF32);
@@ -102,9 +102,9 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
   Tensor b = Tensor::empty({n, k}, qtype), sb_rows = Tensor::empty({n, 1}, DType::kF32);
   ops::dynamic_scaled_quantize(b, sb_rows, bf);
   Tensor sb = sb_rows.view({n});
-  if (mode == Mode::kTensor) {
+  if (mode == Mode::kTensor || mode == Mode::kTensorChannel) {  // static activations (x per-tensor / per-channel)
     sa = Tensor::from_f32({0.02f}, {1});
-    sb = Tensor::from_f32({0.003f}, {1});
+    if (mode == Mode::kTensor) sb = Tensor::from_f32({0.003f}, {1});
   } else if (mode == Mode::kGroupBlock) {
     sb = random_tensor({(n + 127) / 128, k / 128}, seed + 2, DType::kF32, 0.001f, 0.01f);
   }
@@ -130,6 +130,7 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 256, 256, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 384, 512, seed += 10);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 256, 512, seed += 10);
     run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 384, 512, seed += 10);
   }
 }

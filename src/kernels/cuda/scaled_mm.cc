@@ -26,6 +26,8 @@ void scaled_mm_int8_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_sca
                              const Tensor* bias);
 // Transposes the per-token-group scales [m, groups] into [groups, m] (scaled_mm_epilogue.cu).
 void transpose_scales(Tensor& out, const Tensor& in);
+// out[:] = scale[0] (a per-tensor scale as an outer vector).
+void broadcast_scale(Tensor& out, const Tensor& scale);
 // Decode-sized m: the weight-streaming GEMV (scaled_gemv.cu), every scale mode; needs k % 16 == 0 and 16-byte
 // aligned operands.
 bool scaled_gemv_applies(const Tensor& a, const Tensor& b);
@@ -108,6 +110,15 @@ class ScaledMMContext {
     }
     return acc_.slice(0, 0, m * n).view({m, n});
   }
+  // A per-tensor scale broadcast to `len` entries (slot 0: the weight side, 1: the activation side).
+  Tensor broadcast(int slot, int64_t len, Device device) {
+    Tensor& t = broadcast_[slot];
+    if (!t.defined() || t.numel() < len) {
+      if (t.defined()) outgrown_.push_back(t);
+      t = Tensor::empty({len}, DType::kF32, device);
+    }
+    return t.slice(0, 0, len);
+  }
   // The transposed per-token-group scales [groups, m] (same growth rule).
   Tensor transposed_scales(int64_t groups, int64_t m, Device device) {
     if (!scales_t_.defined() || scales_t_.numel() < groups * m) {
@@ -173,7 +184,7 @@ class ScaledMMContext {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
-  Tensor acc_, scales_t_;
+  Tensor acc_, scales_t_, broadcast_[2];
   std::vector<Tensor> outgrown_;
 };
 
@@ -199,7 +210,11 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
   if (scaled_gemv_applies(a, b)) return scaled_gemv(out, a, a_scales, b, b_scales, bias);
   const bool int8 = a.dtype() == DType::kI8;
   const bool block = b_scales.dim() == 2;
-  const ScaleMode w_mode = mode_of(b_scales, block), x_mode = mode_of(a_scales, block);
+  ScaleMode w_mode = mode_of(b_scales, block), x_mode = mode_of(a_scales, block);
+  // One per-tensor and one vector side (static activations x per-channel weights, or the reverse): cuBLASLt's
+  // outer-vector mode wants vectors on both, so the scalar side is broadcast on the device (graph-safe).
+  const bool mixed = !block && !int8 && w_mode != x_mode;
+  if (mixed) w_mode = x_mode = ScaleMode::kVector;
   ScaledMMContext& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex());
   const PlanKey key{m,
@@ -221,12 +236,22 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
     return;
   }
   const void* x_scales = a_scales.raw_data();
+  const void* w_scales = b_scales.raw_data();
+  if (mixed && a_scales.numel() == 1) {
+    Tensor t = ctx.broadcast(1, m, a.device());
+    broadcast_scale(t, a_scales);
+    x_scales = t.raw_data();
+  } else if (mixed) {
+    Tensor t = ctx.broadcast(0, n, a.device());
+    broadcast_scale(t, b_scales);
+    w_scales = t.raw_data();
+  }
   if (x_mode == ScaleMode::kBlock) {  // cuBLASLt's VEC128 scales of its B (our tokens) are token-major: [groups, m]
     Tensor t = ctx.transposed_scales(a_scales.size(1), m, a.device());
     transpose_scales(t, a_scales);
     x_scales = t.raw_data();
   }
-  ctx.run(*plan, b.raw_data(), a.raw_data(), out.raw_data(), b_scales.raw_data(), x_scales, false);
+  ctx.run(*plan, b.raw_data(), a.raw_data(), out.raw_data(), w_scales, x_scales, false);
   if (bias != nullptr) add_bias(out, *bias);
 }
 

@@ -1,5 +1,6 @@
-// Element kernels of ops::scaled_mm on CUDA (scaled_mm.cc): the int8 epilogue (i32 accumulator -> scaled out) and
-// the transpose of per-token-group activation scales into the token-major layout cuBLASLt's VEC128 mode reads.
+// Element kernels of ops::scaled_mm on CUDA (scaled_mm.cc): the int8 epilogue (i32 accumulator -> scaled out), the
+// transpose of per-token-group activation scales into the token-major layout cuBLASLt's VEC128 mode reads, and a
+// per-tensor scale broadcast into a vector (cuBLASLt takes outer-vector scales on both operands or on neither).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -23,7 +24,18 @@ __global__ void transpose_scales_kernel(float* out, const float* in, int64_t m, 
   for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) out[g * m + i] = in[i * groups + g];
 }
 
+__global__ void broadcast_scale_kernel(float* out, const float* scale, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = *scale;
+}
+
 }  // namespace
+
+void broadcast_scale(Tensor& out, const Tensor& scale) {
+  const int64_t n = out.numel();
+  broadcast_scale_kernel<<<ceil_div(n, 256), 256, 0, stream()>>>(out.data<float>(), scale.data<float>(), n);
+  check_launch("broadcast_scale_kernel");
+}
 
 void scaled_mm_int8_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_scales, const Tensor& b_scales,
                              const Tensor* bias) {
