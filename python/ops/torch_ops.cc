@@ -37,6 +37,8 @@ DType to_dtype(const at::Tensor &t) {
       return DType::kU8;
     case at::kFloat8_e4m3fn:
       return DType::kFP8E4M3;
+    case at::kChar:
+      return DType::kI8;
     default:
       TORCH_CHECK(false, "llmserve ops: unsupported dtype ", t.scalar_type());
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -158,6 +159,36 @@ double layer_matmul_params(const ModelConfig& c) {
 
 double lm_head_params(const ModelConfig& c) { return static_cast<double>(c.vocab_size) * c.hidden_size; }
 
+namespace {
+
+// Bytes of one [n, k] projection as its linear method stores it.
+double projection_bytes(const ModelConfig& c, double n, double k, DType weight_dtype) {
+  if (!c.quantization) return n * k * dtype_size(weight_dtype);
+  const QuantizationConfig& q = *c.quantization;
+  switch (q.scheme) {
+    case QuantScheme::kFp8:
+    case QuantScheme::kInt8:
+      if (q.weight_scale == WeightScaleKind::kBlock) return n * k + 4 * std::ceil(n / 128) * std::ceil(k / 128);
+      return n * k + 4 * n;
+    case QuantScheme::kGptq:
+    case QuantScheme::kAwq: {
+      const double groups = q.group_size > 0 ? std::ceil(k / q.group_size) : 1;
+      return n * k / 2 + 5 * n * groups + (q.desc_act ? 4 * k : 0);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+double decode_weight_bytes(const ModelConfig& c, DType weight_dtype) {
+  const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const double i = c.intermediate_size;
+  const double layer = projection_bytes(c, q + 2 * kv, h, weight_dtype) + projection_bytes(c, h, q, weight_dtype) +
+                       projection_bytes(c, 2 * i, h, weight_dtype) + projection_bytes(c, h, i, weight_dtype);
+  return c.num_hidden_layers * layer + lm_head_params(c) * dtype_size(weight_dtype);
+}
+
 double prefill_flops(const ModelConfig& c, int64_t num_seqs, int64_t tokens, int64_t logit_rows) {
   const double q_dim = static_cast<double>(c.num_attention_heads) * c.head_dim;
   double attended = 0;  // sum over layers and query positions of the keys attended
@@ -195,7 +226,7 @@ RunFloor run_floor(const ModelConfig& c, DType weight_dtype, DType kv_dtype, con
   }
   double flops = 0;
   for (const auto& [len, n] : requests_of_length) flops += prefill_flops(c, n, len, n);
-  f.weight_bytes = matmul_params(c) * dtype_size(weight_dtype);
+  f.weight_bytes = decode_weight_bytes(c, weight_dtype);
   f.prefill = prefill_floor(flops, f.weight_bytes, rates);
   const int64_t decode_tokens = std::max<int64_t>(0, work.output_tokens - num_requests);
   const int64_t per_step = std::max<int64_t>(1, work.max_concurrent);

@@ -30,6 +30,11 @@ double lm_head_params(const ModelConfig& c);
 // Parameters read by every decode step: all projections and the LM head (embedding rows are gathered).
 inline double matmul_params(const ModelConfig& c) { return layer_matmul_params(c) + lm_head_params(c); }
 
+// Bytes a decode step reads of the weights: every projection as its linear method holds it (config.quantization:
+// fp8 / int8 1 byte per parameter + f32 scales; 4-bit 0.5 byte + f32 scale and u8 zero per group, + the act-order
+// permutation; unquantized `weight_dtype`) and the LM head in `weight_dtype`.
+double decode_weight_bytes(const ModelConfig& c, DType weight_dtype);
+
 // FLOPs of prefilling `num_seqs` prompts of `tokens` tokens each: every projection on every token, causal
 // attention (QK^T and PV over positions 0..i, within the sliding window where a layer has one), and the LM head
 // only on `logit_rows` rows (the runner computes logits only where a token is sampled).

@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 struct BenchFlags {
-  std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu";
+  std::string model, config_file, load_format = "auto", dtype = "auto", device = "cpu", quantization;
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
   int64_t kernel_breakdown = 0;          // CUDA: print the decode phase's N kernels with the most time
   std::optional<bool> async_scheduling;  // unset: on for cuda, off for cpu (as the engine)
@@ -56,6 +56,7 @@ int run_latency(const std::vector<std::string>& args) {
                   "(default: on for cuda, off for cpu; --no-async-scheduling)");
   parser.add_int("kernel-breakdown", &f.kernel_breakdown,
                  "cuda: print the N kernels with the most time in the last decode phase, per step (CUPTI)");
+  add_quantization_flag(parser, &f.quantization);
   EngineFlags graph_flags;  // only the CUDA-graph flags are registered
   add_cuda_graph_flags(parser, &graph_flags);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -72,6 +73,7 @@ int run_latency(const std::vector<std::string>& args) {
   model_flags.dtype = f.dtype;
   model_flags.device = f.device;
   model_flags.num_threads = f.num_threads;
+  model_flags.quantization = f.quantization;
   if (Status s = check_model_flags(model_flags); !s.ok()) return usage_error(s);
   if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
   ModelLoadOptions options;
@@ -82,6 +84,7 @@ int run_latency(const std::vector<std::string>& args) {
   if (f.kernel_breakdown > 0 && options.device.is_cpu()) {
     return usage_error(invalid_argument("--kernel-breakdown needs --device cuda (it reads CUPTI's kernel records)"));
   }
+  options.quantization = f.quantization;
   StatusOr<std::unique_ptr<CausalLM>> model = internal_error("model not loaded");
   const auto load_start = Clock::now();
   if (!f.config_file.empty()) {
@@ -194,7 +197,7 @@ int run_latency(const std::vector<std::string>& args) {
   const DType weight_dtype = resolve_weight_dtype(c, options);
   const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, f.batch_size * f.input_len);
   const double params = matmul_params(c);
-  const double weight_bytes = params * dtype_size(weight_dtype);
+  const double weight_bytes = decode_weight_bytes(c, weight_dtype);  // as the linear methods hold them
   const double kv_bytes = kv_bytes_per_token(c, (*model)->activation_dtype());
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes;
@@ -205,10 +208,13 @@ int run_latency(const std::vector<std::string>& args) {
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
+  const std::string weight_kind = c.quantization
+                                      ? c.quantization->quant_method + (c.quantization->online ? " (online)" : "") +
+                                            " linears, " + std::string(dtype_name(weight_dtype)) + " lm_head"
+                                      : std::string(dtype_name(weight_dtype));
   std::printf("model: %s, %.1fM matmul params (%s weights), batch %lld, input %lld, output %lld, %s\n",
-              c.architecture.c_str(), params / 1e6, std::string(dtype_name(weight_dtype)).c_str(),
-              static_cast<long long>(f.batch_size), static_cast<long long>(f.input_len),
-              static_cast<long long>(f.output_len),
+              c.architecture.c_str(), params / 1e6, weight_kind.c_str(), static_cast<long long>(f.batch_size),
+              static_cast<long long>(f.input_len), static_cast<long long>(f.output_len),
               on_cuda ? options.device.to_string().c_str()
                       : ("cpu, " + std::to_string(ThreadPool::global().num_threads()) + " threads").c_str());
   const std::vector<int64_t> graph_sizes = runner.cuda_graph_sizes();

@@ -47,6 +47,9 @@ Status check_model_flags(const ModelFlags &f) {
     return invalid_argument("--tokenizer-pipeline '" + f.tokenizer_pipeline + "': expected transformers or tokenizers");
   }
   if (f.num_threads < 0) return invalid_argument("--num-threads must be at least 1 (default: every core)");
+  if (!f.quantization.empty()) {  // the method names only; whether it fits the checkpoint is checked at load
+    RETURN_IF_ERROR(resolve_quantization_flag(std::nullopt, f.quantization, /*dummy_weights=*/true).status());
+  }
   return ok_status();
 }
 
@@ -67,6 +70,14 @@ void add_model_flags(ArgParser &parser, ModelFlags *f) {
   parser.add_int("seed", &f->seed,
                  "sampling seed of every request, and of --load-format dummy weights (default: none; dummy weights 0)");
   parser.add_int("num-threads", &f->num_threads, "CPU threads (default: all)");
+  add_quantization_flag(parser, &f->quantization);
+}
+
+void add_quantization_flag(ArgParser &parser, std::string *quantization) {
+  parser.add_string("quantization", quantization,
+                    std::string("vLLM's flag: ") + quantization_flag_values() +
+                        " (default: the checkpoint's quantization_config; fp8 on an unquantized checkpoint makes "
+                        "per-channel fp8 weights at load; gptq / awq without one: dummy weights only)");
 }
 
 void add_engine_flags(ArgParser &parser, EngineFlags *f) {
@@ -92,7 +103,6 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_bool("trust-remote-code", &v.trust_remote_code,
                   "vLLM's flag, accepted: no code from a checkpoint ever runs here");
   parser.add_string("kv-cache-dtype", &v.kv_cache_dtype, "vLLM's flag: auto only (the model's dtype)");
-  parser.add_string("quantization", &v.quantization, "vLLM's flag: not supported yet (unquantized checkpoints)");
   parser.add_bool("enable-auto-tool-choice", &v.enable_auto_tool_choice, "vLLM's flag: tool calling is not built yet");
   parser.add_string("tool-call-parser", &v.tool_call_parser, "vLLM's flag: tool calling is not built yet");
 }
@@ -332,6 +342,7 @@ StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_t
   parse_dtype_flag(f.dtype, &options.weight_dtype);
   parse_device_flag(f.device, &options.device);
   options.seed = static_cast<uint64_t>(std::max<int64_t>(0, f.seed));
+  options.quantization = f.quantization;
   LoadedModel out;
   if (f.model.empty() && f.config_file.empty()) {
     std::fprintf(stderr,
@@ -394,6 +405,7 @@ std::vector<std::string> to_args(const ModelFlags &f) {
   add("--device", f.device);
   add("--seed", std::to_string(f.seed));
   add("--num-threads", std::to_string(f.num_threads));
+  add("--quantization", f.quantization);
   return a;
 }
 
@@ -434,10 +446,6 @@ Status check_vllm_compat_flags(const VllmCompatFlags &v) {
                               ": an FP8 KV cache is not built yet (auto: the model's dtype)");
     }
     return invalid_argument("--kv-cache-dtype '" + v.kv_cache_dtype + "': expected auto");
-  }
-  if (!v.quantization.empty()) {
-    return invalid_argument("--quantization " + v.quantization +
-                            ": quantized linear methods are not built yet (bf16 / fp16 / fp32 checkpoints only)");
   }
   if (v.enable_auto_tool_choice || !v.tool_call_parser.empty()) {
     const char *flag = v.enable_auto_tool_choice ? "--enable-auto-tool-choice" : "--tool-call-parser";

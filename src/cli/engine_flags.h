@@ -26,6 +26,7 @@ struct ModelFlags {
   std::string tokenizer_pipeline = "transformers";  // transformers | tokenizers (TokenizerPipeline)
   int64_t seed = -1;                                // sampling seed when >= 0; also seeds dummy weights (0 when unset)
   int64_t num_threads = 0;
+  std::string quantization;  // vLLM's --quantization (empty: the checkpoint's quantization_config, if any)
 };
 // --tokenizer-pipeline's help (vLLM's --tokenizer-mode picks a tokenizer implementation; this picks whose
 // pipeline ours reproduces, hence another name).
@@ -33,6 +34,8 @@ inline constexpr const char *kTokenizerPipelineHelp =
     "transformers (default: as transformers 5's AutoTokenizer, what vLLM uses) | tokenizers (tokenizer.json "
     "exactly as the HF `tokenizers` library runs it)";
 void add_model_flags(ArgParser &parser, ModelFlags *f);
+// --quantization alone (add_model_flags registers it too; bench latency uses this).
+void add_quantization_flag(ArgParser &parser, std::string *quantization);
 
 // vLLM's serving flags whose accepted values change nothing here (check_engine_flags logs one line for each given);
 // a value that needs a feature llmserve lacks is refused, naming the feature. Not forwarded to an engine process.
@@ -40,7 +43,7 @@ struct VllmCompatFlags {
   std::optional<int64_t> tensor_parallel_size, pipeline_parallel_size, data_parallel_size;  // 1 only
   bool trust_remote_code = false;  // nothing to trust: no checkpoint code runs
   bool enable_auto_tool_choice = false;
-  std::string kv_cache_dtype = "auto", quantization, tool_call_parser;
+  std::string kv_cache_dtype = "auto", tool_call_parser;
 };
 
 struct EngineFlags {

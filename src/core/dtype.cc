@@ -16,6 +16,7 @@ size_t dtype_size(DType dtype) {
     case DType::kI64: return 8;
     case DType::kU8: return 1;
     case DType::kFP8E4M3: return 1;
+    case DType::kI8: return 1;
   }
   return 0;
 }
@@ -29,6 +30,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kI64: return "i64";
     case DType::kU8: return "u8";
     case DType::kFP8E4M3: return "fp8_e4m3";
+    case DType::kI8: return "i8";
   }
   return "?";
 }
@@ -40,6 +42,7 @@ bool parse_dtype(std::string_view name, DType* dtype) {
   else if (name == "i32" || name == "int32") *dtype = DType::kI32;
   else if (name == "i64" || name == "int64") *dtype = DType::kI64;
   else if (name == "u8" || name == "uint8") *dtype = DType::kU8;
+  else if (name == "i8" || name == "int8") *dtype = DType::kI8;
   else if (name == "fp8_e4m3" || name == "float8_e4m3fn") *dtype = DType::kFP8E4M3;
   else return false;
   return true;
@@ -134,6 +137,7 @@ double load_as_double(const void* p, DType t, size_t i) {
     case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DType::kU8: return static_cast<const uint8_t*>(p)[i];
     case DType::kFP8E4M3: return fp8_e4m3_to_f32(static_cast<const fp8_e4m3_t*>(p)[i]);
+    case DType::kI8: return static_cast<const int8_t*>(p)[i];
   }
   return 0;
 }
@@ -147,6 +151,7 @@ void store_from_double(void* p, DType t, size_t i, double v) {
     case DType::kI64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DType::kU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DType::kFP8E4M3: static_cast<fp8_e4m3_t*>(p)[i] = f32_to_fp8_e4m3(static_cast<float>(v)); break;
+    case DType::kI8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
   }
 }
 

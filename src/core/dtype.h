@@ -8,7 +8,7 @@
 
 namespace llmserve {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kFP8E4M3 };
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kFP8E4M3, kI8 };
 
 // Bytes per element.
 size_t dtype_size(DType dtype);

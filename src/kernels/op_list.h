@@ -17,6 +17,10 @@ void for_each_op(F&& f) {
   f(add);
   f(rotary_embedding);
   f(linear);
+  f(dynamic_scaled_quantize);
+  f(static_scaled_quantize);
+  f(scaled_mm);
+  f(w4a16_linear);
   f(reshape_and_cache);
   f(rotary_embedding_and_cache);
   f(paged_attention);

@@ -339,6 +339,128 @@ void check_argmax(Tensor& out_ids, const Tensor& logits) {
   check_same_device(out_ids, logits, op);
 }
 
+void check_quantize_operands(const Tensor& out, const Tensor& x, const char* op) {
+  check_contiguous(x, op, "x");
+  check_contiguous(out, op, "out");
+  CHECK(x.dim() == 2 && out.shape() == x.shape()) << op << ": out " << out.to_string() << " for x " << x.to_string();
+  CHECK(out.dtype() == DType::kFP8E4M3 || out.dtype() == DType::kI8)
+      << op << ": out " << out.to_string() << " must be fp8_e4m3 or i8";
+  check_same_device(x, out, op);
+  if (x.device().is_cpu()) {
+    check_dtype(x, DType::kF32, op, "x");
+  } else {
+    check_float(x, op, "x");
+  }
+}
+
+void check_dynamic_scaled_quantize(Tensor& out, Tensor& scales, const Tensor& x) {
+  constexpr const char* op = "dynamic_scaled_quantize";
+  check_quantize_operands(out, x, op);
+  check_contiguous(scales, op, "scales");
+  check_dtype(scales, DType::kF32, op, "scales");
+  check_same_device(x, scales, op);
+  CHECK(scales.dim() == 2 && scales.size(0) == x.size(0) && scales.size(1) >= 1 && x.size(1) % scales.size(1) == 0)
+      << op << ": scales " << scales.to_string() << " for x " << x.to_string();
+}
+
+void check_static_scaled_quantize(Tensor& out, const Tensor& x, const Tensor& scale) {
+  constexpr const char* op = "static_scaled_quantize";
+  check_quantize_operands(out, x, op);
+  check_contiguous(scale, op, "scale");
+  check_dtype(scale, DType::kF32, op, "scale");
+  check_same_device(x, scale, op);
+  CHECK(scale.numel() == 1) << op << ": scale " << scale.to_string() << " must hold one value";
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
+                     const Tensor* bias) {
+  constexpr const char* op = "scaled_mm";
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&a, "a"},
+                                {&a_scales, "a_scales"},
+                                {&b, "b"},
+                                {&b_scales, "b_scales"},
+                                {&out, "out"}}) {
+    check_contiguous(*t, op, name);
+    check_same_device(a, *t, op);
+  }
+  CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2 && a.size(1) == b.size(1) && out.size(0) == a.size(0) &&
+        out.size(1) == b.size(0))
+      << op << ": a " << a.to_string() << ", b " << b.to_string() << ", out " << out.to_string();
+  CHECK((a.dtype() == DType::kFP8E4M3 || a.dtype() == DType::kI8) && b.dtype() == a.dtype())
+      << op << ": a " << a.to_string() << " and b " << b.to_string() << " must both be fp8_e4m3 or both i8";
+  check_dtype(a_scales, DType::kF32, op, "a_scales");
+  check_dtype(b_scales, DType::kF32, op, "b_scales");
+  const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
+  const bool a_tensor = a_scales.numel() == 1 && a_scales.dim() <= 1;
+  const bool a_token = a_scales.dim() == 2 && a_scales.size(0) == m && a_scales.size(1) == 1;
+  const bool a_group = a_scales.dim() == 2 && a_scales.size(0) == m && k % 128 == 0 && a_scales.size(1) == k / 128;
+  const bool b_tensor = b_scales.numel() == 1 && b_scales.dim() <= 1;
+  const bool b_channel = b_scales.dim() == 1 && b_scales.size(0) == n;
+  const bool b_block =
+      b_scales.dim() == 2 && b_scales.size(0) == ceil_div(n, 128) && b_scales.size(1) == ceil_div(k, 128);
+  CHECK(a_tensor || a_token || a_group) << op << ": a_scales " << a_scales.to_string() << " for a " << a.to_string();
+  CHECK(b_tensor || b_channel || b_block) << op << ": b_scales " << b_scales.to_string() << " for b " << b.to_string();
+  CHECK(b_block ? a_group : !(a_group && !a_token))
+      << op << ": 128-block weight scales go with per-token-group activation scales (a_scales " << a_scales.to_string()
+      << ", b_scales " << b_scales.to_string() << ")";
+  if (bias != nullptr) {
+    check_contiguous(*bias, op, "bias");
+    check_same_device(a, *bias, op);
+    CHECK(bias->dim() == 1 && bias->size(0) == n) << op << ": bias " << bias->to_string();
+    CHECK(bias->dtype() == DType::kF32 || bias->dtype() == out.dtype()) << op << ": bias " << bias->to_string();
+  }
+  if (a.device().is_cpu()) {
+    check_dtype(out, DType::kF32, op, "out");
+  } else {
+    check_float(out, op, "out");
+  }
+}
+
+void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
+                        const Tensor* perm, const Tensor* bias) {
+  constexpr const char* op = "w4a16_linear";
+  check_rows(x, op, "x");
+  check_rows(out, op, "out");
+  for (const auto& [t, name] :
+       {std::pair<const Tensor*, const char*>{&qweight, "qweight"}, {&scales, "scales"}, {&zeros, "zeros"}}) {
+    check_contiguous(*t, op, name);
+    check_same_device(x, *t, op);
+  }
+  check_same_device(x, out, op);
+  check_dtype(qweight, DType::kU8, op, "qweight");
+  check_dtype(scales, DType::kF32, op, "scales");
+  check_dtype(zeros, DType::kU8, op, "zeros");
+  CHECK(x.dim() == 2 && out.dim() == 2 && qweight.dim() == 2 && x.size(0) == out.size(0) &&
+        qweight.size(0) == out.size(1) && qweight.size(1) * 2 == x.size(1))
+      << op << ": x " << x.to_string() << ", qweight " << qweight.to_string() << ", out " << out.to_string();
+  CHECK(scales.dim() == 2 && scales.size(0) == qweight.size(0) && scales.size(1) >= 1 &&
+        x.size(1) % scales.size(1) == 0 && zeros.shape() == scales.shape())
+      << op << ": scales " << scales.to_string() << ", zeros " << zeros.to_string() << " for x " << x.to_string();
+  CHECK(out.raw_data() != x.raw_data() || out.numel() == 0) << op << ": out must not alias x";
+  if (perm != nullptr) {
+    check_contiguous(*perm, op, "perm");
+    check_same_device(x, *perm, op);
+    check_dtype(*perm, DType::kI32, op, "perm");
+    CHECK(perm->dim() == 1 && perm->size(0) == x.size(1)) << op << ": perm " << perm->to_string();
+  }
+  if (bias != nullptr) {
+    check_contiguous(*bias, op, "bias");
+    check_same_device(x, *bias, op);
+    CHECK(bias->dim() == 1 && bias->size(0) == out.size(1)) << op << ": bias " << bias->to_string();
+    CHECK(bias->dtype() == DType::kF32 || bias->dtype() == out.dtype()) << op << ": bias " << bias->to_string();
+  }
+  if (x.device().is_cpu()) {
+    check_dtype(x, DType::kF32, op, "x");
+    check_dtype(out, DType::kF32, op, "out");
+  } else {
+    CHECK(x.dtype() == DType::kBF16 || x.dtype() == DType::kF16)
+        << op << ": x " << x.to_string() << " must be bf16 or f16";
+    CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
+  }
+}
+
 }  // namespace
 
 // The ops (declared in ops.h, where each one's type comes from). Schemas in TORCH_LIBRARY syntax: `Tensor!` marks
@@ -357,6 +479,20 @@ decltype(rotary_embedding) rotary_embedding(
     "rotary_embedding(Tensor positions, Tensor! query, Tensor! key, int head_dim, Tensor cos_sin_cache) -> ()",
     check_rotary_embedding);
 decltype(linear) linear("linear", "linear(Tensor! out, Tensor x, Tensor weight, Tensor? bias) -> ()", check_linear);
+decltype(dynamic_scaled_quantize) dynamic_scaled_quantize(
+    "dynamic_scaled_quantize", "dynamic_scaled_quantize(Tensor! out, Tensor! scales, Tensor x) -> ()",
+    check_dynamic_scaled_quantize);
+decltype(static_scaled_quantize) static_scaled_quantize(
+    "static_scaled_quantize", "static_scaled_quantize(Tensor! out, Tensor x, Tensor scale) -> ()",
+    check_static_scaled_quantize);
+decltype(scaled_mm) scaled_mm(
+    "scaled_mm", "scaled_mm(Tensor! out, Tensor a, Tensor a_scales, Tensor b, Tensor b_scales, Tensor? bias) -> ()",
+    check_scaled_mm);
+decltype(w4a16_linear) w4a16_linear(
+    "w4a16_linear",
+    "w4a16_linear(Tensor! out, Tensor x, Tensor qweight, Tensor scales, Tensor zeros, Tensor? perm, Tensor? bias) "
+    "-> ()",
+    check_w4a16_linear);
 decltype(reshape_and_cache) reshape_and_cache(
     "reshape_and_cache",
     "reshape_and_cache(Tensor key, Tensor value, Tensor! key_cache, Tensor! value_cache, Tensor slot_mapping) -> ()",

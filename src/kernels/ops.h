@@ -62,6 +62,40 @@ extern Op<void(const Tensor& positions, Tensor& query, Tensor& key, int64_t head
 // shape, strides and alignment (bench/RESULTS.md: the rate at the Mistral-7B shapes).
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias)> linear;
 
+// ---- quantized GEMM (the linear methods of model/layers/quantized_linear_methods.h) ----
+
+// Dynamic symmetric quantization of activations: row i of x [m, k] in groups of g = k / scales.size(1) columns gets
+// scale = max(amax / qmax, 1 / (qmax * 512)) (qmax: 448 for fp8 e4m3, 127 for int8) and
+// out = saturate(round_to_nearest_even(x / scale)) (an IEEE division on both devices). out [m, k] fp8_e4m3 or i8;
+// scales [m, k / g] f32 (g = k: one per token; g = 128: DeepSeek's per-token-group). CPU: x f32; CUDA: x f32,
+// f16 or bf16. k must divide into the groups.
+extern Op<void(Tensor& out, Tensor& scales, const Tensor& x)> dynamic_scaled_quantize;
+
+// Static: out = saturate(round(x / scale[0])) with a given scale [1] f32 (fp8 `input_scale`). out, x as above.
+extern Op<void(Tensor& out, const Tensor& x, const Tensor& scale)> static_scaled_quantize;
+
+// out [m, n] = sum_k (a[i, k] * sa(i, k)) * (b[j, k] * sb(j, k)) (+ bias [n]): a [m, k] and b [n, k] both fp8_e4m3
+// or both i8 (contiguous, b as HF stores weights). a_scales: [1] (per tensor), [m, 1] (per token) or
+// [m, k / 128] (per token and 128-column group); b_scales: [1], [n] (per output channel) or
+// [ceil(n / 128), ceil(k / 128)] (128 x 128 blocks, only with group activations). f32 scales; bias f32 or out's
+// dtype. CPU: out f32, dequantize-then-GEMM in f32 (the reference). CUDA: out bf16, f16 or f32; fp8 through
+// cuBLASLt's scaled matmul (outer-vector / 128-block scale modes), int8 through cuBLASLt int8 -> i32 with a scale
+// epilogue; products accumulate exactly (fp8 x fp8 is exact in f32), so CPU and CUDA differ by summation order.
+extern Op<void(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
+               const Tensor* bias)>
+    scaled_mm;
+
+// W4A16: out [m, n] = x [m, k] @ W^T (+ bias [n]) with W [n, k] 4-bit: q(r, c) is nibble (c & 1) of byte
+// qweight[r, c / 2] (low nibble first), W[r, c] = (q(r, c) - zeros[r, c / g]) * scales[r, c / g], g = k /
+// scales.size(1). qweight [n, k / 2] u8; scales [n, k / g] f32; zeros [n, k / g] u8 (0..16: GPTQ v1's stored zero + 1).
+// perm: optional [k] i32, a permutation: column c of W multiplies x[:, perm[c]] (GPTQ act-order, sorted by group once
+// at load). CPU: x and out f32, dequantize-then-GEMM in f32. CUDA: x and out bf16 or f16 (bias in out's dtype or f32);
+// m <= 16 a GEMV dequantizing in registers, larger m dequantizes to x's dtype in a device scratch then runs
+// ops::linear.
+extern Op<void(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
+               const Tensor* perm, const Tensor* bias)>
+    w4a16_linear;
+
 // ---- paged KV cache and attention ----
 
 // Cache layout: [num_blocks, block_size, num_kv_heads, head_dim]; dtype f32 on CPU, on CUDA the activation

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "model/layers/decoder_layer.h"
+#include "model/layers/quantized_linear_methods.h"
 #include "model/layers/vocab_parallel_embedding.h"
 #include "model/rope.h"
 
@@ -34,6 +35,7 @@ class LlamaForCausalLM final : public CausalLM {
   ModelConfig config_;
   Device device_;
   DType act_ = DType::kF32;  // activations: f32 on CPU, the weight dtype on CUDA
+  std::shared_ptr<const LinearMethod> linear_method_;  // config.quantization's (the dense one when unset)
   LinearContext linear_;
   VocabParallelEmbedding embed_tokens_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
@@ -46,15 +48,16 @@ class LlamaForCausalLM final : public CausalLM {
   const Arena* arena_ = nullptr;
 };
 
-LinearContext linear_context(const ModelConfig& c, const ModelLoadOptions& o) {
-  return {&single_process_communicator(), &unquantized_linear_method(), resolve_weight_dtype(c, o)};
+LinearContext linear_context(const ModelConfig& c, const ModelLoadOptions& o, const LinearMethod* method) {
+  return {&single_process_communicator(), method, resolve_weight_dtype(c, o)};
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options)
     : config_(c),
       device_(options.device),
       act_(options.device.is_cpu() ? DType::kF32 : resolve_weight_dtype(c, options)),
-      linear_(linear_context(c, options)),
+      linear_method_(make_linear_method(c.quantization)),
+      linear_(linear_context(c, options, linear_method_.get())),
       embed_tokens_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype),
       norm_(c.hidden_size, static_cast<float>(c.rms_norm_eps)),
       lm_head_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype) {

@@ -355,10 +355,7 @@ Status parse_flags(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
   }
   auto quant = config.find("quantization_config");
   if (quant != config.end() && !quant->is_null()) {
-    auto method_it = quant->is_object() ? quant->find("quant_method") : quant->end();
-    std::string method = method_it != quant->end() && method_it->is_string() ? method_it->get<std::string>() : "?";
-    return invalid_argument("quantized checkpoints (quantization_config.quant_method '" + method +
-                            "') are not supported yet");
+    ASSIGN_OR_RETURN(cfg->quantization, parse_quantization_config(*quant));
   }
   std::optional<int64_t> bos;
   RETURN_IF_ERROR(get_int(config, "bos_token_id", &bos));

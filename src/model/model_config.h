@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "model/quantization_config.h"
 
 namespace llmserve {
 
@@ -60,6 +61,7 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // eos_token_id, an int or a list
   std::string hidden_act = "silu";
+  std::optional<QuantizationConfig> quantization;  // quantization_config; unset: unquantized weights
 
   // The window for layer i, or nullopt for full attention.
   std::optional<int64_t> sliding_window_for_layer(int64_t layer) const;

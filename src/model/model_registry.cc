@@ -81,6 +81,15 @@ StatusOr<std::unique_ptr<CausalLM>> load_model(const std::string& model_dir, con
     return invalid_argument("--device " + options.device.to_string() + ": this build has no CUDA support");
   }
 #endif
+  ASSIGN_OR_RETURN(
+      std::optional<QuantizationConfig> quantization,
+      resolve_quantization_flag(config->quantization, options.quantization, options.load_format == LoadFormat::kDummy));
+  ModelConfig quantized;
+  if (quantization.has_value() != config->quantization.has_value()) {
+    quantized = *config;
+    quantized.quantization = quantization;
+    config = &quantized;
+  }
   std::unique_ptr<WeightSource> weights;
   if (options.load_format == LoadFormat::kDummy) {
     weights = make_dummy_weight_source(options.seed);

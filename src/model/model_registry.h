@@ -29,6 +29,8 @@ struct ModelLoadOptions {
   Device device = Device::cpu();  // where weights, activations and (through the runner) the KV cache live
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t seed = 0;                 // dummy weights
+  // --quantization: empty (the checkpoint's quantization_config), or a method resolve_quantization_flag accepts.
+  std::string quantization;
 };
 
 using ModelFactory = std::function<StatusOr<std::unique_ptr<CausalLM>>(

@@ -32,7 +32,7 @@ struct DTypeEntry {
 constexpr DTypeEntry kDTypeTable[] = {
     {SafetensorsDType::kBool, "BOOL", 8, false, DType::kU8},
     {SafetensorsDType::kU8, "U8", 8, true, DType::kU8},
-    {SafetensorsDType::kI8, "I8", 8, false, DType::kU8},
+    {SafetensorsDType::kI8, "I8", 8, true, DType::kI8},
     {SafetensorsDType::kI16, "I16", 16, false, DType::kU8},
     {SafetensorsDType::kU16, "U16", 16, false, DType::kU8},
     {SafetensorsDType::kF16, "F16", 16, true, DType::kF16},

@@ -20,7 +20,7 @@ FIXTURE = "tests/fixtures/models/llama_gqa_f32"
     (["--pipeline-parallel-size", "0"], "--pipeline-parallel-size must be at least 1"),
     (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8: an FP8 KV cache is not built yet"),
     (["--kv-cache-dtype", "int4"], "--kv-cache-dtype 'int4': expected auto"),
-    (["--quantization", "fp8"], "--quantization fp8: quantized linear methods are not built yet"),
+    (["--quantization", "gguf"], "--quantization gguf: not supported (supported: fp8, compressed-tensors, gptq, awq)"),
     (["--enable-auto-tool-choice"], "--enable-auto-tool-choice: tool calling is not built yet"),
     (["--tool-call-parser", "hermes"], "--tool-call-parser: tool calling is not built yet"),
 ])

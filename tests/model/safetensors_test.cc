@@ -124,7 +124,7 @@ TEST(Safetensors, MisalignedTensorIsCopiedNotViewed) {
 TEST(Safetensors, RecognisedButUnsupportedDTypes) {
   TempDir dir;
   const std::string header =
-      R"({"m":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]},"c":{"dtype":"I8","shape":[2],"data_offsets":[2,4]},)"
+      R"({"m":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]},"c":{"dtype":"F8_E5M2","shape":[2],"data_offsets":[2,4]},)"
       R"("s":{"dtype":"I16","shape":[2],"data_offsets":[8,12]},"d":{"dtype":"F64","shape":[1],"data_offsets":[16,24]},)"
       R"("p":{"dtype":"F4","shape":[4],"data_offsets":[24,26]}})";
   const std::string path = dir.file("u.safetensors");

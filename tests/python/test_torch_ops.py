@@ -257,3 +257,31 @@ def test_compiled_llama_block():
     eager = block(*args)
     compiled = torch.compile(block, fullgraph=True, backend="aot_eager")(*args)
     torch.testing.assert_close(compiled, eager)
+
+
+def test_quantized_ops_cpu():
+    # dynamic_scaled_quantize (per token and per 128-group), scaled_mm (per-token x per-channel) and w4a16_linear
+    # against PyTorch's own float8_e4m3fn conversion and dequantize-then-matmul.
+    x = rand(5, 256) * 3
+    for groups in (1, 2):
+        out, scales = torch.empty(5, 256, dtype=torch.float8_e4m3fn), torch.empty(5, groups)
+        g = 256 // groups
+        want_s = torch.clamp(x.view(5, groups, g).abs().amax(-1) / 448.0, min=1.0 / (448 * 512))
+        want_q = (x.view(5, groups, g) / want_s[..., None]).view(5, 256).to(torch.float8_e4m3fn)
+        check(L.dynamic_scaled_quantize, [out, scales, x],
+              lambda a: [(a[1], want_s), (a[0].float(), want_q.float())], atol=0, rtol=0)
+    a = (rand(7, 128) * 100).to(torch.float8_e4m3fn)
+    b = (rand(48, 128) * 100).to(torch.float8_e4m3fn)
+    sa, sb, bias = rand(7, 1).abs() / 100, rand(48).abs() / 100, rand(48)
+    out = torch.empty(7, 48)
+    check(L.scaled_mm, [out, a, sa, b, sb, bias],
+          lambda args: [(args[0], (a.float() * sa) @ (b.float() * sb[:, None]).T + bias)], atol=1e-3, rtol=1e-3)
+    n, k, groups = 24, 256, 2
+    qweight = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
+    wscales, zeros = rand(n, groups).abs() / 10, torch.randint(0, 17, (n, groups), generator=gen, dtype=torch.uint8)
+    perm = torch.randperm(k, generator=gen).to(torch.int32)
+    q = torch.stack([qweight & 0xF, qweight >> 4], dim=-1).view(n, k).float()
+    w = (q - zeros.float().repeat_interleave(k // groups, 1)) * wscales.repeat_interleave(k // groups, 1)
+    xw = rand(3, k)
+    check(L.w4a16_linear, [torch.empty(3, n), xw, qweight, wscales, zeros, perm, None],
+          lambda args: [(args[0], xw[:, perm.long()] @ w.T)], atol=1e-3, rtol=1e-3)

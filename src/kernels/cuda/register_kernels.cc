@@ -12,7 +12,9 @@ void register_embedding_rotary_kernels();
 void register_gemm_kernels();
 void register_logits_kernels();
 void register_norm_kernels();
+void register_quant_kernels();
 void register_sampling_kernels();
+void register_scaled_mm_kernels();
 
 void register_kernels() {
   register_activation_kernels();
@@ -22,7 +24,9 @@ void register_kernels() {
   register_gemm_kernels();
   register_logits_kernels();
   register_norm_kernels();
+  register_quant_kernels();
   register_sampling_kernels();
+  register_scaled_mm_kernels();
 }
 
 }  // namespace llmserve::cuda

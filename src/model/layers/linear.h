@@ -46,6 +46,10 @@ class LinearBase {
   int64_t input_size_per_partition() const { return input_size_per_partition_; }
   int64_t output_size_per_partition() const { return output_size_per_partition_; }
   const LinearMethod& method() const { return *method_; }
+  // (shard id, rows on this rank) stacked in order (one ("", rows) for an unstacked layer): for methods whose
+  // parameters load shard by shard in their own layout (packed or per-shard scales).
+  const std::vector<std::pair<std::string, int64_t>>& output_shards() const { return output_shards_; }
+  int world_size() const { return comm_->world_size(); }
 
  protected:
   // output_shards: (shard id, rows on this rank) stacked in order; one ("", rows) for an unstacked layer.

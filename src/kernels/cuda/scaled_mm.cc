@@ -1,0 +1,262 @@
+// ops::scaled_mm on CUDA: m <= 8 a weight-streaming GEMV (scaled_gemv.cu), above that cuBLASLt. FP8 e4m3 x e4m3 ->
+// bf16/f16/f32 with cuBLASLt's own scaling (CUDA 12.9+ on Hopper): per-tensor scalars (SCALAR_32F), per-token x
+// per-channel vectors (OUTER_VEC_32F), and DeepSeek-style per-token-group-128 activations x 128x128 weight blocks
+// (VEC128_32F / BLK128x128_32F). INT8: cuBLASLt i8 x i8 -> i32 into a device scratch, then a scale epilogue (out = acc
+// * sa[row] * sb[col] + bias). The row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b
+// and its B our activations a: A's scale is b_scales. Plans are cached per shape and mode; scale pointers are set per
+// call (graph-capturable: no allocation once the int8 scratch has grown at the warm-up's largest batch).
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/cuda_stream.h"
+#include "core/logging.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace llmserve::cuda {
+
+// The int8 epilogue (scaled_mm_epilogue.cu).
+void scaled_mm_int8_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_scales, const Tensor& b_scales,
+                             const Tensor* bias);
+// Transposes the per-token-group scales [m, groups] into [groups, m] (scaled_mm_epilogue.cu).
+void transpose_scales(Tensor& out, const Tensor& in);
+// out[:] = scale[0] (a per-tensor scale as an outer vector).
+void broadcast_scale(Tensor& out, const Tensor& scale);
+// Decode-sized m: the weight-streaming GEMV (scaled_gemv.cu), every scale mode; needs k % 16 == 0 and 16-byte
+// aligned operands.
+bool scaled_gemv_applies(const Tensor& a, const Tensor& b);
+void scaled_gemv(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
+                 const Tensor* bias);
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+#define LT_CHECK(expr)                                                                         \
+  do {                                                                                         \
+    const cublasStatus_t lt_status_ = (expr);                                                  \
+    CHECK(lt_status_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cublasLt status " << lt_status_; \
+  } while (0)
+
+enum class ScaleMode { kTensor, kVector, kBlock };
+
+cudaDataType_t out_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+// (m, n, k, int8, weight scale mode, activation scale mode, out dtype)
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, bool, int, int, int>;
+
+class ScaledMMContext {
+ public:
+  ScaledMMContext() {
+    LT_CHECK(cublasLtCreate(&handle_));
+    CHECK(cudaMalloc(&workspace_, kWorkspaceBytes) == cudaSuccess) << "scaled_mm: cudaMalloc of the workspace";
+  }
+
+  Plan* plan(const PlanKey& key) {
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, build(key)).first;
+    return it->second->found ? it->second.get() : nullptr;
+  }
+
+  void run(Plan& plan, const void* a, const void* b, void* d, const void* scale_a, const void* scale_b, bool int8) {
+    if (!int8) {
+      LT_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof(scale_a)));
+      LT_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof(scale_b)));
+      const float alpha = 1.f, beta = 0.f;
+      LT_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.c, d, plan.c, &plan.algo,
+                              workspace_, kWorkspaceBytes, current_stream()));
+    } else {
+      const int32_t alpha = 1, beta = 0;
+      LT_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.c, d, plan.c, &plan.algo,
+                              workspace_, kWorkspaceBytes, current_stream()));
+    }
+  }
+
+  // The int8 accumulator [m, n] i32 (grown on demand, reused by every call on this device's stream).
+  Tensor accumulator(int64_t m, int64_t n, Device device) {
+    if (!acc_.defined() || acc_.numel() < m * n) {
+      if (acc_.defined()) outgrown_.push_back(acc_);  // a captured graph may still use it: never freed
+      acc_ = Tensor::empty({m * n}, DType::kI32, device);
+    }
+    return acc_.slice(0, 0, m * n).view({m, n});
+  }
+  // A per-tensor scale broadcast to `len` entries (slot 0: the weight side, 1: the activation side).
+  Tensor broadcast(int slot, int64_t len, Device device) {
+    Tensor& t = broadcast_[slot];
+    if (!t.defined() || t.numel() < len) {
+      if (t.defined()) outgrown_.push_back(t);
+      t = Tensor::empty({len}, DType::kF32, device);
+    }
+    return t.slice(0, 0, len);
+  }
+  // The transposed per-token-group scales [groups, m] (same growth rule).
+  Tensor transposed_scales(int64_t groups, int64_t m, Device device) {
+    if (!scales_t_.defined() || scales_t_.numel() < groups * m) {
+      if (scales_t_.defined()) outgrown_.push_back(scales_t_);
+      scales_t_ = Tensor::empty({groups * m}, DType::kF32, device);
+    }
+    return scales_t_.slice(0, 0, groups * m).view({groups, m});
+  }
+
+  std::mutex& mutex() { return mu_; }
+
+ private:
+  std::unique_ptr<Plan> build(const PlanKey& key) {
+    const auto [m, n, k, int8, w_mode, x_mode, out_dtype] = key;
+    auto plan = std::make_unique<Plan>();
+    LT_CHECK(cublasLtMatmulDescCreate(&plan->desc, int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                      int8 ? CUDA_R_32I : CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    if (!int8) {
+      auto mode = [](int m_) -> cublasLtMatmulMatrixScale_t {
+        switch (static_cast<ScaleMode>(m_)) {
+          case ScaleMode::kTensor:
+            return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+          case ScaleMode::kVector:
+            return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+          case ScaleMode::kBlock:
+            break;
+        }
+        return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      };
+      const cublasLtMatmulMatrixScale_t a_mode = mode(w_mode);
+      const cublasLtMatmulMatrixScale_t b_mode =
+          static_cast<ScaleMode>(x_mode) == ScaleMode::kBlock ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : mode(x_mode);
+      LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+      LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+    }
+    const cudaDataType_t in = int8 ? CUDA_R_8I : CUDA_R_8F_E4M3;
+    const cudaDataType_t out = int8 ? CUDA_R_32I : out_type(static_cast<DType>(out_dtype));
+    // Column-major views: weight [n, k] row-major = k x n (ld k); x = k x m (ld k); out = n x m (ld n).
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, k));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, k));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out, n, m, n));
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t workspace = kWorkspaceBytes;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                  sizeof(workspace)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
+                                                                 plan->c, pref, 1, &result, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+      plan->algo = result.algo;
+      plan->found = true;
+    }
+    return plan;
+  }
+
+  std::mutex mu_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+  Tensor acc_, scales_t_, broadcast_[2];
+  std::vector<Tensor> outgrown_;
+};
+
+ScaledMMContext& context() {
+  static std::mutex mu;
+  static ScaledMMContext* contexts[16] = {};
+  int device = 0;
+  CHECK(cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < 16) << "scaled_mm: cudaGetDevice";
+  std::lock_guard<std::mutex> lock(mu);
+  if (contexts[device] == nullptr) contexts[device] = new ScaledMMContext();  // lives until exit
+  return *contexts[device];
+}
+
+ScaleMode mode_of(const Tensor& scales, bool block) {
+  if (scales.numel() == 1 && scales.dim() <= 1) return ScaleMode::kTensor;
+  return block ? ScaleMode::kBlock : ScaleMode::kVector;
+}
+
+void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
+               const Tensor* bias) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  if (m == 0 || n == 0) return;
+  if (scaled_gemv_applies(a, b)) return scaled_gemv(out, a, a_scales, b, b_scales, bias);
+  const bool int8 = a.dtype() == DType::kI8;
+  const bool block = b_scales.dim() == 2;
+  ScaleMode w_mode = mode_of(b_scales, block), x_mode = mode_of(a_scales, block);
+  // One per-tensor and one vector side (static activations x per-channel weights, or the reverse): cuBLASLt's
+  // outer-vector mode wants vectors on both, so the scalar side is broadcast on the device (graph-safe).
+  const bool mixed = !block && !int8 && w_mode != x_mode;
+  if (mixed) w_mode = x_mode = ScaleMode::kVector;
+  ScaledMMContext& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  const PlanKey key{m,
+                    n,
+                    k,
+                    int8,
+                    int8 ? 0 : static_cast<int>(w_mode),
+                    int8 ? 0 : static_cast<int>(x_mode),
+                    static_cast<int>(out.dtype())};
+  Plan* plan = ctx.plan(key);
+  CHECK(plan != nullptr) << "scaled_mm: cuBLASLt has no " << (int8 ? "int8" : "fp8") << " algorithm for a "
+                         << a.to_string() << " (scales " << a_scales.to_string() << ") x b " << b.to_string()
+                         << " (scales " << b_scales.to_string() << ") -> " << out.to_string()
+                         << " (k must be a multiple of 16 and n of 8)";
+  if (int8) {
+    Tensor acc = ctx.accumulator(m, n, a.device());
+    ctx.run(*plan, b.raw_data(), a.raw_data(), acc.raw_data(), nullptr, nullptr, true);
+    scaled_mm_int8_epilogue(out, acc, a_scales, b_scales, bias);
+    return;
+  }
+  const void* x_scales = a_scales.raw_data();
+  const void* w_scales = b_scales.raw_data();
+  if (mixed && a_scales.numel() == 1) {
+    Tensor t = ctx.broadcast(1, m, a.device());
+    broadcast_scale(t, a_scales);
+    x_scales = t.raw_data();
+  } else if (mixed) {
+    Tensor t = ctx.broadcast(0, n, a.device());
+    broadcast_scale(t, b_scales);
+    w_scales = t.raw_data();
+  }
+  if (x_mode == ScaleMode::kBlock) {  // cuBLASLt's VEC128 scales of its B (our tokens) are token-major: [groups, m]
+    Tensor t = ctx.transposed_scales(a_scales.size(1), m, a.device());
+    transpose_scales(t, a_scales);
+    x_scales = t.raw_data();
+  }
+  ctx.run(*plan, b.raw_data(), a.raw_data(), out.raw_data(), w_scales, x_scales, false);
+  if (bias != nullptr) add_bias(out, *bias);
+}
+
+}  // namespace
+
+void register_scaled_mm_kernels() { ops::scaled_mm.register_kernel(DeviceType::kCUDA, scaled_mm); }
+
+}  // namespace llmserve::cuda
