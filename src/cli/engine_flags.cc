@@ -47,7 +47,17 @@ Status check_model_flags(const ModelFlags &f) {
     return invalid_argument("--tokenizer-pipeline '" + f.tokenizer_pipeline + "': expected transformers or tokenizers");
   }
   if (f.num_threads < 0) return invalid_argument("--num-threads must be at least 1 (default: every core)");
-  return ok_status();
+  return check_parallel_config(to_parallel_config(f), device);
+}
+
+ParallelConfig to_parallel_config(const ModelFlags &f) {
+  ParallelConfig p;
+  p.tensor_parallel_size = f.tensor_parallel_size;
+  p.rendezvous.nnodes = f.nnodes;
+  p.rendezvous.node_rank = f.node_rank;
+  p.rendezvous.master_addr = f.master_addr;
+  p.rendezvous.master_port = f.master_port;
+  return p;
 }
 
 void add_model_flags(ArgParser &parser, ModelFlags *f) {
@@ -67,6 +77,14 @@ void add_model_flags(ArgParser &parser, ModelFlags *f) {
   parser.add_int("seed", &f->seed,
                  "sampling seed of every request, and of --load-format dummy weights (default: none; dummy weights 0)");
   parser.add_int("num-threads", &f->num_threads, "CPU threads (default: all)");
+  parser.add_int("tensor-parallel-size", &f->tensor_parallel_size,
+                 "ranks the model is sharded over (-tp; default 1): cuda: one device each from --device's index, "
+                 "NCCL between them; cpu: threads of this process");
+  parser.add_short("-tp", "tensor-parallel-size");
+  parser.add_int("nnodes", &f->nnodes, "nodes the ranks span (default 1; torchrun's --nnodes)");
+  parser.add_int("node-rank", &f->node_rank, "this node's index in [0, --nnodes) (default 0)");
+  parser.add_string("master-addr", &f->master_addr, "node 0's address for the NCCL id exchange (default 127.0.0.1)");
+  parser.add_int("master-port", &f->master_port, "node 0's rendezvous TCP port (default 29500)");
 }
 
 void add_engine_flags(ArgParser &parser, EngineFlags *f) {
@@ -86,7 +104,6 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
                   "schedule step N+1 while step N runs (default: on for cuda, off for cpu; --no-async-scheduling)");
   add_cuda_graph_flags(parser, f);
   VllmCompatFlags &v = f->vllm;
-  parser.add_int("tensor-parallel-size", &v.tensor_parallel_size, "vLLM's flag: 1 only (one device per engine)");
   parser.add_int("pipeline-parallel-size", &v.pipeline_parallel_size, "vLLM's flag: 1 only");
   parser.add_int("data-parallel-size", &v.data_parallel_size, "vLLM's flag: 1 only");
   parser.add_bool("trust-remote-code", &v.trust_remote_code,
@@ -340,16 +357,16 @@ StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_t
                  "weights and a byte-level tokenizer), so the text is noise\n");
     ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(nlohmann::json::parse(builtin_default_config_json())));
     options.load_format = LoadFormat::kDummy;
-    ASSIGN_OR_RETURN(out.model, load_model("", options, &config));
+    ASSIGN_OR_RETURN(out.model, load_parallel_model("", options, to_parallel_config(f), &config));
     ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_json(builtin_default_tokenizer_json()));
     out.builtin_default = true;
     return out;
   }
   if (!f.config_file.empty()) {
     ASSIGN_OR_RETURN(ModelConfig config, load_model_config(f.config_file));
-    ASSIGN_OR_RETURN(out.model, load_model(f.model, options, &config));
+    ASSIGN_OR_RETURN(out.model, load_parallel_model(f.model, options, to_parallel_config(f), &config));
   } else {
-    ASSIGN_OR_RETURN(out.model, load_model(f.model, options));
+    ASSIGN_OR_RETURN(out.model, load_parallel_model(f.model, options, to_parallel_config(f)));
   }
   ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer_from_flags(f, need_tokenizer));
   // Ids the tokenizer can produce must index the model's embedding: caught at load, not by every request.
@@ -394,6 +411,11 @@ std::vector<std::string> to_args(const ModelFlags &f) {
   add("--device", f.device);
   add("--seed", std::to_string(f.seed));
   add("--num-threads", std::to_string(f.num_threads));
+  add("--tensor-parallel-size", std::to_string(f.tensor_parallel_size));
+  add("--nnodes", std::to_string(f.nnodes));
+  add("--node-rank", std::to_string(f.node_rank));
+  add("--master-addr", f.master_addr);
+  add("--master-port", std::to_string(f.master_port));
   return a;
 }
 
@@ -418,8 +440,7 @@ namespace {
 
 Status check_vllm_compat_flags(const VllmCompatFlags &v) {
   const std::pair<const char *, const std::optional<int64_t> *> sizes[] = {
-      {"tensor-parallel-size", &v.tensor_parallel_size}, {"pipeline-parallel-size", &v.pipeline_parallel_size},
-      {"data-parallel-size", &v.data_parallel_size}};
+      {"pipeline-parallel-size", &v.pipeline_parallel_size}, {"data-parallel-size", &v.data_parallel_size}};
   for (const auto &[name, size] : sizes) {
     if (!*size) continue;
     if (**size < 1) return invalid_argument(std::string("--") + name + " must be at least 1");
@@ -443,7 +464,7 @@ Status check_vllm_compat_flags(const VllmCompatFlags &v) {
     const char *flag = v.enable_auto_tool_choice ? "--enable-auto-tool-choice" : "--tool-call-parser";
     return invalid_argument(std::string(flag) + ": tool calling is not built yet");
   }
-  if (v.tensor_parallel_size || v.pipeline_parallel_size || v.data_parallel_size || v.trust_remote_code) {
+  if (v.pipeline_parallel_size || v.data_parallel_size || v.trust_remote_code) {
     LOG(INFO) << "vLLM flags accepted, changing nothing here: parallel sizes of 1 are the only setting; "
                  "--trust-remote-code has nothing to trust (no checkpoint code runs)";
   }

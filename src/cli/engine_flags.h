@@ -16,6 +16,7 @@
 #include "frontend/llm_engine.h"
 #include "model/causal_lm.h"
 #include "runtime/cuda_graph_config.h"
+#include "runtime/tensor_parallel_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve::cli {
@@ -26,7 +27,12 @@ struct ModelFlags {
   std::string tokenizer_pipeline = "transformers";  // transformers | tokenizers (TokenizerPipeline)
   int64_t seed = -1;                                // sampling seed when >= 0; also seeds dummy weights (0 when unset)
   int64_t num_threads = 0;
+  // Tensor parallelism (runtime/tensor_parallel_model.h): ranks in all, and the torchrun-style multi-node bootstrap.
+  int64_t tensor_parallel_size = 1, nnodes = 1, node_rank = 0, master_port = 29500;
+  std::string master_addr = "127.0.0.1";
 };
+// The ParallelConfig the flags ask for (checked by check_model_flags).
+ParallelConfig to_parallel_config(const ModelFlags &f);
 // --tokenizer-pipeline's help (vLLM's --tokenizer-mode picks a tokenizer implementation; this picks whose
 // pipeline ours reproduces, hence another name).
 inline constexpr const char *kTokenizerPipelineHelp =
@@ -37,7 +43,7 @@ void add_model_flags(ArgParser &parser, ModelFlags *f);
 // vLLM's serving flags whose accepted values change nothing here (check_engine_flags logs one line for each given);
 // a value that needs a feature llmserve lacks is refused, naming the feature. Not forwarded to an engine process.
 struct VllmCompatFlags {
-  std::optional<int64_t> tensor_parallel_size, pipeline_parallel_size, data_parallel_size;  // 1 only
+  std::optional<int64_t> pipeline_parallel_size, data_parallel_size;  // 1 only
   bool trust_remote_code = false;  // nothing to trust: no checkpoint code runs
   bool enable_auto_tool_choice = false;
   std::string kv_cache_dtype = "auto", quantization, tool_call_parser;
@@ -140,8 +146,9 @@ Status resolve_model_flags(ModelFlags *f);
 int fail(const Status &status);         // returns 1
 int usage_error(const Status &status);  // returns 2
 
-// InvalidArgument naming the flag for --load-format, --dtype, --device, --tokenizer-pipeline and --num-threads
-// values no load could accept (load_model_from_flags checks them too).
+// InvalidArgument naming the flag for --load-format, --dtype, --device, --tokenizer-pipeline, --num-threads and the
+// parallelism flags (--tensor-parallel-size, --nnodes, ...) values no load could accept (load_model_from_flags checks
+// them too).
 Status check_model_flags(const ModelFlags &f);
 
 }  // namespace llmserve::cli

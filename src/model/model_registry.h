@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "model/causal_lm.h"
+#include "model/layers/communicator.h"
 #include "model/model_config.h"
 #include "model/weight_source.h"
 
@@ -29,6 +30,9 @@ struct ModelLoadOptions {
   Device device = Device::cpu();  // where weights, activations and (through the runner) the KV cache live
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t seed = 0;                 // dummy weights
+  // Tensor parallelism: this model is one rank's shard, its collectives over `communicator` (null: world size 1).
+  // The communicator must outlive the model. Built by runtime/tensor_parallel_model.h, which owns the ranks.
+  Communicator* communicator = nullptr;
 };
 
 using ModelFactory = std::function<StatusOr<std::unique_ptr<CausalLM>>(
