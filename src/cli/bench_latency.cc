@@ -174,9 +174,9 @@ int run_latency(const std::vector<std::string>& args) {
   // GPU's share (its weights, its kv heads, its FLOPs). On the CPU the ranks share one memory system: no division.
   const double shards = on_cuda ? static_cast<double>(f.tensor_parallel_size) : 1.0;
   const double weight_bytes = params * dtype_size(weight_dtype) / shards;
-  const double kv_bytes = kv_bytes_per_token(c, (*model)->activation_dtype()) *
-                          (on_cuda ? static_cast<double>((*model)->num_kv_heads_per_rank()) / c.num_key_value_heads
-                                   : 1.0);
+  const double kv_bytes =
+      kv_bytes_per_token(c, (*model)->activation_dtype()) *
+      (on_cuda ? static_cast<double>((*model)->num_kv_heads_per_rank()) / c.num_key_value_heads : 1.0);
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes;
   const double decode_floor = f.output_len * decode_step_bytes / rates.bandwidth;

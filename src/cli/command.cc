@@ -136,7 +136,8 @@ Status ArgParser::parse(const std::vector<std::string>& args) {
     std::string arg = args[i];
     if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-') {  // a short spelling: rewritten to its --name
       const std::string head = arg.substr(0, arg.find('='));
-      if (auto s = short_to_name_.find(head); s != short_to_name_.end()) arg = "--" + s->second + arg.substr(head.size());
+      if (auto s = short_to_name_.find(head); s != short_to_name_.end())
+        arg = "--" + s->second + arg.substr(head.size());
     }
     if (arg == "--help" || arg == "-h") {
       help_requested_ = true;

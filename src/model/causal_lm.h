@@ -50,9 +50,9 @@ class CausalLM {
   // Whether a CUDA graph captured on the caller's stream records the whole forward (false for a model whose ranks
   // run on other threads' streams: the runner then runs eagerly).
   virtual bool cuda_graph_capturable() const { return true; }
-  // Runs the model; writes logits [num_logits, vocab_size] (f32, on device()). A tensor-parallel rank that does not
-  // sample may pass an undefined `logits`: it still takes part in every collective. Aborts (CHECK) on inconsistent shapes:
-  // the runner is trusted, user input was validated before it.
+  // Runs the model; writes logits [num_logits, vocab_size] (f32, on device()). Aborts (CHECK) on inconsistent shapes:
+  // the runner is trusted, user input was validated before it. A tensor-parallel rank that does not sample passes an
+  // undefined `logits`: it still takes part in every collective.
   // forward never allocates: its per-step buffers are views of an arena bound before (ActivationMemory); a step
   // larger than the planned limits CHECK-fails naming the limit.
   virtual void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) = 0;

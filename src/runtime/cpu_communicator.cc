@@ -73,8 +73,8 @@ class CpuCommunicatorGroup::Rank final : public Communicator {
     group_.barrier_.arrive_and_wait();
     for (const Slot& s : group_.slots_) {
       CHECK(s.numel == numel && s.dtype == dtype)
-          << op << ": rank " << rank_ << " has " << numel << " x " << dtype_name(dtype) << ", another rank "
-          << s.numel << " x " << dtype_name(s.dtype) << " (ranks must call collectives with the same shapes)";
+          << op << ": rank " << rank_ << " has " << numel << " x " << dtype_name(dtype) << ", another rank " << s.numel
+          << " x " << dtype_name(s.dtype) << " (ranks must call collectives with the same shapes)";
     }
     return group_.slots_;
   }

@@ -122,6 +122,9 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
     logged_mode = true;
     if (device_.is_cpu()) {
       LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode) << ": eager on cpu (the CPU backend has no graphs)";
+    } else if (!model.cuda_graph_capturable()) {
+      LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode)
+                << ": eager (tensor-parallel ranks launch on their own threads; per-rank graphs are not built)";
     } else if (!graph_padding_) {
       LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode)
                 << ": PIECEWISE graphs are not built and no FULL capture size fits; every batch runs eagerly";

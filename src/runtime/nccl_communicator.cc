@@ -68,7 +68,7 @@ StatusOr<std::string> new_nccl_unique_id() {
 }
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(const std::string& unique_id, int world_size,
-                                                                      int rank, int device) {
+                                                                     int rank, int device) {
   if (unique_id.size() != sizeof(ncclUniqueId)) {
     return invalid_argument("NCCL unique id of " + std::to_string(unique_id.size()) + " bytes, expected " +
                             std::to_string(sizeof(ncclUniqueId)));
@@ -84,9 +84,8 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(const std::
   auto impl = std::make_unique<Impl>();
   impl->device = device;
   if (ncclResult_t r = ncclCommInitRank(&impl->comm, world_size, id, rank); r != ncclSuccess) {
-    return nccl_error(("ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")")
-                          .c_str(),
-                      r);
+    return nccl_error(
+        ("ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")").c_str(), r);
   }
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(impl), world_size, rank));
 }

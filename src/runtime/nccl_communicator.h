@@ -24,7 +24,7 @@ class NcclCommunicator final : public Communicator {
   // Joins rank `rank` of `world_size` on CUDA device `device` (made current on the calling thread). Blocks until
   // every rank joined (ncclCommInitRank). Errors name the NCCL error.
   static StatusOr<std::unique_ptr<NcclCommunicator>> create(const std::string& unique_id, int world_size, int rank,
-                                                             int device);
+                                                            int device);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;

@@ -142,8 +142,8 @@ RendezvousServer::~RendezvousServer() { ::close(fd_); }
 
 Status RendezvousServer::serve(const std::string& blob) {
   if (blob.size() > kMaxBlobBytes) return invalid_argument("rendezvous: blob too large");
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(options_.timeout_s));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
   std::set<int64_t> missing;
   for (int64_t r = 1; r < options_.nnodes; ++r) missing.insert(r);
   while (!missing.empty()) {
@@ -187,8 +187,7 @@ StatusOr<std::string> rendezvous_receive(const RendezvousOptions& o) {
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(o.master_addr.c_str(), std::to_string(o.master_port).c_str(), &hints, &found);
-      rc != 0) {
+  if (int rc = ::getaddrinfo(o.master_addr.c_str(), std::to_string(o.master_port).c_str(), &hints, &found); rc != 0) {
     return invalid_argument("rendezvous: --master-addr " + o.master_addr + ": " + gai_strerror(rc));
   }
   std::vector<char> sockaddr_bytes(found->ai_addrlen);
@@ -208,7 +207,8 @@ StatusOr<std::string> rendezvous_receive(const RendezvousOptions& o) {
     put_u32(hello, static_cast<uint32_t>(o.node_rank));
     put_u32(hello, static_cast<uint32_t>(o.nnodes));
     unsigned char head[8];
-    if (!send_all(fd.get(), hello.data(), hello.size(), deadline) || !recv_all(fd.get(), head, sizeof(head), deadline)) {
+    if (!send_all(fd.get(), hello.data(), hello.size(), deadline) ||
+        !recv_all(fd.get(), head, sizeof(head), deadline)) {
       last_error = "connected, but node 0 did not answer";
       continue;
     }

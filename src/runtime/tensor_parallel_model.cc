@@ -98,14 +98,14 @@ int64_t span_of(const Tensor& t) {
   return span;
 }
 
-Tensor flat(const Tensor& t) {
-  return Tensor::from_blob(t.raw_data(), {span_of(t)}, t.dtype(), nullptr, t.device());
-}
+Tensor flat(const Tensor& t) { return Tensor::from_blob(t.raw_data(), {span_of(t)}, t.dtype(), nullptr, t.device()); }
 
 class TensorParallelModel final : public CausalLM {
  public:
   TensorParallelModel(int world_size, int first_rank, int total_ranks)
-      : threads_(world_size), ranks_(static_cast<size_t>(world_size)), first_rank_(first_rank),
+      : threads_(world_size),
+        ranks_(static_cast<size_t>(world_size)),
+        first_rank_(first_rank),
         total_ranks_(total_ranks) {}
 
   ~TensorParallelModel() override {
@@ -205,7 +205,7 @@ class TensorParallelModel final : public CausalLM {
     Device device;
     Communicator* comm = nullptr;
     std::unique_ptr<NcclCommunicator> nccl;
-    KVCacheTensors cache;              // ranks >= 1: this rank's heads of the runner's cache shape
+    KVCacheTensors cache;               // ranks >= 1: this rank's heads of the runner's cache shape
     const void* cache_owner = nullptr;  // rank 0's key[0] the cache was made for (a new runner: a new cache)
     Tensor inputs[kNumFields];
     Tensor workspace;  // CUDA split-K scratch (zeroed once)
@@ -272,8 +272,7 @@ class TensorParallelModel final : public CausalLM {
       Tensor& buf = rank.inputs[f];
       const int64_t span = span_of(src);
       if (!buf.defined() || buf.numel() < span || buf.dtype() != src.dtype()) {
-        buf = Tensor::empty({std::max<int64_t>(span, 2 * (buf.defined() ? buf.numel() : 0))}, src.dtype(),
-                            rank.device);
+        buf = Tensor::empty({std::max<int64_t>(span, 2 * (buf.defined() ? buf.numel() : 0))}, src.dtype(), rank.device);
       }
       return Tensor::from_blob(buf.raw_data(), {std::max<int64_t>(span, 1)}, src.dtype(), nullptr, rank.device)
           .as_strided(src.shape(), src.strides());

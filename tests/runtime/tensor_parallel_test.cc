@@ -3,16 +3,18 @@
 // fixture replicate kv heads), and against TP = 1 through the engine (ids by vLLM's rule, logprobs within the
 // tolerance); engine equivalences under TP = 2 (batched vs one by one, chunked prefill, prefix cache, the plain
 // reference); vLLM's divisibility errors; each rank loading only its slices.
-#include "runtime/tensor_parallel_model.h"
+#include "model/tensor_parallel.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 
 #include "fixture_compare.h"
-#include "model/tensor_parallel.h"
+#include "runtime/cpu_communicator.h"
+#include "runtime/tensor_parallel_model.h"
 #include "test_models.h"
 
 namespace llmserve {
@@ -61,7 +63,7 @@ TEST(TensorParallel, GreedyIdsAndLogprobsMatchTransformers) {
 }
 
 TEST(TensorParallel, Bf16WidenedAndPromptLogprobsMatchTransformers) {
-  for (const std::string& name : {"llama_gqa_bf16", "qwen3_qknorm_bf16", "llama_tied_mqa_f32", "qwen2_bias_f32"}) {
+  for (const char* name : {"llama_gqa_bf16", "qwen3_qknorm_bf16", "llama_tied_mqa_f32", "qwen2_bias_f32"}) {
     const std::optional<DType> dtype =
         std::string(name).find("bf16") != std::string::npos ? std::optional<DType>(DType::kF32) : std::nullopt;
     const testing::Fixture f = testing::load_fixture(name, dtype);
@@ -169,14 +171,82 @@ TEST(TensorParallel, EngineEquivalencesUnderTwoRanks) {
     shared.push_back(prefix);
     shared.back().push_back(tail);
   }
-  const testing::CoreRun cold =
-      testing::run_engine_core(*model, greedy(shared, 6), {.max_num_batched_tokens = 41, .enable_prefix_caching = false});
+  const testing::CoreRun cold = testing::run_engine_core(
+      *model, greedy(shared, 6), {.max_num_batched_tokens = 41, .enable_prefix_caching = false});
   // A budget of one prompt per step: the first prompt's blocks are computed (and cached) before the others start.
   const testing::CoreRun warm = testing::run_engine_core(*model, greedy(shared, 6), {.max_num_batched_tokens = 41});
   EXPECT_GT(warm.prefix_cache_hits, 0);
   for (const auto& [id, r] : cold.results) EXPECT_EQ(warm.results.at(id).token_ids, r.token_ids) << id;
   EXPECT_EQ(warm.runner_requests_left, 0);
   EXPECT_EQ(warm.kv_usage_left, 0.0);
+}
+
+// Records every read: whole tensors by name, slices with their element counts.
+class RecordingWeightSource final : public WeightSource {
+ public:
+  explicit RecordingWeightSource(WeightSource& inner) : inner_(inner) {}
+  StatusOr<Tensor> get(const std::string& name, const Shape& shape, DType dtype) override {
+    whole.push_back(name);
+    return inner_.get(name, shape, dtype);
+  }
+  StatusOr<Tensor> get_slice(const std::string& name, const Shape& shape, DType dtype, int dim, int64_t begin,
+                             int64_t end) override {
+    int64_t full = 1;
+    for (int64_t d : shape) full *= d;
+    sliced[name] = {dim, begin, end, full};
+    return inner_.get_slice(name, shape, dtype, dim, begin, end);
+  }
+  bool contains(const std::string& name) const override { return inner_.contains(name); }
+  std::vector<std::string> names() const override { return inner_.names(); }
+
+  struct Slice {
+    int dim;
+    int64_t begin, end, full_numel;
+  };
+  std::vector<std::string> whole;
+  std::map<std::string, Slice> sliced;
+
+ private:
+  WeightSource& inner_;
+};
+
+// Rank 1 of 2 (and rank 3 of 4) of the GQA fixture reads only its slices of every split tensor; only the norms (which
+// every rank holds whole) are read whole. kv heads: 2 over 4 ranks, so rank 3 reads kv head 1.
+TEST(TensorParallel, EachRankReadsOnlyItsSlices) {
+  const std::string dir = fixtures_dir() + "/llama_gqa_f32";
+  const ModelConfig c = load_model_config(dir).value();
+  const int64_t D = c.head_dim, I = c.intermediate_size;
+  for (auto [world, rank] : {std::pair<int, int>{2, 1}, {4, 3}}) {
+    std::unique_ptr<WeightSource> checkpoint = open_safetensors_checkpoint(dir).value();
+    RecordingWeightSource recording(*checkpoint);
+    CpuCommunicatorGroup group(world);
+    ModelLoadOptions options;
+    options.communicator = &group.rank(rank);
+    StatusOr<std::unique_ptr<CausalLM>> model = create_model(c, recording, options);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    for (const std::string& name : recording.whole) EXPECT_NE(name.find("norm"), std::string::npos) << name;
+    const std::string l = "model.layers.0.";
+    auto expect = [&](const std::string& name, int dim, int64_t begin, int64_t end) {
+      ASSERT_TRUE(recording.sliced.count(name)) << name;
+      const RecordingWeightSource::Slice& s = recording.sliced.at(name);
+      EXPECT_EQ(s.dim, dim) << name;
+      EXPECT_EQ(s.begin, begin) << name;
+      EXPECT_EQ(s.end, end) << name;
+    };
+    const int64_t q = c.num_attention_heads / world * D;
+    const int64_t kv_head = world <= c.num_key_value_heads ? rank : rank / (world / c.num_key_value_heads);
+    const int64_t kv = (world <= c.num_key_value_heads ? c.num_key_value_heads / world : 1) * D;
+    expect(l + "self_attn.q_proj.weight", 0, rank * q, (rank + 1) * q);
+    expect(l + "self_attn.k_proj.weight", 0, kv_head * kv, (kv_head + 1) * kv);
+    expect(l + "self_attn.v_proj.weight", 0, kv_head * kv, (kv_head + 1) * kv);
+    expect(l + "self_attn.o_proj.weight", 1, rank * q, (rank + 1) * q);
+    expect(l + "mlp.gate_proj.weight", 0, rank * I / world, (rank + 1) * I / world);
+    expect(l + "mlp.up_proj.weight", 0, rank * I / world, (rank + 1) * I / world);
+    expect(l + "mlp.down_proj.weight", 1, rank * I / world, (rank + 1) * I / world);
+    const int64_t per = c.vocab_size / world;
+    expect("model.embed_tokens.weight", 0, rank * per, (rank + 1) * per);
+    if (!c.tie_word_embeddings) expect("lm_head.weight", 0, rank * per, (rank + 1) * per);
+  }
 }
 
 TEST(TensorParallel, DivisibilityErrorsAreVllms) {

@@ -178,8 +178,8 @@ void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
 void masked_embedding(Tensor& out, const Tensor& ids, const Tensor& table, int64_t vocab_start) {
   const int64_t n = ids.size(0), vocab = table.size(0), hidden = table.size(1);
   if (n == 0 || hidden == 0) return;
-  const bool vec = hidden % 8 == 0 && out.stride(0) % 8 == 0 && aligned16(out.raw_data()) &&
-                   aligned16(table.raw_data());
+  const bool vec =
+      hidden % 8 == 0 && out.stride(0) % 8 == 0 && aligned16(out.raw_data()) && aligned16(table.raw_data());
   dispatch_float(out.dtype(), "masked_embedding", [&](auto o) {
     dispatch_float(table.dtype(), "masked_embedding", [&](auto t) {
       using O = decltype(o);

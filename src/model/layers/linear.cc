@@ -103,8 +103,8 @@ Status LinearBase::load_shard(Parameter& p, WeightSource& weights, const std::st
   if (split_out) {
     const OutputSlice s = output_slice(shard_id);
     shape[p.output_dim] = rows * s.count;
-    ASSIGN_OR_RETURN(loaded, weights.get_slice(checkpoint_name, shape, p.dtype, p.output_dim, s.index * rows,
-                                               (s.index + 1) * rows));
+    ASSIGN_OR_RETURN(
+        loaded, weights.get_slice(checkpoint_name, shape, p.dtype, p.output_dim, s.index * rows, (s.index + 1) * rows));
   } else if (split_in) {
     const int64_t cols = p.shape[p.input_dim];
     shape[p.input_dim] = cols * world;
