@@ -50,6 +50,8 @@ class CausalLM {
   // Whether a CUDA graph captured on the caller's stream records the whole forward (false for a model whose ranks
   // run on other threads' streams: the runner then runs eagerly).
   virtual bool cuda_graph_capturable() const { return true; }
+  // Every device holding a part of the model, device() first (tensor parallelism: one per rank of this process).
+  virtual std::vector<Device> devices() const { return {device()}; }
   // Runs the model; writes logits [num_logits, vocab_size] (f32, on device()). Aborts (CHECK) on inconsistent shapes:
   // the runner is trusted, user input was validated before it. A tensor-parallel rank that does not sample passes an
   // undefined `logits`: it still takes part in every collective.

@@ -1,7 +1,9 @@
 // GPU memory planning (--gpu-memory-utilization): after the weights are loaded, one profiling forward at the
 // largest step the scheduler can make measures the activation peak; what is left of
 // utilization x total device memory goes to KV-cache blocks. Invariant: weights + activation peak + KV cache
-// stay within utilization x total (other processes' memory counts against the budget too).
+// stay within utilization x total (other processes' memory counts against the budget too). Tensor parallelism: the
+// plan is per rank — each rank's device is measured (its shard, its arena, its kv heads' blocks) and the rank leaving
+// the fewest blocks sets the count every rank allocates.
 #pragma once
 
 #include <cstdint>

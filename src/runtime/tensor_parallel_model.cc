@@ -150,6 +150,11 @@ class TensorParallelModel final : public CausalLM {
   Device device() const override { return ranks_[0].device; }
   DType activation_dtype() const override { return ranks_[0].model->activation_dtype(); }
   int64_t num_kv_heads_per_rank() const override { return ranks_[0].model->num_kv_heads_per_rank(); }
+  std::vector<Device> devices() const override {
+    std::vector<Device> out;
+    for (const Rank& r : ranks_) out.push_back(r.device);
+    return out;
+  }
   // Several devices' streams cannot be captured from rank 0's thread: graphs only for one rank.
   bool cuda_graph_capturable() const override { return ranks_.size() == 1; }
 
@@ -186,10 +191,17 @@ class TensorParallelModel final : public CausalLM {
     const Arena* previous = bound_.size() >= 2 ? bound_[bound_.size() - 2] : nullptr;
     if (!bound_.empty() && arena == previous) {  // an ActivationMemory being destroyed: drop the ranks' arenas too
       bound_.pop_back();
+      // The outermost one gone (its runner destroyed): the ranks' caches go too, so memory measured next (the real
+      // runner's plan after the profiling one) is not held by a dead runner's cache.
+      const bool last = bound_.empty();
       threads_.run([&](int r) {
-        if (r == 0 || ranks_[r].arenas.empty()) return;
+        if (r == 0) return;
         use_device(ranks_[r].device);
-        ranks_[r].arenas.pop_back();
+        if (!ranks_[r].arenas.empty()) ranks_[r].arenas.pop_back();
+        if (last) {
+          ranks_[r].cache = KVCacheTensors{};
+          ranks_[r].cache_owner = nullptr;
+        }
       });
     } else {
       bound_.push_back(arena);
