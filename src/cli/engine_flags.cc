@@ -339,16 +339,55 @@ Status resolve_model_flags(ModelFlags *f) {
   return ok_status();
 }
 
-StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_tokenizer) {
-  RETURN_IF_ERROR(check_model_flags(flags));
-  ModelFlags f = flags;
-  RETURN_IF_ERROR(resolve_model_flags(&f));  // a no-op for local paths (and for flags resolved already)
-  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+namespace {
+
+// ModelLoadOptions from checked flags (check_model_flags parsed the three).
+ModelLoadOptions model_load_options(const ModelFlags &f) {
   ModelLoadOptions options;
-  parse_load_format(f.load_format, &options.load_format);  // the three parsed by check_model_flags
+  parse_load_format(f.load_format, &options.load_format);
   parse_dtype_flag(f.dtype, &options.weight_dtype);
   parse_device_flag(f.device, &options.device);
   options.seed = static_cast<uint64_t>(std::max<int64_t>(0, f.seed));
+  return options;
+}
+
+}  // namespace
+
+int run_follower_node(const ModelFlags &flags) {
+  if (Status s = check_model_flags(flags); !s.ok()) return usage_error(s);
+  ModelFlags f = flags;
+  if (Status s = resolve_model_flags(&f); !s.ok()) return fail(s);
+  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+  const ParallelConfig parallel = to_parallel_config(f);
+  StatusOr<std::unique_ptr<CausalLM>> model = internal_error("not loaded");
+  if (!f.config_file.empty()) {
+    StatusOr<ModelConfig> config = load_model_config(f.config_file);
+    if (!config.ok()) return fail(config.status());
+    model = load_parallel_model(f.model, model_load_options(f), parallel, &*config);
+  } else {
+    model = load_parallel_model(f.model, model_load_options(f), parallel);
+  }
+  if (!model.ok()) return fail(model.status());
+  const int64_t local = f.tensor_parallel_size / f.nnodes;
+  std::fprintf(stderr, "llmserve: node %lld of %lld: ranks %lld..%lld loaded; following node 0 (%s:%lld)\n",
+               static_cast<long long>(f.node_rank), static_cast<long long>(f.nnodes),
+               static_cast<long long>(f.node_rank * local), static_cast<long long>((f.node_rank + 1) * local - 1),
+               f.master_addr.c_str(), static_cast<long long>(f.master_port));
+  if (Status s = serve_tensor_parallel_ranks(**model); !s.ok()) return fail(s);
+  std::fprintf(stderr, "llmserve: node %lld: node 0's engine ended\n", static_cast<long long>(f.node_rank));
+  return 0;
+}
+
+StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_tokenizer) {
+  RETURN_IF_ERROR(check_model_flags(flags));
+  if (flags.node_rank > 0) {
+    return invalid_argument("--node-rank " + std::to_string(flags.node_rank) +
+                            ": nodes other than 0 run `llmserve serve` (they follow node 0's engine)");
+  }
+  ModelFlags f = flags;
+  RETURN_IF_ERROR(resolve_model_flags(&f));  // a no-op for local paths (and for flags resolved already)
+  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+  const ModelLoadOptions options = model_load_options(f);
   LoadedModel out;
   if (f.model.empty() && f.config_file.empty()) {
     std::fprintf(stderr,
@@ -356,8 +395,9 @@ StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_t
                  "tiny Llama with random "
                  "weights and a byte-level tokenizer), so the text is noise\n");
     ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(nlohmann::json::parse(builtin_default_config_json())));
-    options.load_format = LoadFormat::kDummy;
-    ASSIGN_OR_RETURN(out.model, load_parallel_model("", options, to_parallel_config(f), &config));
+    ModelLoadOptions dummy = options;
+    dummy.load_format = LoadFormat::kDummy;
+    ASSIGN_OR_RETURN(out.model, load_parallel_model("", dummy, to_parallel_config(f), &config));
     ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_json(builtin_default_tokenizer_json()));
     out.builtin_default = true;
     return out;

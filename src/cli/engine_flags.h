@@ -117,6 +117,11 @@ struct LoadedModel {
 // Sets the thread count. Errors name the flag or file.
 StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_tokenizer);
 
+// A node other than 0 (--node-rank > 0, `serve` only): loads its ranks' shards, joins node 0 (TCP rendezvous, NCCL)
+// and runs its share of every step of node 0's engine until that engine ends. Returns the exit code (0, or 1 with the
+// error printed).
+int run_follower_node(const ModelFlags &f);
+
 // The tokenizer alone (what a process whose engine core runs elsewhere needs): the built-in default's without
 // --model / --config, else --tokenizer or the model directory's (null if there is none and none was needed).
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_from_flags(const ModelFlags &f, bool need_tokenizer);

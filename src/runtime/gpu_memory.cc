@@ -105,7 +105,7 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
                 "activation peak %.2f GiB (profiled at %lld tokens / %lld seqs), CUDA graphs %.1f MiB; KV cache: %lld "
                 "blocks of %d tokens "
                 "(%.2f GiB, %lld tokens); maximal concurrency at max_model_len %lld: %.2fx",
-                total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
+                plan.total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
                 plan.activation_peak_bytes / gib, static_cast<long long>(tokens), static_cast<long long>(reqs),
                 plan.cuda_graph_bytes / (1024.0 * 1024.0), static_cast<long long>(plan.num_blocks), block_size,
                 plan.num_blocks * plan.block_bytes / gib, static_cast<long long>(plan.num_blocks * block_size),

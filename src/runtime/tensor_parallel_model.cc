@@ -9,10 +9,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda_event.h"
 #include "core/logging.h"
 #include "model/tensor_parallel.h"
 #include "runtime/cpu_communicator.h"
 #include "runtime/nccl_communicator.h"
+#include "runtime/tensor_parallel_step.h"
 
 #ifdef LLMSERVE_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -100,33 +102,47 @@ int64_t span_of(const Tensor& t) {
 
 Tensor flat(const Tensor& t) { return Tensor::from_blob(t.raw_data(), {span_of(t)}, t.dtype(), nullptr, t.device()); }
 
+// The ranks of this process. Node 0's model is the runner's CausalLM; on other nodes the same class is driven by
+// serve_tensor_parallel_ranks from rank 0's control messages (spans_nodes_).
 class TensorParallelModel final : public CausalLM {
  public:
-  TensorParallelModel(int world_size, int first_rank, int total_ranks)
-      : threads_(world_size),
-        ranks_(static_cast<size_t>(world_size)),
+  TensorParallelModel(int local_ranks, int first_rank, int total_ranks, bool spans_nodes)
+      : threads_(local_ranks),
+        ranks_(static_cast<size_t>(local_ranks)),
         first_rank_(first_rank),
-        total_ranks_(total_ranks) {}
+        total_ranks_(total_ranks),
+        spans_nodes_(spans_nodes) {}
 
   ~TensorParallelModel() override {
-    // Each rank's device memory is released on its own thread (its device current).
+    // Node 0 tells the other nodes' ranks to stop; then each rank's memory is released on its own thread.
+    if (spans_nodes_ && first_rank_ == 0 && loaded_) {
+      TpMessage stop;
+      stop.command = TpCommand::kShutdown;
+      threads_.run([&](int r) { (void)exchange(ranks_[r], &stop); });
+    }
     threads_.run([this](int r) {
       use_device(ranks_[r].device);
       ranks_[r] = Rank{};
     });
   }
 
-  Status load(const std::string& model_dir, const ModelLoadOptions& options, const ModelConfig* config) {
+  // Devices: options.device.index + local rank. Communicators: `comms` (one per local rank) when given, else made
+  // here — the CPU group in process, or NCCL joined with `nccl_id` (made here when empty: one node).
+  Status load(const std::string& model_dir, const ModelLoadOptions& options, const ModelConfig* config,
+              const std::vector<Communicator*>& comms, const std::string& nccl_id) {
     const int world = static_cast<int>(ranks_.size());
     for (int r = 0; r < world; ++r) {
       ranks_[r].device = options.device.is_cpu() ? Device::cpu() : Device::cuda(options.device.index + r);
     }
-    if (options.device.is_cpu()) {
+    if (!comms.empty()) {
+      CHECK_EQ(static_cast<int>(comms.size()), world);
+      for (int r = 0; r < world; ++r) ranks_[r].comm = comms[r];
+    } else if (options.device.is_cpu()) {
       cpu_group_ = std::make_unique<CpuCommunicatorGroup>(world);
       for (int r = 0; r < world; ++r) ranks_[r].comm = &cpu_group_->rank(r);
     } else {
       RETURN_IF_ERROR(check_devices(options.device));
-      RETURN_IF_ERROR(join_nccl());
+      RETURN_IF_ERROR(join_nccl(nccl_id));
     }
     std::vector<Status> status(static_cast<size_t>(world));
     threads_.run([&](int r) {
@@ -143,6 +159,7 @@ class TensorParallelModel final : public CausalLM {
     });
     for (const Status& s : status) RETURN_IF_ERROR(s);
     use_device(ranks_[0].device);
+    loaded_ = true;
     return ok_status();
   }
 
@@ -156,22 +173,23 @@ class TensorParallelModel final : public CausalLM {
     return out;
   }
   // Several devices' streams cannot be captured from rank 0's thread: graphs only for one rank.
-  bool cuda_graph_capturable() const override { return ranks_.size() == 1; }
+  bool cuda_graph_capturable() const override { return ranks_.size() == 1 && !spans_nodes_; }
 
   void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) override {
+    CHECK_EQ(first_rank_, 0) << "forward on a node other than 0 (its ranks follow node 0: serve)";
+    TpMessage message;
+    message.command = TpCommand::kForward;
+    if (spans_nodes_) message.step = step_shapes(batch, kv_cache);
     threads_.run([&](int r) {
+      Rank& rank = ranks_[r];
+      if (spans_nodes_) (void)exchange(rank, &message);
       if (r == 0) {
-        broadcast_inputs(ranks_[0], batch);
-        ranks_[0].model->forward(batch, kv_cache, logits);
+        broadcast_inputs(rank, batch);
+        rank.model->forward(batch, kv_cache, logits);
         return;
       }
-      Rank& rank = ranks_[r];
       use_device(rank.device);
-      ensure_cache(rank, kv_cache);
-      ForwardBatch mine = mirror_inputs(rank, batch);
-      broadcast_inputs(rank, mine);
-      Tensor no_logits;
-      rank.model->forward(mine, rank.cache, no_logits);
+      step_as_follower(rank, step_shapes(batch, kv_cache), kv_cache.key.empty() ? nullptr : kv_cache.key[0].raw_data());
     });
   }
 
@@ -179,10 +197,12 @@ class TensorParallelModel final : public CausalLM {
   // of the same plan on its own device, released when the caller's is (bind_activations back to the previous one).
   void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) override {
     ranks_[0].model->plan_activations(limits, planner);
+    TpMessage message;
+    message.command = TpCommand::kPlanActivations;
+    message.limits = limits;
     threads_.run([&](int r) {
-      if (r == 0) return;
-      use_device(ranks_[r].device);
-      ranks_[r].arenas.push_back(std::make_unique<ActivationMemory>(*ranks_[r].model, limits));
+      if (spans_nodes_) (void)exchange(ranks_[r], &message);
+      if (r != 0) push_arena(ranks_[r], limits);
     });
   }
 
@@ -191,17 +211,14 @@ class TensorParallelModel final : public CausalLM {
     const Arena* previous = bound_.size() >= 2 ? bound_[bound_.size() - 2] : nullptr;
     if (!bound_.empty() && arena == previous) {  // an ActivationMemory being destroyed: drop the ranks' arenas too
       bound_.pop_back();
+      TpMessage message;
+      message.command = TpCommand::kReleaseActivations;
       // The outermost one gone (its runner destroyed): the ranks' caches go too, so memory measured next (the real
       // runner's plan after the profiling one) is not held by a dead runner's cache.
-      const bool last = bound_.empty();
+      message.release_caches = bound_.empty();
       threads_.run([&](int r) {
-        if (r == 0) return;
-        use_device(ranks_[r].device);
-        if (!ranks_[r].arenas.empty()) ranks_[r].arenas.pop_back();
-        if (last) {
-          ranks_[r].cache = KVCacheTensors{};
-          ranks_[r].cache_owner = nullptr;
-        }
+        if (spans_nodes_) (void)exchange(ranks_[r], &message);
+        if (r != 0) pop_arena(ranks_[r], message.release_caches);
       });
     } else {
       bound_.push_back(arena);
@@ -209,20 +226,100 @@ class TensorParallelModel final : public CausalLM {
   }
   const Arena* bound_activations() const override { return ranks_[0].model->bound_activations(); }
 
+  bool follows_node0() const { return spans_nodes_ && first_rank_ > 0; }
+
+  // A node other than 0: every local rank follows rank 0's control messages until the shutdown.
+  void serve() {
+    CHECK(spans_nodes_ && first_rank_ > 0) << "serve() is for the ranks of nodes other than 0";
+    threads_.run([&](int r) {
+      Rank& rank = ranks_[r];
+      use_device(rank.device);
+      for (;;) {
+        const TpMessage m = exchange(rank, nullptr);
+        switch (m.command) {
+          case TpCommand::kForward:
+            step_as_follower(rank, m.step, nullptr);
+            break;
+          case TpCommand::kPlanActivations:
+            push_arena(rank, m.limits);
+            break;
+          case TpCommand::kReleaseActivations:
+            pop_arena(rank, m.release_caches);
+            break;
+          case TpCommand::kShutdown:
+            return;
+        }
+      }
+    });
+  }
+
  private:
-  // Rank r's copies of the step inputs (ranks >= 1): buffers grown on demand, on the rank's device.
-  enum Field { kInputIds, kPositions, kLogitsIndices, kQueryStartLoc, kSeqLens, kBlockTable, kSlotMapping, kNumFields };
   struct Rank {
     std::unique_ptr<CausalLM> model;
     Device device;
     Communicator* comm = nullptr;
     std::unique_ptr<NcclCommunicator> nccl;
-    KVCacheTensors cache;               // ranks >= 1: this rank's heads of the runner's cache shape
-    const void* cache_owner = nullptr;  // rank 0's key[0] the cache was made for (a new runner: a new cache)
-    Tensor inputs[kNumFields];
-    Tensor workspace;  // CUDA split-K scratch (zeroed once)
+    KVCacheTensors cache;               // every rank but node 0's rank 0: this rank's heads, the runner's shape
+    const void* cache_owner = nullptr;  // node 0: rank 0's key[0] the cache was made for (a new runner: a new cache)
+    Tensor inputs[kTpNumInputs];        // copies of rank 0's step inputs, grown on demand
+    Tensor workspace;                   // CUDA split-K scratch (zeroed once)
     std::vector<std::unique_ptr<ActivationMemory>> arenas;
+    // Control messages (spans_nodes_): the header on this rank's device, its page-locked host side, and the event
+    // after node 0's upload (the host side is rewritten only once the copy has read it).
+    Tensor header_device, header_host;
+    Event header_uploaded;
   };
+
+  // One step on a rank that does not drive the runner: its cache and input copies shaped as rank 0's, the inputs
+  // broadcast from rank 0, the forward without logits. `owner`: node 0's cache identity (null on other nodes).
+  void step_as_follower(Rank& rank, const StepShapes& step, const void* owner) {
+    ensure_cache(rank, step, owner);
+    ForwardBatch mine = mirror_inputs(rank, step);
+    broadcast_inputs(rank, mine);
+    Tensor no_logits;
+    rank.model->forward(mine, rank.cache, no_logits);
+  }
+
+  void push_arena(Rank& rank, const ActivationLimits& limits) {
+    use_device(rank.device);
+    rank.arenas.push_back(std::make_unique<ActivationMemory>(*rank.model, limits));
+  }
+
+  void pop_arena(Rank& rank, bool release_caches) {
+    use_device(rank.device);
+    if (!rank.arenas.empty()) rank.arenas.pop_back();
+    if (release_caches) {
+      rank.cache = KVCacheTensors{};
+      rank.cache_owner = nullptr;
+    }
+  }
+
+  // Every local rank, in the same order: global rank 0 sends *message, every other rank receives and returns it
+  // (node 0's other ranks ignore it: they share rank 0's memory). On CUDA the header goes host -> rank 0's device ->
+  // NCCL broadcast -> each rank's device -> host (the receivers wait for it: they need the shapes on the host).
+  TpMessage exchange(Rank& rank, const TpMessage* message) {
+    if (!rank.header_device.defined()) {
+      rank.header_device = Tensor::zeros({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64, rank.device);
+      rank.header_host = rank.device.is_cpu() ? Tensor::empty({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64)
+                                              : Tensor::empty_pinned({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64);
+      rank.header_uploaded = Event(rank.device);
+    }
+    const bool sender = rank.comm->rank() == 0;
+    CHECK(!sender || message != nullptr) << "rank 0 sends the control messages";
+    if (sender) {
+      rank.header_uploaded.synchronize();  // the previous header's copy has read the host side
+      const TpHeader h = encode(*message);
+      std::copy(h.begin(), h.end(), rank.header_host.data<int64_t>());
+      rank.header_device.copy_from(rank.header_host);
+      rank.header_uploaded.record();
+    }
+    rank.comm->broadcast(rank.header_device, 0);
+    if (sender) return *message;
+    const Tensor host = rank.device.is_cpu() ? rank.header_device : rank.header_device.to(Device::cpu());
+    TpHeader h;
+    std::copy(host.data<int64_t>(), host.data<int64_t>() + kTpHeaderWords, h.begin());
+    return decode(h);
+  }
 
   Status check_devices(Device base) {
 #ifdef LLMSERVE_WITH_CUDA
@@ -241,10 +338,12 @@ class TensorParallelModel final : public CausalLM {
   }
 
   // NCCL: one communicator per rank thread, all joining concurrently (ncclCommInitRank blocks until every rank of
-  // the world joined). The id is made here (one node) — exchange_blob hands it to other nodes when there are some.
-  Status join_nccl() {
+  // the world joined). One node makes the id here; several nodes got it from node 0 (tcp_rendezvous.h).
+  Status join_nccl(std::string id) {
     if (!nccl_available()) return failed_precondition("tensor parallelism on CUDA needs NCCL; this build has none");
-    ASSIGN_OR_RETURN(std::string id, new_nccl_unique_id());
+    if (id.empty()) {
+      ASSIGN_OR_RETURN(id, new_nccl_unique_id());
+    }
     std::vector<Status> status(ranks_.size());
     threads_.run([&](int r) {
       StatusOr<std::unique_ptr<NcclCommunicator>> c =
@@ -260,48 +359,55 @@ class TensorParallelModel final : public CausalLM {
     return ok_status();
   }
 
-  // Rank r's KV cache: the runner's per-layer shape (this rank holds as many heads as rank 0), made once per runner.
-  void ensure_cache(Rank& rank, const KVCacheTensors& driver) {
-    const void* owner = driver.key.empty() ? nullptr : driver.key[0].raw_data();
-    if (rank.cache_owner == owner && rank.cache.key.size() == driver.key.size() &&
-        (driver.key.empty() || rank.cache.key[0].shape() == driver.key[0].shape())) {
+  // The rank's KV cache in the runner's per-layer shape (this rank holds as many heads as rank 0), made once per
+  // runner: anew when node 0's cache identity or the shape changes.
+  void ensure_cache(Rank& rank, const StepShapes& step, const void* owner) {
+    if (rank.cache_owner == owner && static_cast<int64_t>(rank.cache.key.size()) == step.num_layers &&
+        (rank.cache.key.empty() || rank.cache.key[0].shape() == step.cache_shape)) {
       return;
     }
     rank.cache = KVCacheTensors{};
-    rank.cache.num_blocks = driver.num_blocks;
-    rank.cache.block_size = driver.block_size;
-    for (size_t i = 0; i < driver.key.size(); ++i) {
-      rank.cache.key.push_back(Tensor::zeros(driver.key[i].shape(), driver.key[i].dtype(), rank.device));
-      rank.cache.value.push_back(Tensor::zeros(driver.value[i].shape(), driver.value[i].dtype(), rank.device));
+    if (step.num_layers > 0) {
+      rank.cache.num_blocks = step.cache_shape[0];
+      rank.cache.block_size = step.cache_shape[1];
+    }
+    for (int64_t i = 0; i < step.num_layers; ++i) {
+      rank.cache.key.push_back(Tensor::zeros(step.cache_shape, step.cache_dtype, rank.device));
+      rank.cache.value.push_back(Tensor::zeros(step.cache_shape, step.cache_dtype, rank.device));
     }
     rank.cache_owner = owner;
   }
 
-  // Views of rank r's buffers with the shapes and strides of rank 0's inputs (contents arrive by broadcast).
-  ForwardBatch mirror_inputs(Rank& rank, const ForwardBatch& b) {
-    auto mirror = [&](Field f, const Tensor& src) {
-      if (!src.defined()) return Tensor();
+  // Views of the rank's buffers with the shapes and strides of rank 0's inputs (contents arrive by broadcast).
+  ForwardBatch mirror_inputs(Rank& rank, const StepShapes& step) {
+    auto mirror = [&](TensorParallelInput f) {
+      const TensorShape& src = step.inputs[f];
+      if (!src.defined) return Tensor();
       Tensor& buf = rank.inputs[f];
-      const int64_t span = span_of(src);
-      if (!buf.defined() || buf.numel() < span || buf.dtype() != src.dtype()) {
-        buf = Tensor::empty({std::max<int64_t>(span, 2 * (buf.defined() ? buf.numel() : 0))}, src.dtype(), rank.device);
+      int64_t span = 1;
+      for (size_t d = 0; d < src.shape.size(); ++d) span += (src.shape[d] - 1) * src.strides[d];
+      for (int64_t n : src.shape) span = n == 0 ? 0 : span;
+      if (!buf.defined() || buf.numel() < span || buf.dtype() != src.dtype) {
+        buf = Tensor::empty({std::max<int64_t>(span, 2 * (buf.defined() ? buf.numel() : 0))}, src.dtype, rank.device);
       }
-      return Tensor::from_blob(buf.raw_data(), {std::max<int64_t>(span, 1)}, src.dtype(), nullptr, rank.device)
-          .as_strided(src.shape(), src.strides());
+      return Tensor::from_blob(buf.raw_data(), {std::max<int64_t>(span, 1)}, src.dtype, nullptr, rank.device)
+          .as_strided(src.shape, src.strides);
     };
     ForwardBatch m;
-    m.input_ids = mirror(kInputIds, b.input_ids);
-    m.positions = mirror(kPositions, b.positions);
-    m.logits_indices = mirror(kLogitsIndices, b.logits_indices);
-    m.attention = b.attention;  // the host-side counts and hints
-    m.attention.query_start_loc = mirror(kQueryStartLoc, b.attention.query_start_loc);
-    m.attention.seq_lens = mirror(kSeqLens, b.attention.seq_lens);
-    m.attention.block_table = mirror(kBlockTable, b.attention.block_table);
-    m.attention.slot_mapping = mirror(kSlotMapping, b.attention.slot_mapping);
-    m.attention.workspace = Tensor();
-    if (b.attention.workspace.defined()) {
-      if (!rank.workspace.defined() || rank.workspace.numel() != b.attention.workspace.numel()) {
-        rank.workspace = Tensor::zeros(b.attention.workspace.shape(), b.attention.workspace.dtype(), rank.device);
+    m.input_ids = mirror(kTpInputIds);
+    m.positions = mirror(kTpPositions);
+    m.logits_indices = mirror(kTpLogitsIndices);
+    m.attention.query_start_loc = mirror(kTpQueryStartLoc);
+    m.attention.seq_lens = mirror(kTpSeqLens);
+    m.attention.block_table = mirror(kTpBlockTable);
+    m.attention.slot_mapping = mirror(kTpSlotMapping);
+    m.attention.num_reqs = step.num_reqs;
+    m.attention.num_decode_tokens = step.num_decode_tokens;
+    m.attention.max_query_len = step.max_query_len;
+    m.attention.max_seq_len = step.max_seq_len;
+    if (step.workspace_numel > 0) {
+      if (!rank.workspace.defined() || rank.workspace.numel() != step.workspace_numel) {
+        rank.workspace = Tensor::zeros({step.workspace_numel}, DType::kF32, rank.device);
       }
       m.attention.workspace = rank.workspace;
     }
@@ -323,6 +429,8 @@ class TensorParallelModel final : public CausalLM {
   std::unique_ptr<CpuCommunicatorGroup> cpu_group_;
   std::vector<Rank> ranks_;  // this node's ranks; ranks_[r] is global rank first_rank_ + r
   int first_rank_, total_ranks_;
+  bool spans_nodes_;                 // other processes hold ranks too: they follow rank 0's control messages
+  bool loaded_ = false;
   std::vector<const Arena*> bound_;  // arenas bound through ActivationMemory, innermost last
 };
 
@@ -331,17 +439,31 @@ class TensorParallelModel final : public CausalLM {
 Status check_parallel_config(const ParallelConfig& p, Device device) {
   if (p.tensor_parallel_size < 1) return invalid_argument("--tensor-parallel-size must be at least 1");
   RETURN_IF_ERROR(check_rendezvous_options(p.rendezvous));
-  if (p.rendezvous.nnodes > 1) {
-    if (device.is_cpu()) {
-      return invalid_argument("--nnodes " + std::to_string(p.rendezvous.nnodes) +
-                              ": several nodes run tensor parallelism over NCCL between CUDA devices; on the CPU the "
-                              "ranks are threads of one process (--tensor-parallel-size alone)");
-    }
-    return invalid_argument("--nnodes " + std::to_string(p.rendezvous.nnodes) +
-                            ": the NCCL id exchange over TCP is built, but the ranks of nodes other than 0 do not "
-                            "step with node 0's scheduler yet; run tensor parallelism within one node");
+  const int64_t nnodes = p.rendezvous.nnodes;
+  if (nnodes > 1 && device.is_cpu()) {
+    return invalid_argument("--nnodes " + std::to_string(nnodes) +
+                            ": several nodes run tensor parallelism over NCCL between CUDA devices; on the CPU the "
+                            "ranks are threads of one process (--tensor-parallel-size alone)");
+  }
+  if (p.tensor_parallel_size % nnodes != 0) {
+    return invalid_argument("--tensor-parallel-size " + std::to_string(p.tensor_parallel_size) +
+                            " must be divisible by --nnodes " + std::to_string(nnodes) +
+                            " (each node holds the same number of ranks)");
   }
   return ok_status();
+}
+
+StatusOr<std::unique_ptr<CausalLM>> load_tensor_parallel_ranks(const std::string& model_dir,
+                                                               const ModelLoadOptions& options,
+                                                               const ModelConfig& config,
+                                                               const std::vector<Communicator*>& comms,
+                                                               int first_rank, int total_ranks, bool spans_nodes) {
+  RETURN_IF_ERROR(check_tensor_parallel_size(config, total_ranks));
+  CHECK(!comms.empty());
+  auto model =
+      std::make_unique<TensorParallelModel>(static_cast<int>(comms.size()), first_rank, total_ranks, spans_nodes);
+  RETURN_IF_ERROR(model->load(model_dir, options, &config, comms, ""));
+  return std::unique_ptr<CausalLM>(std::move(model));
 }
 
 StatusOr<std::unique_ptr<CausalLM>> load_tensor_parallel_model(const std::string& model_dir,
@@ -355,9 +477,20 @@ StatusOr<std::unique_ptr<CausalLM>> load_tensor_parallel_model(const std::string
     config = &loaded;
   }
   RETURN_IF_ERROR(check_tensor_parallel_size(*config, parallel.tensor_parallel_size));
-  const int world = static_cast<int>(parallel.tensor_parallel_size);
-  auto model = std::make_unique<TensorParallelModel>(world, 0, world);
-  RETURN_IF_ERROR(model->load(model_dir, options, config));
+  const RendezvousOptions& rdv = parallel.rendezvous;
+  const int total = static_cast<int>(parallel.tensor_parallel_size);
+  const int local = static_cast<int>(total / rdv.nnodes), first = static_cast<int>(rdv.node_rank) * local;
+  std::string nccl_id;
+  if (rdv.nnodes > 1) {  // CUDA (check_parallel_config): node 0 makes the NCCL id and hands it to the others
+    if (!nccl_available()) return failed_precondition("--nnodes needs NCCL; this build has none");
+    std::string mine;
+    if (rdv.node_rank == 0) {
+      ASSIGN_OR_RETURN(mine, new_nccl_unique_id());
+    }
+    ASSIGN_OR_RETURN(nccl_id, exchange_blob(rdv, mine));
+  }
+  auto model = std::make_unique<TensorParallelModel>(local, first, total, rdv.nnodes > 1);
+  RETURN_IF_ERROR(model->load(model_dir, options, config, {}, nccl_id));
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 
@@ -366,6 +499,15 @@ StatusOr<std::unique_ptr<CausalLM>> load_parallel_model(const std::string& model
   RETURN_IF_ERROR(check_parallel_config(parallel, options.device));
   if (parallel.tensor_parallel_size == 1) return load_model(model_dir, options, config);
   return load_tensor_parallel_model(model_dir, options, parallel, config);
+}
+
+Status serve_tensor_parallel_ranks(CausalLM& model) {
+  auto* tp = dynamic_cast<TensorParallelModel*>(&model);
+  if (tp == nullptr || !tp->follows_node0()) {
+    return failed_precondition("serve_tensor_parallel_ranks: not the ranks of a node other than 0");
+  }
+  tp->serve();
+  return ok_status();
 }
 
 }  // namespace llmserve

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <thread>
 
 #include "fixture_compare.h"
 #include "runtime/cpu_communicator.h"
@@ -280,6 +281,44 @@ TEST(TensorParallel, DivisibilityErrorsAreVllms) {
   EXPECT_NE(m.status().message().find("must be divisible by tensor parallel size (3)"), std::string::npos);
 }
 
+// Two "nodes" in one process over one CPU group: ranks 0-1 drive the engine, ranks 2-3 follow rank 0's control
+// messages (the path the ranks of another node take; across hosts the same messages travel over NCCL). Every engine
+// path — fixture comparison, chunked prefill, the plain reference, prefix caching, several runners one after the
+// other — must give TP = 4's answers, and node 0's end must stop the followers.
+TEST(TensorParallel, RanksOfAnotherNodeFollowTheControlMessages) {
+  const std::string name = "llama_gqa_f32";
+  const std::string dir = fixtures_dir() + "/" + name;
+  const ModelConfig c = load_model_config(dir).value();
+  CpuCommunicatorGroup group(4);
+  std::unique_ptr<CausalLM> node1 =
+      load_tensor_parallel_ranks(dir, ModelLoadOptions{}, c, {&group.rank(2), &group.rank(3)}, 2, 4, true).value();
+  Status followed = internal_error("not run");
+  std::thread follower([&] { followed = serve_tensor_parallel_ranks(*node1); });
+  {
+    std::unique_ptr<CausalLM> node0 =
+        load_tensor_parallel_ranks(dir, ModelLoadOptions{}, c, {&group.rank(0), &group.rank(1)}, 0, 4, true).value();
+    EXPECT_EQ(serve_tensor_parallel_ranks(*node0).code(), StatusCode::kFailedPrecondition);
+    const testing::Fixture f = testing::load_fixture(name, std::nullopt);
+    for (int64_t chunk : {0, 7}) {
+      const testing::FixtureComparison cmp = testing::compare_greedy(f, chunk, node0.get());
+      EXPECT_TRUE(cmp.ok()) << "chunk " << chunk << ": " << cmp.summary();
+    }
+    std::unique_ptr<CausalLM> one_node = load_tp(name, 4);
+    const auto prompts = testing::random_prompts(3, 2, 40, 256, 21);
+    const testing::CoreRun want = testing::run_engine_core(*one_node, logprob_requests(prompts, 8));
+    const testing::CoreRun got = testing::run_engine_core(*node0, logprob_requests(prompts, 8));
+    for (const auto& [id, r] : want.results) {
+      EXPECT_EQ(got.results.at(id).token_ids, r.token_ids) << id;
+      for (size_t j = 0; j < r.logprobs.size(); ++j) {
+        EXPECT_EQ(got.results.at(id).logprobs[j].logprobs, r.logprobs[j].logprobs) << id << " step " << j;
+      }
+    }
+    EXPECT_EQ(testing::reference_greedy(*node0, prompts[0], 6), testing::reference_greedy(*one_node, prompts[0], 6));
+  }  // node 0's model gone: the followers are told to stop
+  follower.join();
+  EXPECT_TRUE(followed.ok()) << followed.to_string();
+}
+
 TEST(TensorParallel, MultiNodeIsRefusedOnTheCpu) {
   ParallelConfig parallel;
   parallel.tensor_parallel_size = 2;
@@ -287,6 +326,10 @@ TEST(TensorParallel, MultiNodeIsRefusedOnTheCpu) {
   const Status s = check_parallel_config(parallel, Device::cpu());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("--nnodes 2"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_parallel_config(parallel, Device::cuda(0)).ok());  // CUDA: NCCL spans the nodes
+  parallel.tensor_parallel_size = 3;
+  EXPECT_NE(check_parallel_config(parallel, Device::cuda(0)).message().find("must be divisible by --nnodes 2"),
+            std::string::npos);
   parallel.rendezvous.nnodes = 1;
   parallel.rendezvous.node_rank = 1;
   EXPECT_NE(check_parallel_config(parallel, Device::cpu()).message().find("--node-rank 1"), std::string::npos);
