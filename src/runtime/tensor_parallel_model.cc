@@ -118,7 +118,10 @@ class TensorParallelModel final : public CausalLM {
     if (spans_nodes_ && first_rank_ == 0 && loaded_) {
       TpMessage stop;
       stop.command = TpCommand::kShutdown;
-      threads_.run([&](int r) { (void)exchange(ranks_[r], &stop); });
+      threads_.run([&](int r) {
+        use_device(ranks_[r].device);
+        (void)exchange(ranks_[r], &stop, /*receive=*/false);
+      });
     }
     threads_.run([this](int r) {
       use_device(ranks_[r].device);
@@ -182,13 +185,13 @@ class TensorParallelModel final : public CausalLM {
     if (spans_nodes_) message.step = step_shapes(batch, kv_cache);
     threads_.run([&](int r) {
       Rank& rank = ranks_[r];
-      if (spans_nodes_) (void)exchange(rank, &message);
+      use_device(rank.device);
+      if (spans_nodes_) (void)exchange(rank, &message, /*receive=*/false);
       if (r == 0) {
         broadcast_inputs(rank, batch);
         rank.model->forward(batch, kv_cache, logits);
         return;
       }
-      use_device(rank.device);
       step_as_follower(rank, step_shapes(batch, kv_cache), kv_cache.key.empty() ? nullptr : kv_cache.key[0].raw_data());
     });
   }
@@ -201,7 +204,8 @@ class TensorParallelModel final : public CausalLM {
     message.command = TpCommand::kPlanActivations;
     message.limits = limits;
     threads_.run([&](int r) {
-      if (spans_nodes_) (void)exchange(ranks_[r], &message);
+      use_device(ranks_[r].device);
+      if (spans_nodes_) (void)exchange(ranks_[r], &message, /*receive=*/false);
       if (r != 0) push_arena(ranks_[r], limits);
     });
   }
@@ -217,7 +221,8 @@ class TensorParallelModel final : public CausalLM {
       // runner's plan after the profiling one) is not held by a dead runner's cache.
       message.release_caches = bound_.empty();
       threads_.run([&](int r) {
-        if (spans_nodes_) (void)exchange(ranks_[r], &message);
+        use_device(ranks_[r].device);
+        if (spans_nodes_) (void)exchange(ranks_[r], &message, /*receive=*/false);
         if (r != 0) pop_arena(ranks_[r], message.release_caches);
       });
     } else {
@@ -294,10 +299,11 @@ class TensorParallelModel final : public CausalLM {
     }
   }
 
-  // Every local rank, in the same order: global rank 0 sends *message, every other rank receives and returns it
-  // (node 0's other ranks ignore it: they share rank 0's memory). On CUDA the header goes host -> rank 0's device ->
-  // NCCL broadcast -> each rank's device -> host (the receivers wait for it: they need the shapes on the host).
-  TpMessage exchange(Rank& rank, const TpMessage* message) {
+  // Every local rank, in the same order (its device current): global rank 0 sends *message, every other rank takes
+  // part in the broadcast and, with `receive`, returns the message (node 0's other ranks need not: they share rank 0's
+  // memory). On CUDA the header goes host -> rank 0's device -> NCCL broadcast -> each rank's device -> host (a
+  // receiver waits for it: it needs the shapes on the host to launch the step).
+  TpMessage exchange(Rank& rank, const TpMessage* message, bool receive = true) {
     if (!rank.header_device.defined()) {
       rank.header_device = Tensor::zeros({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64, rank.device);
       rank.header_host = rank.device.is_cpu() ? Tensor::empty({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64)
@@ -314,7 +320,7 @@ class TensorParallelModel final : public CausalLM {
       rank.header_uploaded.record();
     }
     rank.comm->broadcast(rank.header_device, 0);
-    if (sender) return *message;
+    if (sender || !receive) return message != nullptr ? *message : TpMessage{};
     const Tensor host = rank.device.is_cpu() ? rank.header_device : rank.header_device.to(Device::cpu());
     TpHeader h;
     std::copy(host.data<int64_t>(), host.data<int64_t>() + kTpHeaderWords, h.begin());

@@ -300,7 +300,9 @@ TEST_F(NcclTwoGpuTest, LlmEngineWithMemoryPlan) {
     }
     std::map<std::string, std::vector<int32_t>> done;
     while ((*engine)->has_unfinished()) {
-      for (RequestOutput& o : (*engine)->step().value()) {
+      StatusOr<std::vector<RequestOutput>> outs = (*engine)->step();
+      ASSERT_TRUE(outs.ok()) << outs.status().to_string();
+      for (const RequestOutput& o : *outs) {
         if (o.finished) done[o.request_id] = o.outputs[0].token_ids;
       }
     }
