@@ -486,7 +486,7 @@ Status check_vllm_compat_flags(const VllmCompatFlags &v) {
     if (**size < 1) return invalid_argument(std::string("--") + name + " must be at least 1");
     if (**size > 1) {
       return invalid_argument(std::string("--") + name + " " + std::to_string(**size) +
-                              ": parallelism over several devices is not built yet (one device per engine)");
+                              ": not built yet (--tensor-parallel-size spreads one engine over several devices)");
     }
   }
   if (v.kv_cache_dtype != "auto") {
