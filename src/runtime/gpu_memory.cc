@@ -113,8 +113,9 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
                 max_model_len > 0 ? static_cast<double>(plan.num_blocks * block_size) / max_model_len : 0.0);
   plan.summary = line;
   if (devs.size() > 1) {
-    plan.summary += " (per rank, " + std::to_string(devs.size()) + " ranks; the figures are cuda:" +
-                    std::to_string(devs[limiting]) + "'s, the rank leaving the fewest blocks)";
+    plan.summary += " (per rank, " + std::to_string(devs.size()) +
+                    " ranks; the figures are cuda:" + std::to_string(devs[limiting]) +
+                    "'s, the rank leaving the fewest blocks)";
   }
   if (plan.num_blocks < 1 || plan.num_blocks * block_size < max_model_len) {
     return invalid_argument("--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) + " leaves room for " +

@@ -306,8 +306,9 @@ class TensorParallelModel final : public CausalLM {
   TpMessage exchange(Rank& rank, const TpMessage* message, bool receive = true) {
     if (!rank.header_device.defined()) {
       rank.header_device = Tensor::zeros({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64, rank.device);
-      rank.header_host = rank.device.is_cpu() ? Tensor::empty({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64)
-                                              : Tensor::empty_pinned({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64);
+      rank.header_host = rank.device.is_cpu()
+                             ? Tensor::empty({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64)
+                             : Tensor::empty_pinned({static_cast<int64_t>(kTpHeaderWords)}, DType::kI64);
       rank.header_uploaded = Event(rank.device);
     }
     const bool sender = rank.comm->rank() == 0;
@@ -435,7 +436,7 @@ class TensorParallelModel final : public CausalLM {
   std::unique_ptr<CpuCommunicatorGroup> cpu_group_;
   std::vector<Rank> ranks_;  // this node's ranks; ranks_[r] is global rank first_rank_ + r
   int first_rank_, total_ranks_;
-  bool spans_nodes_;                 // other processes hold ranks too: they follow rank 0's control messages
+  bool spans_nodes_;  // other processes hold ranks too: they follow rank 0's control messages
   bool loaded_ = false;
   std::vector<const Arena*> bound_;  // arenas bound through ActivationMemory, innermost last
 };
@@ -462,8 +463,8 @@ Status check_parallel_config(const ParallelConfig& p, Device device) {
 StatusOr<std::unique_ptr<CausalLM>> load_tensor_parallel_ranks(const std::string& model_dir,
                                                                const ModelLoadOptions& options,
                                                                const ModelConfig& config,
-                                                               const std::vector<Communicator*>& comms,
-                                                               int first_rank, int total_ranks, bool spans_nodes) {
+                                                               const std::vector<Communicator*>& comms, int first_rank,
+                                                               int total_ranks, bool spans_nodes) {
   RETURN_IF_ERROR(check_tensor_parallel_size(config, total_ranks));
   CHECK(!comms.empty());
   auto model =

@@ -32,8 +32,8 @@ Status check_parallel_config(const ParallelConfig& parallel, Device device);
 // a plain model when it is 1, else a tensor-parallel one. CPU: ranks are threads sharing memory. CUDA: local rank r on
 // device options.device.index + r (each must exist), NCCL between them. Several nodes (--nnodes): node k holds
 // ranks [k N / nnodes, (k + 1) N / nnodes); node 0 makes the NCCL id and hands it over TCP (exchange_blob). Node 0's
-// model drives the engine; every other node's must be handed to serve_tensor_parallel_ranks. Divisibility errors are vLLM's messages
-// (check_tensor_parallel_size); every rank reads only its slices of the weights.
+// model drives the engine; every other node's must be handed to serve_tensor_parallel_ranks. Divisibility errors are
+// vLLM's messages (check_tensor_parallel_size); every rank reads only its slices of the weights.
 StatusOr<std::unique_ptr<CausalLM>> load_parallel_model(const std::string& model_dir, const ModelLoadOptions& options,
                                                         const ParallelConfig& parallel,
                                                         const ModelConfig* config = nullptr);
@@ -51,8 +51,8 @@ StatusOr<std::unique_ptr<CausalLM>> load_tensor_parallel_model(const std::string
 StatusOr<std::unique_ptr<CausalLM>> load_tensor_parallel_ranks(const std::string& model_dir,
                                                                const ModelLoadOptions& options,
                                                                const ModelConfig& config,
-                                                               const std::vector<Communicator*>& comms,
-                                                               int first_rank, int total_ranks, bool spans_nodes);
+                                                               const std::vector<Communicator*>& comms, int first_rank,
+                                                               int total_ranks, bool spans_nodes);
 
 // A node other than 0: runs its ranks' share of every step node 0's model takes (and of its activation plans) until
 // node 0's model is destroyed. FailedPrecondition for any other model.

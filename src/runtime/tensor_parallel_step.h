@@ -46,9 +46,9 @@ enum class TpCommand : int64_t { kForward = 1, kPlanActivations = 2, kReleaseAct
 
 struct TpMessage {
   TpCommand command = TpCommand::kShutdown;
-  StepShapes step;                // kForward
-  ActivationLimits limits;        // kPlanActivations
-  bool release_caches = false;    // kReleaseActivations: the outermost arena went (its runner is gone)
+  StepShapes step;              // kForward
+  ActivationLimits limits;      // kPlanActivations
+  bool release_caches = false;  // kReleaseActivations: the outermost arena went (its runner is gone)
 };
 
 inline constexpr size_t kTpHeaderWords = 80;

@@ -177,8 +177,9 @@ TEST_P(CudaKernelsTest, MaskedEmbeddingMatchesCpu) {
         ops::masked_embedding(ref, ids_t, part, start);
         Tensor out_dev = gpu_testing::poisoned_strided(n, hidden, 4, out_dtype);
         ops::masked_embedding(out_dev, to_device(ids_t), to_device(part), start);
-        expect_close(to_host(out_dev), to_doubles(ref), 0, 0,
-                     label("masked_embedding", vocab, hidden, out_dtype, table_dtype) + " start " + std::to_string(start));
+        expect_close(
+            to_host(out_dev), to_doubles(ref), 0, 0,
+            label("masked_embedding", vocab, hidden, out_dtype, table_dtype) + " start " + std::to_string(start));
       }
     }
   }
