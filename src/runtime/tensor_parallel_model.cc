@@ -100,6 +100,23 @@ int64_t span_of(const Tensor& t) {
   return span;
 }
 
+// The node's ranks need devices base.index .. base.index + local_ranks - 1.
+Status check_cuda_devices(Device base, int local_ranks, int total_ranks) {
+#ifdef LLMSERVE_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  if (base.index + local_ranks > count) {
+    return invalid_argument("--tensor-parallel-size " + std::to_string(total_ranks) + " on " + base.to_string() +
+                            " needs " + std::to_string(local_ranks) + " CUDA device(s) from cuda:" +
+                            std::to_string(base.index) + " on this node; " + std::to_string(count) + " present");
+  }
+  return ok_status();
+#else
+  (void)local_ranks, (void)total_ranks;
+  return invalid_argument("--device " + base.to_string() + ": this build has no CUDA support");
+#endif
+}
+
 Tensor flat(const Tensor& t) { return Tensor::from_blob(t.raw_data(), {span_of(t)}, t.dtype(), nullptr, t.device()); }
 
 // The ranks of this process. Node 0's model is the runner's CausalLM; on other nodes the same class is driven by
@@ -124,7 +141,8 @@ class TensorParallelModel final : public CausalLM {
       });
     }
     threads_.run([this](int r) {
-      use_device(ranks_[r].device);
+      // A rank that got nothing (a load refused before it started: no such device) has no device to select.
+      if (ranks_[r].model || ranks_[r].nccl) use_device(ranks_[r].device);
       ranks_[r] = Rank{};
     });
   }
@@ -144,7 +162,7 @@ class TensorParallelModel final : public CausalLM {
       cpu_group_ = std::make_unique<CpuCommunicatorGroup>(world);
       for (int r = 0; r < world; ++r) ranks_[r].comm = &cpu_group_->rank(r);
     } else {
-      RETURN_IF_ERROR(check_devices(options.device));
+      RETURN_IF_ERROR(check_cuda_devices(options.device, world, total_ranks_));
       RETURN_IF_ERROR(join_nccl(nccl_id));
     }
     std::vector<Status> status(static_cast<size_t>(world));
@@ -328,22 +346,6 @@ class TensorParallelModel final : public CausalLM {
     return decode(h);
   }
 
-  Status check_devices(Device base) {
-#ifdef LLMSERVE_WITH_CUDA
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
-    const int needed = base.index + static_cast<int>(ranks_.size());
-    if (needed > count) {
-      return invalid_argument("--tensor-parallel-size " + std::to_string(total_ranks_) + " on " + base.to_string() +
-                              " needs " + std::to_string(ranks_.size()) + " CUDA devices from cuda:" +
-                              std::to_string(base.index) + " on this node; " + std::to_string(count) + " present");
-    }
-    return ok_status();
-#else
-    return invalid_argument("--device " + base.to_string() + ": this build has no CUDA support");
-#endif
-  }
-
   // NCCL: one communicator per rank thread, all joining concurrently (ncclCommInitRank blocks until every rank of
   // the world joined). One node makes the id here; several nodes got it from node 0 (tcp_rendezvous.h).
   Status join_nccl(std::string id) {
@@ -490,6 +492,12 @@ StatusOr<std::unique_ptr<CausalLM>> load_tensor_parallel_model(const std::string
   std::string nccl_id;
   if (rdv.nnodes > 1) {  // CUDA (check_parallel_config): node 0 makes the NCCL id and hands it to the others
     if (!nccl_available()) return failed_precondition("--nnodes needs NCCL; this build has none");
+    RETURN_IF_ERROR(check_cuda_devices(options.device, local, total));  // before waiting on the other nodes
+    LOG(INFO) << "tensor parallel: node " << rdv.node_rank << " of " << rdv.nnodes << " (ranks " << first << ".."
+              << first + local - 1 << "): "
+              << (rdv.node_rank == 0 ? "waiting for the other nodes on port " + std::to_string(rdv.master_port)
+                                     : "joining node 0 at " + rdv.master_addr + ":" + std::to_string(rdv.master_port))
+              << " (timeout " << rdv.timeout_s << " s)";
     std::string mine;
     if (rdv.node_rank == 0) {
       ASSIGN_OR_RETURN(mine, new_nccl_unique_id());
