@@ -24,13 +24,13 @@ class EngineArgs:
     kv_cache_tokens: Optional[int] = None  # KV-cache capacity; None: the engine's sizing
     scheduling_policy: str = "fcfs"
     num_threads: Optional[int] = None  # CPU threads; None: all
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = 1  # ranks the model is sharded over (cuda: one GPU each, NCCL; cpu: threads)
     trust_remote_code: bool = False
 
     def _c_kwargs(self) -> dict[str, Any]:
         """Validated keywords for _C.Engine.create / _C.AsyncEngine.create."""
-        if self.tensor_parallel_size != 1:
-            raise ValueError("tensor_parallel_size: llmserve runs on one device (only 1 is supported)")
+        if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be a positive integer, got {self.tensor_parallel_size!r}")
         for name in ("enforce_eager", "enable_prefix_caching", "trust_remote_code"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool")
@@ -50,7 +50,7 @@ class EngineArgs:
                     max_num_batched_tokens=self.max_num_batched_tokens or 4096, block_size=self.block_size,
                     kv_cache_tokens=self.kv_cache_tokens or 0, gpu_memory_utilization=self.gpu_memory_utilization,
                     enable_prefix_caching=self.enable_prefix_caching, scheduling_policy=self.scheduling_policy,
-                    enforce_eager=self.enforce_eager)
+                    enforce_eager=self.enforce_eager, tensor_parallel_size=self.tensor_parallel_size)
 
 
 @dataclasses.dataclass

@@ -159,6 +159,7 @@ std::pair<cli::ModelFlags, cli::EngineFlags> to_flags(const nb::kwargs &kw) {
   mf.device = nb::cast<std::string>(get("device"));
   mf.seed = nb::cast<int64_t>(get("seed"));
   mf.num_threads = nb::cast<int64_t>(get("num_threads"));
+  mf.tensor_parallel_size = nb::cast<int64_t>(get("tensor_parallel_size"));
   cli::EngineFlags ef;
   ef.max_model_len = nb::cast<int64_t>(get("max_model_len"));
   ef.max_num_seqs = nb::cast<int64_t>(get("max_num_seqs"));

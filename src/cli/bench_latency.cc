@@ -31,6 +31,7 @@ struct BenchFlags {
   int64_t batch_size = 1, input_len = 128, output_len = 32, num_threads = 0, num_iters = 3, seed = 0;
   int64_t kernel_breakdown = 0;          // CUDA: print the decode phase's N kernels with the most time
   std::optional<bool> async_scheduling;  // unset: on for cuda, off for cpu (as the engine)
+  int64_t tensor_parallel_size = 1;
 };
 
 int run_latency(const std::vector<std::string>& args) {
@@ -57,6 +58,9 @@ int run_latency(const std::vector<std::string>& args) {
   parser.add_int("kernel-breakdown", &f.kernel_breakdown,
                  "cuda: print the N kernels with the most time in the last decode phase, per step (CUPTI)");
   add_quantization_flag(parser, &f.quantization);
+  parser.add_int("tensor-parallel-size", &f.tensor_parallel_size,
+                 "ranks the model is sharded over (-tp; default 1; cuda: one device each, NCCL)");
+  parser.add_short("-tp", "tensor-parallel-size");
   EngineFlags graph_flags;  // only the CUDA-graph flags are registered
   add_cuda_graph_flags(parser, &graph_flags);
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
@@ -74,6 +78,7 @@ int run_latency(const std::vector<std::string>& args) {
   model_flags.device = f.device;
   model_flags.num_threads = f.num_threads;
   model_flags.quantization = f.quantization;
+  model_flags.tensor_parallel_size = f.tensor_parallel_size;
   if (Status s = check_model_flags(model_flags); !s.ok()) return usage_error(s);
   if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
   ModelLoadOptions options;
@@ -90,9 +95,9 @@ int run_latency(const std::vector<std::string>& args) {
   if (!f.config_file.empty()) {
     StatusOr<ModelConfig> config = load_model_config(f.config_file);
     if (!config.ok()) return fail(config.status());
-    model = load_model(f.model, options, &*config);
+    model = load_parallel_model(f.model, options, to_parallel_config(model_flags), &*config);
   } else if (!f.model.empty()) {
-    model = load_model(f.model, options);
+    model = load_parallel_model(f.model, options, to_parallel_config(model_flags));
   } else {
     return fail(invalid_argument("give MODEL (or --model), or --load-format dummy --config FILE"));
   }
@@ -197,14 +202,19 @@ int run_latency(const std::vector<std::string>& args) {
   const DType weight_dtype = resolve_weight_dtype(c, options);
   const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, f.batch_size * f.input_len);
   const double params = matmul_params(c);
-  const double weight_bytes = decode_weight_bytes(c, weight_dtype);  // as the linear methods hold them
-  const double kv_bytes = kv_bytes_per_token(c, (*model)->activation_dtype());
+  // Tensor parallelism on CUDA: each GPU reads its shard over its own memory bus in parallel, so the floor is one
+  // GPU's share (its weights, its kv heads, its FLOPs). On the CPU the ranks share one memory system: no division.
+  const double shards = on_cuda ? static_cast<double>(f.tensor_parallel_size) : 1.0;
+  const double weight_bytes = decode_weight_bytes(c, weight_dtype) / shards;  // as the linear methods hold them
+  const double kv_bytes =
+      kv_bytes_per_token(c, (*model)->activation_dtype()) *
+      (on_cuda ? static_cast<double>((*model)->num_kv_heads_per_rank()) / c.num_key_value_heads : 1.0);
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes;
   const double decode_floor = f.output_len * decode_step_bytes / rates.bandwidth;
   // The prefill samples one token per sequence: the LM head runs on batch_size rows, not on every prompt token.
   const PrefillFloor prefill =
-      prefill_floor(prefill_flops(c, f.batch_size, f.input_len, f.batch_size), weight_bytes, rates);
+      prefill_floor(prefill_flops(c, f.batch_size, f.input_len, f.batch_size) / shards, weight_bytes, rates);
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
@@ -224,6 +234,10 @@ int run_latency(const std::vector<std::string>& args) {
                                                           std::to_string(runner.cuda_graph_bytes() >> 20) + " MiB")
                                                              .c_str());
   std::printf("async scheduling: %s\n", async_scheduling ? "on (decode steps queued one ahead)" : "off");
+  if (f.tensor_parallel_size > 1) {
+    std::printf("tensor parallel: %lld ranks%s\n", static_cast<long long>(f.tensor_parallel_size),
+                on_cuda ? " (floors: one GPU's shard of weights, kv heads and FLOPs)" : " (threads sharing the CPU)");
+  }
   std::printf("model load: %.2f s (%s)\n", load_s,
               f.load_format == "dummy" ? "dummy weights generated on the host" : "safetensors");
   std::printf("measured: %s\n", rates.description.c_str());

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/logging.h"
+
 namespace llmserve::cli {
 
 std::map<std::string, Command>& command_registry() {
@@ -124,9 +126,19 @@ Status ArgParser::assign(const std::string& name, Flag& flag, const std::string&
   return internal_error("unreachable");
 }
 
+void ArgParser::add_short(const std::string& short_name, const std::string& name) {
+  CHECK(flags_.count(name)) << "short flag " << short_name << " for unknown --" << name;
+  short_to_name_[short_name] = name;
+}
+
 Status ArgParser::parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
+    std::string arg = args[i];
+    if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-') {  // a short spelling: rewritten to its --name
+      const std::string head = arg.substr(0, arg.find('='));
+      if (auto s = short_to_name_.find(head); s != short_to_name_.end())
+        arg = "--" + s->second + arg.substr(head.size());
+    }
     if (arg == "--help" || arg == "-h") {
       help_requested_ = true;
       std::fputs(usage().c_str(), stdout);

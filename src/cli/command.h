@@ -48,6 +48,8 @@ class ArgParser {
   void add_bool(const std::string& name, bool* out, const std::string& help);  // also accepts --no-<name>
   // As add_bool, but `out` stays unset when neither form is given (a default that depends on other flags).
   void add_bool(const std::string& name, std::optional<bool>* out, const std::string& help);
+  // A single-dash short spelling of a registered flag (vLLM's -tp for --tensor-parallel-size): "-tp 2", "-tp=2".
+  void add_short(const std::string& short_name, const std::string& name);
   // Names the positional arguments in usage; `out` receives them (may be null if none are accepted).
   void set_positional(const std::string& usage_name, std::vector<std::string>* out);
 
@@ -72,6 +74,7 @@ class ArgParser {
   std::string description_;
   std::map<std::string, Flag> flags_;
   std::vector<std::string> order_;
+  std::map<std::string, std::string> short_to_name_;
   std::string positional_name_;
   std::vector<std::string>* positional_ = nullptr;
   bool help_requested_ = false;

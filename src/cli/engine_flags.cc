@@ -50,7 +50,17 @@ Status check_model_flags(const ModelFlags &f) {
   if (!f.quantization.empty()) {  // the method names only; whether it fits the checkpoint is checked at load
     RETURN_IF_ERROR(resolve_quantization_flag(std::nullopt, f.quantization, /*dummy_weights=*/true).status());
   }
-  return ok_status();
+  return check_parallel_config(to_parallel_config(f), device);
+}
+
+ParallelConfig to_parallel_config(const ModelFlags &f) {
+  ParallelConfig p;
+  p.tensor_parallel_size = f.tensor_parallel_size;
+  p.rendezvous.nnodes = f.nnodes;
+  p.rendezvous.node_rank = f.node_rank;
+  p.rendezvous.master_addr = f.master_addr;
+  p.rendezvous.master_port = f.master_port;
+  return p;
 }
 
 void add_model_flags(ArgParser &parser, ModelFlags *f) {
@@ -70,6 +80,14 @@ void add_model_flags(ArgParser &parser, ModelFlags *f) {
   parser.add_int("seed", &f->seed,
                  "sampling seed of every request, and of --load-format dummy weights (default: none; dummy weights 0)");
   parser.add_int("num-threads", &f->num_threads, "CPU threads (default: all)");
+  parser.add_int("tensor-parallel-size", &f->tensor_parallel_size,
+                 "ranks the model is sharded over (-tp; default 1): cuda: one device each from --device's index, "
+                 "NCCL between them; cpu: threads of this process");
+  parser.add_short("-tp", "tensor-parallel-size");
+  parser.add_int("nnodes", &f->nnodes, "nodes the ranks span (default 1; torchrun's --nnodes)");
+  parser.add_int("node-rank", &f->node_rank, "this node's index in [0, --nnodes) (default 0)");
+  parser.add_string("master-addr", &f->master_addr, "node 0's address for the NCCL id exchange (default 127.0.0.1)");
+  parser.add_int("master-port", &f->master_port, "node 0's rendezvous TCP port (default 29500)");
   add_quantization_flag(parser, &f->quantization);
 }
 
@@ -97,7 +115,6 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
                   "schedule step N+1 while step N runs (default: on for cuda, off for cpu; --no-async-scheduling)");
   add_cuda_graph_flags(parser, f);
   VllmCompatFlags &v = f->vllm;
-  parser.add_int("tensor-parallel-size", &v.tensor_parallel_size, "vLLM's flag: 1 only (one device per engine)");
   parser.add_int("pipeline-parallel-size", &v.pipeline_parallel_size, "vLLM's flag: 1 only");
   parser.add_int("data-parallel-size", &v.data_parallel_size, "vLLM's flag: 1 only");
   parser.add_bool("trust-remote-code", &v.trust_remote_code,
@@ -332,17 +349,56 @@ Status resolve_model_flags(ModelFlags *f) {
   return ok_status();
 }
 
-StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_tokenizer) {
-  RETURN_IF_ERROR(check_model_flags(flags));
-  ModelFlags f = flags;
-  RETURN_IF_ERROR(resolve_model_flags(&f));  // a no-op for local paths (and for flags resolved already)
-  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+namespace {
+
+// ModelLoadOptions from checked flags (check_model_flags parsed the three).
+ModelLoadOptions model_load_options(const ModelFlags &f) {
   ModelLoadOptions options;
-  parse_load_format(f.load_format, &options.load_format);  // the three parsed by check_model_flags
+  parse_load_format(f.load_format, &options.load_format);
   parse_dtype_flag(f.dtype, &options.weight_dtype);
   parse_device_flag(f.device, &options.device);
   options.seed = static_cast<uint64_t>(std::max<int64_t>(0, f.seed));
   options.quantization = f.quantization;
+  return options;
+}
+
+}  // namespace
+
+int run_follower_node(const ModelFlags &flags) {
+  if (Status s = check_model_flags(flags); !s.ok()) return usage_error(s);
+  ModelFlags f = flags;
+  if (Status s = resolve_model_flags(&f); !s.ok()) return fail(s);
+  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+  const ParallelConfig parallel = to_parallel_config(f);
+  StatusOr<std::unique_ptr<CausalLM>> model = internal_error("not loaded");
+  if (!f.config_file.empty()) {
+    StatusOr<ModelConfig> config = load_model_config(f.config_file);
+    if (!config.ok()) return fail(config.status());
+    model = load_parallel_model(f.model, model_load_options(f), parallel, &*config);
+  } else {
+    model = load_parallel_model(f.model, model_load_options(f), parallel);
+  }
+  if (!model.ok()) return fail(model.status());
+  const int64_t local = f.tensor_parallel_size / f.nnodes;
+  std::fprintf(stderr, "llmserve: node %lld of %lld: ranks %lld..%lld loaded; following node 0 (%s:%lld)\n",
+               static_cast<long long>(f.node_rank), static_cast<long long>(f.nnodes),
+               static_cast<long long>(f.node_rank * local), static_cast<long long>((f.node_rank + 1) * local - 1),
+               f.master_addr.c_str(), static_cast<long long>(f.master_port));
+  if (Status s = serve_tensor_parallel_ranks(**model); !s.ok()) return fail(s);
+  std::fprintf(stderr, "llmserve: node %lld: node 0's engine ended\n", static_cast<long long>(f.node_rank));
+  return 0;
+}
+
+StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_tokenizer) {
+  RETURN_IF_ERROR(check_model_flags(flags));
+  if (flags.node_rank > 0) {
+    return invalid_argument("--node-rank " + std::to_string(flags.node_rank) +
+                            ": nodes other than 0 run `llmserve serve` (they follow node 0's engine)");
+  }
+  ModelFlags f = flags;
+  RETURN_IF_ERROR(resolve_model_flags(&f));  // a no-op for local paths (and for flags resolved already)
+  if (f.num_threads > 0) ThreadPool::set_global_num_threads(static_cast<int>(f.num_threads));
+  const ModelLoadOptions options = model_load_options(f);
   LoadedModel out;
   if (f.model.empty() && f.config_file.empty()) {
     std::fprintf(stderr,
@@ -350,17 +406,18 @@ StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &flags, bool need_t
                  "tiny Llama with random "
                  "weights and a byte-level tokenizer), so the text is noise\n");
     ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(nlohmann::json::parse(builtin_default_config_json())));
-    options.load_format = LoadFormat::kDummy;
-    ASSIGN_OR_RETURN(out.model, load_model("", options, &config));
+    ModelLoadOptions dummy = options;
+    dummy.load_format = LoadFormat::kDummy;
+    ASSIGN_OR_RETURN(out.model, load_parallel_model("", dummy, to_parallel_config(f), &config));
     ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::from_json(builtin_default_tokenizer_json()));
     out.builtin_default = true;
     return out;
   }
   if (!f.config_file.empty()) {
     ASSIGN_OR_RETURN(ModelConfig config, load_model_config(f.config_file));
-    ASSIGN_OR_RETURN(out.model, load_model(f.model, options, &config));
+    ASSIGN_OR_RETURN(out.model, load_parallel_model(f.model, options, to_parallel_config(f), &config));
   } else {
-    ASSIGN_OR_RETURN(out.model, load_model(f.model, options));
+    ASSIGN_OR_RETURN(out.model, load_parallel_model(f.model, options, to_parallel_config(f)));
   }
   ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer_from_flags(f, need_tokenizer));
   // Ids the tokenizer can produce must index the model's embedding: caught at load, not by every request.
@@ -406,6 +463,11 @@ std::vector<std::string> to_args(const ModelFlags &f) {
   add("--seed", std::to_string(f.seed));
   add("--num-threads", std::to_string(f.num_threads));
   add("--quantization", f.quantization);
+  add("--tensor-parallel-size", std::to_string(f.tensor_parallel_size));
+  add("--nnodes", std::to_string(f.nnodes));
+  add("--node-rank", std::to_string(f.node_rank));
+  add("--master-addr", f.master_addr);
+  add("--master-port", std::to_string(f.master_port));
   return a;
 }
 
@@ -430,14 +492,13 @@ namespace {
 
 Status check_vllm_compat_flags(const VllmCompatFlags &v) {
   const std::pair<const char *, const std::optional<int64_t> *> sizes[] = {
-      {"tensor-parallel-size", &v.tensor_parallel_size}, {"pipeline-parallel-size", &v.pipeline_parallel_size},
-      {"data-parallel-size", &v.data_parallel_size}};
+      {"pipeline-parallel-size", &v.pipeline_parallel_size}, {"data-parallel-size", &v.data_parallel_size}};
   for (const auto &[name, size] : sizes) {
     if (!*size) continue;
     if (**size < 1) return invalid_argument(std::string("--") + name + " must be at least 1");
     if (**size > 1) {
       return invalid_argument(std::string("--") + name + " " + std::to_string(**size) +
-                              ": parallelism over several devices is not built yet (one device per engine)");
+                              ": not built yet (--tensor-parallel-size spreads one engine over several devices)");
     }
   }
   if (v.kv_cache_dtype != "auto") {
@@ -451,7 +512,7 @@ Status check_vllm_compat_flags(const VllmCompatFlags &v) {
     const char *flag = v.enable_auto_tool_choice ? "--enable-auto-tool-choice" : "--tool-call-parser";
     return invalid_argument(std::string(flag) + ": tool calling is not built yet");
   }
-  if (v.tensor_parallel_size || v.pipeline_parallel_size || v.data_parallel_size || v.trust_remote_code) {
+  if (v.pipeline_parallel_size || v.data_parallel_size || v.trust_remote_code) {
     LOG(INFO) << "vLLM flags accepted, changing nothing here: parallel sizes of 1 are the only setting; "
                  "--trust-remote-code has nothing to trust (no checkpoint code runs)";
   }

@@ -16,6 +16,7 @@
 #include "frontend/llm_engine.h"
 #include "model/causal_lm.h"
 #include "runtime/cuda_graph_config.h"
+#include "runtime/tensor_parallel_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve::cli {
@@ -27,7 +28,12 @@ struct ModelFlags {
   int64_t seed = -1;                                // sampling seed when >= 0; also seeds dummy weights (0 when unset)
   int64_t num_threads = 0;
   std::string quantization;  // vLLM's --quantization (empty: the checkpoint's quantization_config, if any)
+  // Tensor parallelism (runtime/tensor_parallel_model.h): ranks in all, and the torchrun-style multi-node bootstrap.
+  int64_t tensor_parallel_size = 1, nnodes = 1, node_rank = 0, master_port = 29500;
+  std::string master_addr = "127.0.0.1";
 };
+// The ParallelConfig the flags ask for (checked by check_model_flags).
+ParallelConfig to_parallel_config(const ModelFlags &f);
 // --tokenizer-pipeline's help (vLLM's --tokenizer-mode picks a tokenizer implementation; this picks whose
 // pipeline ours reproduces, hence another name).
 inline constexpr const char *kTokenizerPipelineHelp =
@@ -40,7 +46,7 @@ void add_quantization_flag(ArgParser &parser, std::string *quantization);
 // vLLM's serving flags whose accepted values change nothing here (check_engine_flags logs one line for each given);
 // a value that needs a feature llmserve lacks is refused, naming the feature. Not forwarded to an engine process.
 struct VllmCompatFlags {
-  std::optional<int64_t> tensor_parallel_size, pipeline_parallel_size, data_parallel_size;  // 1 only
+  std::optional<int64_t> pipeline_parallel_size, data_parallel_size;  // 1 only
   bool trust_remote_code = false;  // nothing to trust: no checkpoint code runs
   bool enable_auto_tool_choice = false;
   std::string kv_cache_dtype = "auto", tool_call_parser;
@@ -114,6 +120,11 @@ struct LoadedModel {
 // Sets the thread count. Errors name the flag or file.
 StatusOr<LoadedModel> load_model_from_flags(const ModelFlags &f, bool need_tokenizer);
 
+// A node other than 0 (--node-rank > 0, `serve` only): loads its ranks' shards, joins node 0 (TCP rendezvous, NCCL)
+// and runs its share of every step of node 0's engine until that engine ends. Returns the exit code (0, or 1 with the
+// error printed).
+int run_follower_node(const ModelFlags &f);
+
 // The tokenizer alone (what a process whose engine core runs elsewhere needs): the built-in default's without
 // --model / --config, else --tokenizer or the model directory's (null if there is none and none was needed).
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_from_flags(const ModelFlags &f, bool need_tokenizer);
@@ -143,8 +154,9 @@ Status resolve_model_flags(ModelFlags *f);
 int fail(const Status &status);         // returns 1
 int usage_error(const Status &status);  // returns 2
 
-// InvalidArgument naming the flag for --load-format, --dtype, --device, --tokenizer-pipeline and --num-threads
-// values no load could accept (load_model_from_flags checks them too).
+// InvalidArgument naming the flag for --load-format, --dtype, --device, --tokenizer-pipeline, --num-threads and the
+// parallelism flags (--tensor-parallel-size, --nnodes, ...) values no load could accept (load_model_from_flags checks
+// them too).
 Status check_model_flags(const ModelFlags &f);
 
 }  // namespace llmserve::cli

@@ -165,6 +165,8 @@ int run_serve(const std::vector<std::string> &args) {
   }
   StatusOr<SamplingParams> defaults = generation_defaults(f.generation_config, f.model.model);
   if (!defaults.ok()) return fail(defaults.status().with_context("--generation-config"));
+  // --node-rank > 0: this node serves no HTTP; its ranks follow node 0's engine until it ends.
+  if (f.model.node_rank > 0) return run_follower_node(f.model);
 
   SignalWaiter signals;
   server::HttpServerConfig http;

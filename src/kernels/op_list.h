@@ -11,6 +11,7 @@ namespace llmserve::ops {
 template <typename F>
 void for_each_op(F&& f) {
   f(embedding);
+  f(masked_embedding);
   f(rms_norm);
   f(fused_add_rms_norm);
   f(silu_and_mul);

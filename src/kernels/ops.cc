@@ -157,6 +157,11 @@ void check_embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   check_float(out, op, "out");
 }
 
+void check_masked_embedding(Tensor& out, const Tensor& ids, const Tensor& table, int64_t vocab_start) {
+  CHECK(vocab_start >= 0) << "masked_embedding: vocab_start " << vocab_start << " < 0";
+  check_embedding(out, ids, table);
+}
+
 void check_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float /*eps*/) {
   check_norm_operands(out, x, weight, "rms_norm");
 }
@@ -467,6 +472,9 @@ void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, con
 // a written argument, a Params struct is spelled as its flattened fields (SchemaArgTypes in ops.h);
 // tests/kernels/op_registry_test.cc holds every schema to its C++ signature.
 decltype(embedding) embedding("embedding", "embedding(Tensor! out, Tensor ids, Tensor table) -> ()", check_embedding);
+decltype(masked_embedding) masked_embedding(
+    "masked_embedding", "masked_embedding(Tensor! out, Tensor ids, Tensor table, int vocab_start) -> ()",
+    check_masked_embedding);
 decltype(rms_norm) rms_norm("rms_norm", "rms_norm(Tensor! out, Tensor x, Tensor weight, float eps) -> ()",
                             check_rms_norm);
 decltype(fused_add_rms_norm) fused_add_rms_norm(

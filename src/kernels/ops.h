@@ -27,6 +27,11 @@ namespace llmserve::ops {
 // f32, f16 or bf16.
 extern Op<void(Tensor& out, const Tensor& ids, const Tensor& table)> embedding;
 
+// A rank's part of a vocabulary-parallel embedding: out[t, :] = table[ids[t] - vocab_start, :] for ids in
+// [vocab_start, vocab_start + table rows), zeros for every other id (another rank's rows: the all-reduce of the
+// ranks' outputs is the full lookup). ids must be >= 0. Shapes and dtypes as embedding.
+extern Op<void(Tensor& out, const Tensor& ids, const Tensor& table, int64_t vocab_start)> masked_embedding;
+
 // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, d] (may alias); weight [d] f32 or bf16.
 // CUDA: x and out f32, f16 or bf16 (same dtype), weight f32, f16 or bf16, f32 math.
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, float eps)> rms_norm;

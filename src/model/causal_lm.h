@@ -44,8 +44,17 @@ class CausalLM {
   virtual Device device() const { return Device::cpu(); }
   // Activations and the KV cache: f32 on CPU; the weight dtype on CUDA.
   virtual DType activation_dtype() const { return DType::kF32; }
+  // KV heads the cache passed to forward() holds per layer: the config's, or one rank's share under tensor
+  // parallelism (num_key_value_heads / tp, or 1 when replicated).
+  virtual int64_t num_kv_heads_per_rank() const { return config().num_key_value_heads; }
+  // Whether a CUDA graph captured on the caller's stream records the whole forward (false for a model whose ranks
+  // run on other threads' streams: the runner then runs eagerly).
+  virtual bool cuda_graph_capturable() const { return true; }
+  // Every device holding a part of the model, device() first (tensor parallelism: one per rank of this process).
+  virtual std::vector<Device> devices() const { return {device()}; }
   // Runs the model; writes logits [num_logits, vocab_size] (f32, on device()). Aborts (CHECK) on inconsistent shapes:
-  // the runner is trusted, user input was validated before it.
+  // the runner is trusted, user input was validated before it. A tensor-parallel rank that does not sample passes an
+  // undefined `logits`: it still takes part in every collective.
   // forward never allocates: its per-step buffers are views of an arena bound before (ActivationMemory); a step
   // larger than the planned limits CHECK-fails naming the limit.
   virtual void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) = 0;

@@ -73,6 +73,13 @@ class DeviceWeightSource : public WeightSource {
     if (device_.is_cpu()) return host;
     return upload_to_device(host, device_);
   }
+  // Only the rank's slice crosses the bus.
+  StatusOr<Tensor> get_slice(const std::string& name, const Shape& shape, DType dtype, int dim, int64_t begin,
+                             int64_t end) override {
+    ASSIGN_OR_RETURN(Tensor host, inner_.get_slice(name, shape, dtype, dim, begin, end));
+    if (device_.is_cpu()) return host;
+    return upload_to_device(host, device_);
+  }
   bool contains(const std::string& name) const override { return inner_.contains(name); }
   std::vector<std::string> names() const override { return inner_.names(); }
 

@@ -9,6 +9,7 @@
 #include "model/layers/quantized_linear_methods.h"
 #include "model/layers/vocab_parallel_embedding.h"
 #include "model/rope.h"
+#include "model/tensor_parallel.h"
 
 namespace llmserve {
 namespace {
@@ -26,6 +27,9 @@ class LlamaForCausalLM final : public CausalLM {
   const ModelConfig& config() const override { return config_; }
   Device device() const override { return device_; }
   DType activation_dtype() const override { return act_; }
+  int64_t num_kv_heads_per_rank() const override {
+    return heads_per_rank(config_.num_key_value_heads, linear_.comm->world_size());
+  }
   void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) override;
   void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) override;
   void bind_activations(const Arena* arena) override { arena_ = arena; }
@@ -45,11 +49,13 @@ class LlamaForCausalLM final : public CausalLM {
   // The per-step buffers: the running block output, the residual sum, the rows the lm head reads, the blocks'.
   ArenaRegion hidden_, residual_, selected_;
   DecoderLayer::Activations layer_act_;
+  ParallelLMHead::Activations lm_head_act_;
   const Arena* arena_ = nullptr;
 };
 
 LinearContext linear_context(const ModelConfig& c, const ModelLoadOptions& o, const LinearMethod* method) {
-  return {&single_process_communicator(), method, resolve_weight_dtype(c, o)};
+  Communicator* comm = o.communicator != nullptr ? o.communicator : &single_process_communicator();
+  return {comm, method, resolve_weight_dtype(c, o)};
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options)
@@ -99,6 +105,7 @@ void LlamaForCausalLM::plan_activations(const ActivationLimits& limits, ArenaPla
   residual_ = planner.reserve("residual", {T, H}, act_, "max_num_batched_tokens");
   selected_ = planner.reserve("lm_head.rows", {limits.max_num_logits, H}, act_, "max_num_logits");
   layer_act_ = layers_.front()->plan_activations(T, act_, planner);
+  lm_head_act_ = lm_head_.plan_activations(limits.max_num_logits, planner);
 }
 
 void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) {
@@ -115,20 +122,22 @@ void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cac
                         residual);
   }
   const int64_t num_logits = batch.logits_indices.size(0);
-  CHECK(logits.shape() == (Shape{num_logits, c.vocab_size})) << "logits " << logits.to_string();
+  CHECK(!logits.defined() || logits.shape() == (Shape{num_logits, c.vocab_size})) << "logits " << logits.to_string();
   if (num_logits == 0) return;  // a step of partial prefill chunks only
   norm_.forward_with_residual(x, residual);
   // Only the requested rows go through the (large) vocabulary projection. The row gather is an embedding lookup
   // with x as the table (on the device, from the device's index buffer: no host round trip).
   Tensor selected = arena_->view(selected_, num_logits);
   ops::embedding(selected, batch.logits_indices, x);
-  lm_head_.forward(logits, selected);
+  lm_head_.forward(logits, selected, arena_, lm_head_act_);
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<CausalLM>> create_llama_family_model(const ModelConfig& config, WeightSource& weights,
                                                               const ModelLoadOptions& options) {
+  const int64_t world = options.communicator != nullptr ? options.communicator->world_size() : 1;
+  RETURN_IF_ERROR(check_tensor_parallel_size(config, world));
   auto model = std::make_unique<LlamaForCausalLM>(config, options);
   RETURN_IF_ERROR(model->load_weights(weights));
   return std::unique_ptr<CausalLM>(std::move(model));

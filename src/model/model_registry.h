@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "model/causal_lm.h"
+#include "model/layers/communicator.h"
 #include "model/model_config.h"
 #include "model/weight_source.h"
 
@@ -31,6 +32,9 @@ struct ModelLoadOptions {
   uint64_t seed = 0;                 // dummy weights
   // --quantization: empty (the checkpoint's quantization_config), or a method resolve_quantization_flag accepts.
   std::string quantization;
+  // Tensor parallelism: this model is one rank's shard, its collectives over `communicator` (null: world size 1).
+  // The communicator must outlive the model. Built by runtime/tensor_parallel_model.h, which owns the ranks.
+  Communicator* communicator = nullptr;
 };
 
 using ModelFactory = std::function<StatusOr<std::unique_ptr<CausalLM>>(

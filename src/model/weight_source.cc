@@ -109,6 +109,14 @@ void convert_chunk(const uint8_t* src, DType st, uint8_t* dst, DType dt, size_t 
 
 std::string join_shape(const Shape& s) { return shape_to_string(s); }
 
+Status check_slice(const std::string& name, const Shape& shape, int dim, int64_t begin, int64_t end) {
+  if (dim < 0 || dim >= static_cast<int>(shape.size()) || begin < 0 || begin > end || end > shape[dim]) {
+    return invalid_argument("tensor '" + name + "': slice [" + std::to_string(begin) + ", " + std::to_string(end) +
+                            ") of dim " + std::to_string(dim) + " is outside its shape " + join_shape(shape));
+  }
+  return ok_status();
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Safetensors checkpoint.
 
@@ -119,6 +127,52 @@ class SafetensorsCheckpoint : public WeightSource {
       : description_(std::move(description)), files_(std::move(files)), name_to_file_(std::move(name_to_file)) {}
 
   StatusOr<Tensor> get(const std::string& name, const Shape& shape, DType dtype) override {
+    ASSIGN_OR_RETURN(const SafetensorsFile* file, find(name, shape, dtype));
+    const TensorInfo& info = *file->info(name);
+    if (info.dtype == dtype && file->is_aligned(info)) return file->view(name);
+    const size_t n = info.end - info.begin == 0 ? 0 : (info.end - info.begin) / dtype_size(info.dtype);
+    Tensor out = Tensor::empty(shape, dtype);
+    convert_range(*file, info, 0, n, out.raw_data(), dtype);
+    return out;
+  }
+
+  StatusOr<Tensor> get_slice(const std::string& name, const Shape& shape, DType dtype, int dim, int64_t begin,
+                             int64_t end) override {
+    ASSIGN_OR_RETURN(const SafetensorsFile* file, find(name, shape, dtype));
+    RETURN_IF_ERROR(check_slice(name, shape, dim, begin, end));
+    const TensorInfo& info = *file->info(name);
+    if (info.dtype == dtype && file->is_aligned(info)) {
+      ASSIGN_OR_RETURN(Tensor view, file->view(name));
+      return view.slice(dim, begin, end).contiguous();  // dim 0: still the mapping's rows, no copy
+    }
+    // Row-major: the slice is `outer` runs of (end - begin) * inner contiguous elements.
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; ++d) outer *= shape[d];
+    for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+    Shape out_shape = shape;
+    out_shape[dim] = end - begin;
+    Tensor out = Tensor::empty(out_shape, dtype);
+    const int64_t run = (end - begin) * inner;
+    for (int64_t o = 0; o < outer; ++o) {
+      const size_t first = static_cast<size_t>((o * shape[dim] + begin) * inner);
+      convert_range(*file, info, first, static_cast<size_t>(run),
+                    static_cast<char*>(out.raw_data()) + o * run * dtype_size(dtype), dtype);
+    }
+    return out;
+  }
+
+  bool contains(const std::string& name) const override { return name_to_file_.count(name) != 0; }
+
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    out.reserve(name_to_file_.size());
+    for (const auto& kv : name_to_file_) out.push_back(kv.first);
+    return out;
+  }
+
+ private:
+  // The file holding `name`, after checking its shape and that its dtype converts to `dtype`.
+  StatusOr<const SafetensorsFile*> find(const std::string& name, const Shape& shape, DType dtype) const {
     auto it = name_to_file_.find(name);
     if (it == name_to_file_.end()) {
       return not_found(description_ + ": no tensor '" + name + "' in the checkpoint (" +
@@ -136,30 +190,24 @@ class SafetensorsCheckpoint : public WeightSource {
                               std::string(dtype_name(info.dtype)) + " and cannot be converted to " +
                               std::string(dtype_name(dtype)));
     }
-    if (info.dtype == dtype && file.is_aligned(info)) return file.view(name);
-    const size_t n = info.end - info.begin == 0 ? 0 : (info.end - info.begin) / dtype_size(info.dtype);
-    Tensor out = Tensor::empty(shape, dtype);
-    const uint8_t* src = file.bytes(info);
+    return &file;
+  }
+
+  // Elements [first, first + n) of the stored tensor, converted into dst as `dtype`.
+  static void convert_range(const SafetensorsFile& file, const TensorInfo& info, size_t first, size_t n, void* dst,
+                            DType dtype) {
+    if (n == 0) return;
+    const size_t esize = dtype_size(info.dtype);
+    const uint8_t* src = file.bytes(info) + first * esize;
     Tensor staged;
     if (!file.is_aligned(info) && info.dtype != dtype) {  // typed loads need aligned sources
-      staged = Tensor::empty(shape, info.dtype);
-      std::memcpy(staged.raw_data(), src, info.end - info.begin);
+      staged = Tensor::empty({static_cast<int64_t>(n)}, info.dtype);
+      std::memcpy(staged.raw_data(), src, n * esize);
       src = staged.data<uint8_t>();
     }
-    convert_elements_parallel(src, info.dtype, out.raw_data(), dtype, n);
-    return out;
+    convert_elements_parallel(src, info.dtype, dst, dtype, n);
   }
 
-  bool contains(const std::string& name) const override { return name_to_file_.count(name) != 0; }
-
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    out.reserve(name_to_file_.size());
-    for (const auto& kv : name_to_file_) out.push_back(kv.first);
-    return out;
-  }
-
- private:
   std::string description_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t> name_to_file_;
@@ -263,6 +311,13 @@ class DummyWeightSource : public WeightSource {
   explicit DummyWeightSource(uint64_t seed) : seed_(seed) {}
 
   StatusOr<Tensor> get(const std::string& name, const Shape& shape, DType dtype) override {
+    return get_slice(name, shape, dtype, 0, 0, shape.empty() ? 0 : shape[0]);
+  }
+
+  // Counter-based: element i of the full tensor depends only on (key, i), so a slice holds exactly the values the
+  // whole tensor has there, whatever the chunking or the rank reading it.
+  StatusOr<Tensor> get_slice(const std::string& name, const Shape& shape, DType dtype, int dim, int64_t begin,
+                             int64_t end) override {
     int64_t numel = 1;
     for (int64_t d : shape) {
       if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) {
@@ -270,18 +325,37 @@ class DummyWeightSource : public WeightSource {
       }
       numel *= d;
     }
-    const bool is_norm = shape.size() == 1 && name.size() >= 11 && name.ends_with("norm.weight");
+    if (shape.empty()) return generate(name, shape, dtype, 0, 1, 1, 1);
+    RETURN_IF_ERROR(check_slice(name, shape, dim, begin, end));
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; ++d) outer *= shape[d];
+    for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+    Shape out_shape = shape;
+    out_shape[dim] = end - begin;
+    // Output run o (of `run` elements) starts at full index o * shape[dim] * inner + begin * inner.
+    return generate(name, out_shape, dtype, begin * inner, shape[dim] * inner, (end - begin) * inner, outer);
+  }
+
+  bool contains(const std::string&) const override { return true; }
+  std::vector<std::string> names() const override { return {}; }
+
+ private:
+  // `num_runs` runs of `run` elements; run o holds full-tensor elements [first + o * run_stride, ... + run).
+  Tensor generate(const std::string& name, const Shape& out_shape, DType dtype, int64_t first, int64_t run_stride,
+                  int64_t run, int64_t num_runs) const {
+    const bool is_norm = out_shape.size() == 1 && name.size() >= 11 && name.ends_with("norm.weight");
     const uint64_t key = splitmix64(seed_ ^ splitmix64(fnv1a(name)));
-    Tensor out = Tensor::empty(shape, dtype);
+    Tensor out = Tensor::empty(out_shape, dtype);
     auto* dst = static_cast<uint8_t*>(out.raw_data());
     const size_t esize = dtype_size(dtype);
-    // Counter-based: element i depends only on (key, i), so the values do not depend on the chunking.
-    parallel_for(numel, kParallelMinChunk, [&](int64_t begin, int64_t end) {
+    parallel_for(num_runs * run, kParallelMinChunk, [&](int64_t begin, int64_t end) {
       float buf[kConvertBlock];
       for (int64_t i = begin; i < end; i += static_cast<int64_t>(kConvertBlock)) {
         size_t m = static_cast<size_t>(std::min<int64_t>(kConvertBlock, end - i));
         for (size_t j = 0; j < m; ++j) {
-          uint64_t r = splitmix64(key + static_cast<uint64_t>(i) + j);
+          const int64_t out_index = i + static_cast<int64_t>(j);
+          const int64_t full_index = first + (out_index / run) * run_stride + out_index % run;
+          uint64_t r = splitmix64(key + static_cast<uint64_t>(full_index));
           float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
           if (!dtype_is_float(dtype))
             buf[j] = static_cast<float>(r >> 60);
@@ -294,14 +368,17 @@ class DummyWeightSource : public WeightSource {
     return out;
   }
 
-  bool contains(const std::string&) const override { return true; }
-  std::vector<std::string> names() const override { return {}; }
-
- private:
   uint64_t seed_;
 };
 
 }  // namespace
+
+StatusOr<Tensor> WeightSource::get_slice(const std::string& name, const Shape& shape, DType dtype, int dim,
+                                         int64_t begin, int64_t end) {
+  RETURN_IF_ERROR(check_slice(name, shape, dim, begin, end));
+  ASSIGN_OR_RETURN(Tensor whole, get(name, shape, dtype));
+  return whole.slice(dim, begin, end).contiguous();
+}
 
 void convert_elements_parallel(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
   const auto* s = static_cast<const uint8_t*>(src);

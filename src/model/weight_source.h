@@ -20,6 +20,11 @@ class WeightSource {
   // The tensor `name`, checked to have `shape`, as `dtype`: a zero-copy view when stored as dtype,
   // else a converted copy. NotFound / InvalidArgument errors name the file (or shard) and the tensor.
   virtual StatusOr<Tensor> get(const std::string& name, const Shape& shape, DType dtype) = 0;
+  // Tensor parallelism: only [begin, end) along `dim` of the tensor `name` (checked to have the full `shape`), as
+  // `dtype`, contiguous. Each rank reads and converts only its slice: a checkpoint converts just those elements
+  // (a dim-0 slice in the stored dtype is a zero-copy view of its rows). Default: get() then a copy of the slice.
+  virtual StatusOr<Tensor> get_slice(const std::string& name, const Shape& shape, DType dtype, int dim, int64_t begin,
+                                     int64_t end);
   virtual bool contains(const std::string& name) const = 0;
   virtual std::vector<std::string> names() const = 0;  // sorted
 };

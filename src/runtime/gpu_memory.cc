@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "runtime/model_runner.h"
 
@@ -22,7 +24,10 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
                             " must be in (0, 1]");
   }
 #ifdef LLMSERVE_WITH_CUDA
-  const int dev = model.device().index;
+  // Tensor parallelism: every rank's device is measured and the smallest per-rank budget decides (each rank holds
+  // the same number of blocks of its own kv heads). One device otherwise.
+  std::vector<int> devs;
+  for (const Device& d : model.devices()) devs.push_back(d.index);
   KVCachePlan plan;
   plan.block_bytes = ModelRunner::kv_block_bytes(model, block_size);
   const int64_t tokens = std::max<int64_t>(1, max_num_batched_tokens);
@@ -32,17 +37,21 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
   // more requests than max_num_seqs; their extra logits rows only add a margin.
   const int64_t profile_reqs =
       max_model_len > 0 ? std::min(tokens, std::max(reqs, (tokens + max_model_len - 1) / max_model_len)) : reqs;
-  cuda::empty_cache(dev);  // synchronises; what stays reserved is what is in use
+  std::vector<size_t> peaks(devs.size());
+  for (int d : devs) cuda::empty_cache(d);  // synchronises; what stays reserved is what is in use
   {
-    const size_t in_use_before = cuda::allocator_stats(dev).in_use;
-    cuda::reset_peak(dev);
+    std::vector<size_t> in_use_before;
+    for (int d : devs) {
+      in_use_before.push_back(cuda::allocator_stats(d).in_use);
+      cuda::reset_peak(d);
+    }
     ModelRunnerConfig rc;
     rc.block_size = block_size;
     rc.num_blocks = static_cast<int32_t>(tokens / block_size + profile_reqs + 1);
     rc.max_num_tokens = tokens;
     rc.max_num_reqs = profile_reqs;
     rc.max_model_len = max_model_len;
-    const std::vector<int64_t> sizes = captures_full_decode(graphs.cuda_graph_mode)
+    const std::vector<int64_t> sizes = captures_full_decode(graphs.cuda_graph_mode) && model.cuda_graph_capturable()
                                            ? resolve_capture_sizes(graphs.cuda_graph_capture_sizes, reqs, tokens)
                                            : std::vector<int64_t>{};
     // The two largest sizes are captured here (largest first, as the real runner does): the first pays the warm-up's
@@ -66,23 +75,40 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
     runner.profile_run(tokens, profile_reqs);
     // The runner is built inside the measured window, so its persistent buffers (step inputs, [max_num_seqs, vocab]
     // logits, sampler arrays, attention workspace) count in the peak with the forward's activations. Its own
-    // (small) KV cache is counted too: a margin, not an error.
-    plan.activation_peak_bytes = cuda::allocator_stats(dev).peak_in_use - in_use_before;
+    // (small) KV cache is counted too: a margin, not an error. Other ranks: their arenas and caches, made on their
+    // threads inside the window, count on their devices.
+    for (size_t i = 0; i < devs.size(); ++i) peaks[i] = cuda::allocator_stats(devs[i]).peak_in_use - in_use_before[i];
   }
-  cuda::empty_cache(dev);
-  size_t free_bytes = 0, total_bytes = 0;
-  cuda::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  plan.total_bytes = total_bytes;
-  // What this process took since its first allocation (other processes' memory is theirs, not this budget's).
-  const size_t free_at_start = cuda::free_bytes_before_first_allocation(dev);
-  plan.used_before_bytes = free_at_start > free_bytes ? free_at_start - free_bytes : total_bytes - free_bytes;
-  plan.free_bytes = free_bytes;
-  plan.budget_bytes = static_cast<size_t>(gpu_memory_utilization * static_cast<double>(total_bytes));
-  const double reserved = static_cast<double>(plan.activation_peak_bytes) + static_cast<double>(plan.cuda_graph_bytes);
-  const double left = std::min(static_cast<double>(plan.budget_bytes) - static_cast<double>(plan.used_before_bytes),
-                               static_cast<double>(free_bytes)) - reserved;
-  plan.num_blocks = left > 0 ? static_cast<int64_t>(left / static_cast<double>(plan.block_bytes)) : 0;
-  plan.num_blocks = std::min<int64_t>(plan.num_blocks, INT32_MAX);
+  plan.budget_bytes = 0;
+  plan.num_blocks = INT32_MAX;
+  size_t limiting = 0;  // the rank whose device leaves the fewest blocks (reported)
+  int current = 0;
+  cuda::check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  for (size_t i = 0; i < devs.size(); ++i) {
+    cuda::empty_cache(devs[i]);
+    size_t free_bytes = 0, total_bytes = 0;
+    cuda::check_cuda(cudaSetDevice(devs[i]), "cudaSetDevice");
+    cuda::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const size_t budget = static_cast<size_t>(gpu_memory_utilization * static_cast<double>(total_bytes));
+    // The budget is this process's (vLLM's per-instance meaning): what it took on the device since its first
+    // allocation there counts, other processes' memory does not; and never more than is free.
+    const size_t free_at_start = cuda::free_bytes_before_first_allocation(devs[i]);
+    const size_t used = free_at_start > free_bytes ? free_at_start - free_bytes : total_bytes - free_bytes;
+    const double reserved = static_cast<double>(peaks[i]) + static_cast<double>(plan.cuda_graph_bytes);
+    const double left =
+        std::min(static_cast<double>(budget) - static_cast<double>(used), static_cast<double>(free_bytes)) - reserved;
+    const int64_t blocks = left > 0 ? static_cast<int64_t>(left / static_cast<double>(plan.block_bytes)) : 0;
+    if (i == 0 || blocks < plan.num_blocks) {
+      limiting = i;
+      plan.num_blocks = std::min<int64_t>(blocks, INT32_MAX);
+      plan.total_bytes = total_bytes;
+      plan.used_before_bytes = used;
+      plan.free_bytes = free_bytes;
+      plan.budget_bytes = budget;
+      plan.activation_peak_bytes = peaks[i];
+    }
+  }
+  cuda::check_cuda(cudaSetDevice(current), "cudaSetDevice");
   const double gib = 1024.0 * 1024.0 * 1024.0;
   char line[768];
   std::snprintf(line, sizeof(line),
@@ -90,13 +116,18 @@ StatusOr<KVCachePlan> plan_gpu_kv_cache(CausalLM& model, int32_t block_size, int
                 "(free %.2f GiB), activation peak %.2f GiB (profiled at %lld tokens / %lld seqs), CUDA graphs %.1f MiB; "
                 "KV cache: %lld blocks of %d tokens (%.2f GiB, %lld tokens); maximal concurrency at max_model_len %lld: "
                 "%.2fx",
-                total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
-                free_bytes / gib, plan.activation_peak_bytes / gib, static_cast<long long>(tokens),
+                plan.total_bytes / gib, plan.budget_bytes / gib, gpu_memory_utilization, plan.used_before_bytes / gib,
+                plan.free_bytes / gib, plan.activation_peak_bytes / gib, static_cast<long long>(tokens),
                 static_cast<long long>(profile_reqs), plan.cuda_graph_bytes / (1024.0 * 1024.0),
                 static_cast<long long>(plan.num_blocks), block_size, plan.num_blocks * plan.block_bytes / gib,
                 static_cast<long long>(plan.num_blocks * block_size), static_cast<long long>(max_model_len),
                 max_model_len > 0 ? static_cast<double>(plan.num_blocks * block_size) / max_model_len : 0.0);
   plan.summary = line;
+  if (devs.size() > 1) {
+    plan.summary += " (per rank, " + std::to_string(devs.size()) +
+                    " ranks; the figures are cuda:" + std::to_string(devs[limiting]) +
+                    "'s, the rank leaving the fewest blocks)";
+  }
   if (plan.num_blocks < 1 || plan.num_blocks * block_size < max_model_len) {
     return invalid_argument("--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) + " leaves room for " +
                             std::to_string(plan.num_blocks * block_size) +

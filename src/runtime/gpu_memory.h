@@ -1,7 +1,9 @@
 // GPU memory planning (--gpu-memory-utilization): after the weights are loaded, one profiling forward at the
 // largest step the scheduler can make measures the activation peak; what is left of
 // utilization x total device memory goes to KV-cache blocks. Invariant: weights + activation peak + KV cache
-// stay within utilization x total (other processes' memory counts against the budget too).
+// stay within utilization x total (other processes' memory counts against the budget too). Tensor parallelism: the
+// plan is per rank — each rank's device is measured (its shard, its arena, its kv heads' blocks) and the rank leaving
+// the fewest blocks sets the count every rank allocates.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,7 @@ struct KVCachePlan {
   size_t block_bytes = 0;            // one block, all layers, keys and values
   size_t total_bytes = 0;            // device memory
   size_t used_before_bytes = 0;      // taken by this process (weights, workspaces) before the KV cache
-  size_t free_bytes = 0;             // free on the device before the KV cache (other processes' use excluded)
+  size_t free_bytes = 0;             // free on the device before the KV cache (what every process left)
   size_t activation_peak_bytes = 0;  // the profiling forward's peak above that
   size_t cuda_graph_bytes = 0;       // estimate for the FULL decode graphs (0 without graphs), plus the scratch block
   size_t budget_bytes = 0;           // utilization x total

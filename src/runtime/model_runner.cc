@@ -71,7 +71,8 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
       layout_(InputLayout::plan(limits_)),
       sampler_(config_.seed, limits_.max_num_reqs, device_) {
   const ModelConfig &c = model.config();
-  const bool use_graphs = !device_.is_cpu() && captures_full_decode(config_.cuda_graph_mode);
+  const bool use_graphs =
+      !device_.is_cpu() && captures_full_decode(config_.cuda_graph_mode) && model.cuda_graph_capturable();
   if (use_graphs) {
     graph_padding_ = std::make_unique<CudaGraphPadding>(
         resolve_capture_sizes(config_.cuda_graph_capture_sizes, limits_.max_num_reqs, limits_.max_num_tokens));
@@ -82,7 +83,7 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   if (graph_padding_) scratch_block_ = config_.num_blocks;
   kv_cache_.num_blocks = config_.num_blocks + (graph_padding_ ? 1 : 0);
   kv_cache_.block_size = config_.block_size;
-  const Shape shape = {kv_cache_.num_blocks, config_.block_size, c.num_key_value_heads, c.head_dim};
+  const Shape shape = {kv_cache_.num_blocks, config_.block_size, model.num_kv_heads_per_rank(), c.head_dim};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     kv_cache_.key.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
     kv_cache_.value.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
@@ -121,6 +122,9 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
     logged_mode = true;
     if (device_.is_cpu()) {
       LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode) << ": eager on cpu (the CPU backend has no graphs)";
+    } else if (!model.cuda_graph_capturable()) {
+      LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode)
+                << ": eager (tensor-parallel ranks launch on their own threads; per-rank graphs are not built)";
     } else if (!graph_padding_) {
       LOG(INFO) << "cudagraph_mode " << cuda_graph_mode_name(mode)
                 << ": PIECEWISE graphs are not built and no FULL capture size fits; every batch runs eagerly";
@@ -193,7 +197,7 @@ ModelRunner::~ModelRunner() = default;
 
 size_t ModelRunner::kv_block_bytes(const CausalLM &model, int32_t block_size) {
   const ModelConfig &c = model.config();
-  return 2 * static_cast<size_t>(c.num_hidden_layers) * block_size * c.num_key_value_heads * c.head_dim *
+  return 2 * static_cast<size_t>(c.num_hidden_layers) * block_size * model.num_kv_heads_per_rank() * c.head_dim *
          dtype_size(model.activation_dtype());
 }
 

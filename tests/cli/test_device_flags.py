@@ -16,7 +16,7 @@ FIXTURE = "tests/fixtures/models/llama_gqa_f32"
     (["--cuda-graph-mode", "full", "--enforce-eager"], "--enforce-eager contradicts"),
     (["--cuda-graph-mode", "fast"], "--cuda-graph-mode"),
     # vLLM's flags: values that need a missing feature are refused, naming it.
-    (["--tensor-parallel-size", "2"], "--tensor-parallel-size 2: parallelism over several devices is not built yet"),
+    (["--tensor-parallel-size", "3"], "Total number of attention heads (4) must be divisible by tensor parallel size"),
     (["--pipeline-parallel-size", "0"], "--pipeline-parallel-size must be at least 1"),
     (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8: an FP8 KV cache is not built yet"),
     (["--kv-cache-dtype", "int4"], "--kv-cache-dtype 'int4': expected auto"),

@@ -158,6 +158,33 @@ TEST_P(CudaKernelsTest, EmbeddingMatchesCpu) {
   }
 }
 
+// A vocabulary-parallel rank's lookup: its rows for its ids, zeros for the rest (exact, as embedding).
+TEST_P(CudaKernelsTest, MaskedEmbeddingMatchesCpu) {
+  const DType out_dtype = GetParam();
+  uint32_t seed = 900;
+  for (auto [vocab, hidden] : {std::pair<int64_t, int64_t>{17, 8}, {1000, 77}, {32768, 512}}) {
+    for (DType table_dtype : {DType::kF32, DType::kBF16}) {
+      Tensor table = random_tensor({vocab, hidden}, seed++, table_dtype, -2.f, 2.f);
+      std::vector<int32_t> ids = {0, static_cast<int32_t>(vocab - 1)};
+      std::mt19937 rng(seed++);
+      for (int i = 0; i < 61; ++i) ids.push_back(static_cast<int32_t>(rng() % vocab));
+      const int64_t n = static_cast<int64_t>(ids.size());
+      Tensor ids_t = Tensor::from_i32(ids, {n});
+      const int64_t per = (vocab + 3) / 4;
+      for (int64_t start = 0; start < vocab; start += per) {
+        const Tensor part = table.slice(0, start, std::min(vocab, start + per)).contiguous();
+        Tensor ref = Tensor::empty({n, hidden}, out_dtype);
+        ops::masked_embedding(ref, ids_t, part, start);
+        Tensor out_dev = gpu_testing::poisoned_strided(n, hidden, 4, out_dtype);
+        ops::masked_embedding(out_dev, to_device(ids_t), to_device(part), start);
+        expect_close(
+            to_host(out_dev), to_doubles(ref), 0, 0,
+            label("masked_embedding", vocab, hidden, out_dtype, table_dtype) + " start " + std::to_string(start));
+      }
+    }
+  }
+}
+
 struct RotaryCase {
   int64_t n, num_heads, num_kv_heads, head_dim;
 };

@@ -2,6 +2,7 @@
 // double-precision references on seeded random inputs of several shapes, including row-strided views.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -25,6 +26,34 @@ TEST(Embedding, MatchesTableRowsForF32AndBf16Tables) {
     std::vector<double> t = to_doubles(table), want;
     for (int32_t id : id_values) want.insert(want.end(), t.begin() + id * 24, t.begin() + (id + 1) * 24);
     expect_close(out, want, 0, 0, std::string(dtype_name(table_dtype)));
+  }
+}
+
+// A vocabulary-parallel rank's lookup: its rows for its ids, zeros for the others; the ranks' outputs sum to the
+// full lookup.
+TEST(MaskedEmbedding, OwnRowsOrZerosAndRanksSumToTheFullLookup) {
+  for (DType table_dtype : {DType::kF32, DType::kBF16}) {
+    Tensor table = random_tensor({50, 24}, 2, table_dtype);
+    std::vector<int32_t> id_values = {3, 0, 49, 3, 17, 25, 1, 26};
+    Tensor ids = Tensor::from_i32(id_values, {8});
+    std::vector<double> t = to_doubles(table), sum(8 * 24, 0.0);
+    for (int64_t start : {0, 13, 26, 39}) {
+      const int64_t rows = std::min<int64_t>(13, 50 - start);
+      Tensor out = Tensor::empty({8, 24}, DType::kF32);
+      out.fill(NAN);
+      ops::masked_embedding(out, ids, table.slice(0, start, start + rows), start);
+      std::vector<double> want;
+      for (int32_t id : id_values) {
+        const bool mine = id >= start && id < start + rows;
+        for (int64_t j = 0; j < 24; ++j) want.push_back(mine ? t[id * 24 + j] : 0.0);
+      }
+      expect_close(out, want, 0, 0, std::string(dtype_name(table_dtype)) + " start " + std::to_string(start));
+      const std::vector<double> got = to_doubles(out);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += got[i];
+    }
+    std::vector<double> full;
+    for (int32_t id : id_values) full.insert(full.end(), t.begin() + id * 24, t.begin() + (id + 1) * 24);
+    for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(sum[i], full[i]) << i;
   }
 }
 

@@ -277,3 +277,58 @@ TEST(WeightSource, DummyIsDeterministicAndShaped) {
 
 }  // namespace
 }  // namespace llmserve
+
+namespace llmserve {
+namespace {
+
+// Tensor parallelism's sliced reads equal slices of the whole tensor: stored dtype (a dim-0 slice stays a view of the
+// mapping), converted dtypes, dim 1 (the row-parallel split), an unaligned tensor, and the dummy source.
+TEST(WeightSource, GetSliceEqualsSliceOfGet) {
+  TempDir dir;
+  Tensor bf = random_f32({12, 10}, 5, DType::kBF16);
+  Tensor f32 = random_f32({6, 4, 3}, 6);
+  Tensor odd = random_f32({3}, 7, DType::kBF16);  // shifts the next tensor off 4-byte alignment
+  Tensor after = random_f32({8, 6}, 8);
+  ASSERT_TRUE(
+      write_safetensors(dir.file("model.safetensors"), {{"bf", bf}, {"f32", f32}, {"odd", odd}, {"z", after}}).ok());
+  auto src_or = open_safetensors_checkpoint(dir.path());
+  ASSERT_TRUE(src_or.ok());
+  std::unique_ptr<WeightSource> dummy = make_dummy_weight_source(3);
+  struct Case {
+    WeightSource* src;
+    std::string name;
+    Shape shape;
+    DType dtype;
+  };
+  for (const Case& c :
+       {Case{src_or->get(), "bf", {12, 10}, DType::kBF16}, Case{src_or->get(), "bf", {12, 10}, DType::kF32},
+        Case{src_or->get(), "f32", {6, 4, 3}, DType::kF32}, Case{src_or->get(), "f32", {6, 4, 3}, DType::kBF16},
+        Case{src_or->get(), "z", {8, 6}, DType::kF32}, Case{src_or->get(), "z", {8, 6}, DType::kBF16},
+        Case{dummy.get(), "w", {12, 10}, DType::kF32}, Case{dummy.get(), "w", {6, 4, 3}, DType::kBF16}}) {
+    const Tensor whole = c.src->get(c.name, c.shape, c.dtype).value().to(DType::kF32);
+    for (int dim = 0; dim < static_cast<int>(c.shape.size()); ++dim) {
+      const int64_t n = c.shape[dim];
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n / 2}, {n / 2, n}, {1, n - 1}}) {
+        StatusOr<Tensor> part = c.src->get_slice(c.name, c.shape, c.dtype, dim, begin, end);
+        ASSERT_TRUE(part.ok()) << part.status().to_string();
+        ASSERT_TRUE(part->is_contiguous());
+        const Tensor want = whole.slice(dim, begin, end).contiguous();
+        const Tensor got = part->to(DType::kF32);
+        ASSERT_EQ(got.shape(), want.shape());
+        EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()))
+            << c.name << " " << dtype_name(c.dtype) << " dim " << dim << " [" << begin << ", " << end << ")";
+      }
+    }
+  }
+  // A dim-0 slice in the stored dtype is a view of the mapped rows (no copy).
+  const Tensor rows = src_or->get()->get_slice("bf", {12, 10}, DType::kBF16, 0, 6, 12).value();
+  const Tensor all = src_or->get()->get("bf", {12, 10}, DType::kBF16).value();
+  EXPECT_EQ(rows.raw_data(), static_cast<const char*>(all.raw_data()) + 6 * 10 * 2);
+  // Bad slices and shapes are errors naming the tensor.
+  EXPECT_TRUE(contains(src_or->get()->get_slice("bf", {12, 10}, DType::kF32, 0, 6, 13).status(), "'bf'"));
+  EXPECT_TRUE(contains(src_or->get()->get_slice("bf", {12, 10}, DType::kF32, 2, 0, 1).status(), "outside its shape"));
+  EXPECT_TRUE(contains(src_or->get()->get_slice("bf", {24, 5}, DType::kF32, 0, 0, 1).status(), "has shape"));
+}
+
+}  // namespace
+}  // namespace llmserve

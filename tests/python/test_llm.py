@@ -67,6 +67,26 @@ def test_greedy_matches_transformers_fixture(name):
                 break  # a near tie: the continuation may legitimately differ from here
 
 
+def test_tensor_parallel_size_shards_and_keeps_the_output():
+    # vLLM's LLM(tensor_parallel_size=N): on the CPU the ranks are threads; the greedy ids stay TP = 1's.
+    prompts = [{"prompt_token_ids": [5, 17, 99, 3]}, {"prompt_token_ids": [42, 7]}]
+    params = SamplingParams(temperature=0, max_tokens=8, logprobs=2, ignore_eos=True)
+    path = str(FIXTURES / "llama_gqa_f32")
+    one = LLM(path, num_threads=2, kv_cache_tokens=4096, device="cpu").generate(prompts, params, use_tqdm=False)
+    two = LLM(path, num_threads=2, kv_cache_tokens=4096, device="cpu",
+              tensor_parallel_size=2).generate(prompts, params, use_tqdm=False)
+    for a, b in zip(one, two):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        for la, lb in zip(a.outputs[0].logprobs, b.outputs[0].logprobs):
+            for tid, lp in la.items():
+                if tid in lb:
+                    assert lb[tid].logprob == pytest.approx(lp.logprob, abs=5e-5)
+    with pytest.raises(ValueError, match=r"must be divisible by tensor parallel size \(3\)"):
+        LLM(path, num_threads=2, device="cpu", tensor_parallel_size=3)
+    with pytest.raises(ValueError, match="tensor_parallel_size"):
+        LLM(path, tensor_parallel_size=0)
+
+
 def test_prompt_shapes_and_per_prompt_params(llm):
     outs = llm.generate(["a", {"prompt": "b"}, {"prompt_token_ids": [1, 2]}],
                         [SamplingParams(max_tokens=1), SamplingParams(max_tokens=2), SamplingParams(max_tokens=3)],

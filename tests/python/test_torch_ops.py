@@ -205,6 +205,11 @@ def test_sampling_ops(device):
 def test_embedding_and_scatter_sampled_ids(device):
     table, ids = rand(10, 8, device=device), torch.tensor([3, 0, 9, 3], dtype=torch.int32, device=device)
     check(L.embedding, [torch.empty(4, 8, device=device), ids, table], lambda a: [(a[0], table[ids.long()])])
+    # A vocabulary-parallel rank holding rows [3, 8): its rows, zeros for the ids of other ranks.
+    mine = (ids >= 3) & (ids < 8)
+    masked = torch.where(mine[:, None], table[ids.long()], torch.zeros(4, 8, device=device))
+    check(L.masked_embedding, [torch.empty(4, 8, device=device), ids, table[3:8].contiguous(), 3],
+          lambda a: [(a[0], masked)])
     # Async scheduling's scatter: position index[i, 0] of the input ids takes sampled row index[i, 1].
     input_ids = torch.tensor([5, 6, 0, 7, 0, 8], dtype=torch.int32, device=device)
     sampled = torch.tensor([40, 41, 42], dtype=torch.int32, device=device)

@@ -47,8 +47,8 @@ std::vector<int32_t> reference_greedy(CausalLM& model, const std::vector<int32_t
     cache.num_blocks = 1;
     cache.block_size = n;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      cache.key.push_back(Tensor::zeros({1, n, c.num_key_value_heads, c.head_dim}, DType::kF32));
-      cache.value.push_back(Tensor::zeros({1, n, c.num_key_value_heads, c.head_dim}, DType::kF32));
+      cache.key.push_back(Tensor::zeros({1, n, model.num_kv_heads_per_rank(), c.head_dim}, DType::kF32));
+      cache.value.push_back(Tensor::zeros({1, n, model.num_kv_heads_per_rank(), c.head_dim}, DType::kF32));
     }
     ForwardBatch batch;
     batch.input_ids = Tensor::from_i32(seq, {n});

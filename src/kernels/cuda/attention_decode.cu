@@ -319,10 +319,10 @@ constexpr int kPipelineStages = 2;
 template <typename T, int HD, int GH, int KVH>
 void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int splits, cudaStream_t stream) {
   constexpr int kSmem = DecodeShape<HD, GH, KVH, kPipelineStages>::kSmemBytes;
-  static const bool attr_set = [] {
+  const bool attr_set = once_per_device([] {
     return cudaFuncSetAttribute(decode_kernel<T, HD, GH, KVH, kPipelineStages>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) == cudaSuccess;
-  }();
+  });
   CHECK(attr_set) << "decode_kernel: cannot get " << kSmem << " bytes of shared memory";
   dim3 grid(static_cast<unsigned>(p.num_kv_heads / KVH * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
             static_cast<unsigned>(splits));

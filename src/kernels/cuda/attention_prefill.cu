@@ -273,10 +273,10 @@ void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
   const int num_prefill = p.num_reqs - p.num_decode_reqs;
   if (num_prefill <= 0 || p.max_query_len <= 0) return;
   constexpr int kSmem = smem_bytes<T, HD>();
-  static const bool attr_set = [] {
+  const bool attr_set = once_per_device([] {
     return cudaFuncSetAttribute(prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) ==
            cudaSuccess;
-  }();
+  });
   CHECK(attr_set) << "prefill_kernel: cannot get " << kSmem << " bytes of shared memory";
   dim3 grid(static_cast<unsigned>((p.max_query_len + kBlockM - 1) / kBlockM), static_cast<unsigned>(p.num_heads),
             static_cast<unsigned>(num_prefill));

@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
@@ -281,5 +283,20 @@ void dispatch_float(DType dtype, const char* what, F&& f) {
 
 // Blocks of at most 65535 in grid dimension y/z; rows go in x (up to 2^31 - 1).
 inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// Runs set() once per CUDA device and returns that device's result: for cudaFuncSetAttribute, which applies to the
+// current device only (tensor-parallel ranks launch the same kernels on several devices, one thread each).
+// Each call site (each kernel instantiation's lambda) keeps its own record.
+template <typename Set>
+bool once_per_device(Set set) {
+  static std::mutex mu;
+  static std::map<int, bool> result_by_device;
+  int device = 0;
+  CHECK(cudaGetDevice(&device) == cudaSuccess) << "cudaGetDevice";
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = result_by_device.find(device);
+  if (it == result_by_device.end()) it = result_by_device.emplace(device, set()).first;
+  return it->second;
+}
 
 }  // namespace llmserve::cuda

@@ -28,13 +28,23 @@ __device__ __forceinline__ void store_v(P* p, const float (&f)[V]) {
   }
 }
 
-template <typename O, typename T, int V>
+// kMasked (masked_embedding): ids outside [vocab_start, vocab_start + vocab) write zeros instead of trapping.
+template <typename O, typename T, int V, bool kMasked = false>
 __global__ void embedding_kernel(O* out, int64_t out_stride, const int32_t* ids, const T* table, int64_t vocab,
-                                 int64_t hidden) {
+                                 int64_t hidden, int64_t vocab_start = 0) {
   const int32_t id = ids[blockIdx.x];
-  device_check(id >= 0 && id < vocab);
-  const T* src = table + static_cast<int64_t>(id) * hidden;
   O* dst = out + blockIdx.x * out_stride;
+  if constexpr (kMasked) {
+    device_check(id >= 0);
+    const int64_t local = id - vocab_start;
+    if (local < 0 || local >= vocab) {
+      for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) store_f(dst + j, 0.0f);
+      return;
+    }
+  } else {
+    device_check(id >= 0 && id < vocab);
+  }
+  const T* src = table + (static_cast<int64_t>(id) - vocab_start) * hidden;
   for (int64_t j = threadIdx.x * V; j < hidden; j += blockDim.x * V) {
     float f[V];
     load_v<V>(src + j, f);
@@ -165,6 +175,28 @@ void embedding(Tensor& out, const Tensor& ids, const Tensor& table) {
   });
 }
 
+void masked_embedding(Tensor& out, const Tensor& ids, const Tensor& table, int64_t vocab_start) {
+  const int64_t n = ids.size(0), vocab = table.size(0), hidden = table.size(1);
+  if (n == 0 || hidden == 0) return;
+  const bool vec =
+      hidden % 8 == 0 && out.stride(0) % 8 == 0 && aligned16(out.raw_data()) && aligned16(table.raw_data());
+  dispatch_float(out.dtype(), "masked_embedding", [&](auto o) {
+    dispatch_float(table.dtype(), "masked_embedding", [&](auto t) {
+      using O = decltype(o);
+      using T = decltype(t);
+      const unsigned grid = static_cast<unsigned>(n);
+      if (vec) {
+        embedding_kernel<O, T, 8, true><<<grid, kThreads, 0, stream()>>>(
+            out.data<O>(), out.stride(0), ids.data<int32_t>(), table.data<T>(), vocab, hidden, vocab_start);
+      } else {
+        embedding_kernel<O, T, 1, true><<<grid, kThreads, 0, stream()>>>(
+            out.data<O>(), out.stride(0), ids.data<int32_t>(), table.data<T>(), vocab, hidden, vocab_start);
+      }
+      check_launch("embedding_kernel (masked)");
+    });
+  });
+}
+
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache) {
   const int64_t n = positions.size(0);
@@ -195,6 +227,7 @@ void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& 
 
 void register_embedding_rotary_kernels() {
   ops::embedding.register_kernel(DeviceType::kCUDA, embedding);
+  ops::masked_embedding.register_kernel(DeviceType::kCUDA, masked_embedding);
   ops::rotary_embedding.register_kernel(DeviceType::kCUDA, rotary_embedding);
   ops::rotary_embedding_and_cache.register_kernel(DeviceType::kCUDA, rotary_embedding_and_cache);
 }

@@ -2,6 +2,7 @@
 #include "model/layers/linear.h"
 
 #include "core/logging.h"
+#include "model/tensor_parallel.h"
 
 namespace llmserve {
 
@@ -70,8 +71,13 @@ void LinearBase::named_parameters(const std::string& prefix, NamedParameters& ou
   if (has_bias_) out.emplace_back(prefix + ".bias", &bias_);
 }
 
-// Reads the checkpoint tensor of one shard at its full (all-rank) shape, keeps this rank's slice and places it at
-// the shard's rows. A parameter filled by one whole shard adopts the tensor (zero-copy when the dtype matches).
+LinearBase::OutputSlice LinearBase::output_slice(const std::string& shard_id) const {
+  (void)shard_id;
+  return {comm_->rank(), comm_->world_size()};
+}
+
+// Reads only this rank's slice of one shard's checkpoint tensor (the full, all-rank shape is checked) and places it
+// at the shard's rows. A parameter filled by one whole shard adopts the tensor (zero-copy when the dtype matches).
 Status LinearBase::load_shard(Parameter& p, WeightSource& weights, const std::string& checkpoint_name,
                               const std::string& shard_id) const {
   const int world = comm_->world_size(), rank = comm_->rank();
@@ -91,13 +97,21 @@ Status LinearBase::load_shard(Parameter& p, WeightSource& weights, const std::st
   Shape shape = p.shape;
   const bool split_out = split_output_ && p.output_dim >= 0 && world > 1;
   const bool split_in = split_input_ && p.input_dim >= 0 && world > 1;
-  if (p.output_dim >= 0) shape[p.output_dim] = split_out ? rows * world : rows;
-  if (split_in) shape[p.input_dim] *= world;
-  ASSIGN_OR_RETURN(Tensor loaded, weights.get(checkpoint_name, shape, p.dtype));
-  if (split_out) loaded = loaded.slice(p.output_dim, rank * rows, (rank + 1) * rows);
-  if (split_in) {
+  CHECK(!(split_out && split_in)) << checkpoint_name << ": split along both dims";
+  if (p.output_dim >= 0) shape[p.output_dim] = rows;
+  Tensor loaded;
+  if (split_out) {
+    const OutputSlice s = output_slice(shard_id);
+    shape[p.output_dim] = rows * s.count;
+    ASSIGN_OR_RETURN(
+        loaded, weights.get_slice(checkpoint_name, shape, p.dtype, p.output_dim, s.index * rows, (s.index + 1) * rows));
+  } else if (split_in) {
     const int64_t cols = p.shape[p.input_dim];
-    loaded = loaded.slice(p.input_dim, rank * cols, (rank + 1) * cols);
+    shape[p.input_dim] = cols * world;
+    ASSIGN_OR_RETURN(loaded,
+                     weights.get_slice(checkpoint_name, shape, p.dtype, p.input_dim, rank * cols, (rank + 1) * cols));
+  } else {
+    ASSIGN_OR_RETURN(loaded, weights.get(checkpoint_name, shape, p.dtype));
   }
   if (p.output_dim < 0 || rows == p.shape[p.output_dim]) {
     p.data = loaded.is_contiguous() ? loaded : loaded.contiguous();
@@ -132,13 +146,14 @@ std::vector<std::pair<std::string, int64_t>> merged_shards(const std::vector<int
   return shards;
 }
 
-int64_t heads_per_rank(int64_t heads, int world) {
+// The config was checked by check_tensor_parallel_size; these are invariants.
+int64_t checked_heads_per_rank(int64_t heads, int world) {
   if (heads >= world) {
     CHECK_EQ(heads % world, 0) << heads << " heads not divisible by " << world << " ranks";
-    return heads / world;
+  } else {
+    CHECK_EQ(world % heads, 0) << world << " ranks not divisible by " << heads << " kv heads";
   }
-  CHECK_EQ(world % heads, 0) << world << " ranks not divisible by " << heads << " kv heads";
-  return 1;  // replicated
+  return heads_per_rank(heads, world);
 }
 
 }  // namespace
@@ -150,15 +165,20 @@ MergedColumnParallelLinear::MergedColumnParallelLinear(const LinearContext& ctx,
 QKVParallelLinear::QKVParallelLinear(const LinearContext& ctx, int64_t hidden_size, int64_t head_dim, int64_t num_heads,
                                      int64_t num_kv_heads, bool has_bias)
     : ColumnParallelLinear(ctx, hidden_size,
-                           {{"q", heads_per_rank(num_heads, ctx.comm->world_size()) * head_dim},
-                            {"k", heads_per_rank(num_kv_heads, ctx.comm->world_size()) * head_dim},
-                            {"v", heads_per_rank(num_kv_heads, ctx.comm->world_size()) * head_dim}},
+                           {{"q", checked_heads_per_rank(num_heads, ctx.comm->world_size()) * head_dim},
+                            {"k", checked_heads_per_rank(num_kv_heads, ctx.comm->world_size()) * head_dim},
+                            {"v", checked_heads_per_rank(num_kv_heads, ctx.comm->world_size()) * head_dim}},
                            has_bias),
       head_dim_(head_dim),
-      num_heads_(heads_per_rank(num_heads, ctx.comm->world_size())),
-      num_kv_heads_(heads_per_rank(num_kv_heads, ctx.comm->world_size())) {
-  // Replicated kv heads would need a rank-dependent checkpoint slice; not wired yet.
-  CHECK(num_kv_heads >= ctx.comm->world_size()) << "kv-head replication over ranks is not supported yet";
+      num_heads_(checked_heads_per_rank(num_heads, ctx.comm->world_size())),
+      num_kv_heads_(checked_heads_per_rank(num_kv_heads, ctx.comm->world_size())),
+      total_num_kv_heads_(num_kv_heads) {}
+
+LinearBase::OutputSlice QKVParallelLinear::output_slice(const std::string& shard_id) const {
+  const int world = comm_->world_size(), rank = comm_->rank();
+  if (shard_id == "q" || total_num_kv_heads_ >= world) return {rank, world};
+  const int replicas = world / static_cast<int>(total_num_kv_heads_);
+  return {rank / replicas, static_cast<int>(total_num_kv_heads_)};
 }
 
 void QKVParallelLinear::forward_split(Tensor& q, Tensor& k, Tensor& v, const Tensor& x) const {

@@ -59,6 +59,12 @@ class LinearBase {
   const Tensor* bias() const { return bias_.data.defined() ? &bias_.data : nullptr; }
   Status load_shard(Parameter& p, WeightSource& weights, const std::string& checkpoint_name,
                     const std::string& shard_id) const;
+  // Which of the equal slices of a checkpoint shard's output rows this rank holds: {index, count}. Default
+  // {rank, world_size}; replicated kv heads give several ranks the same slice.
+  struct OutputSlice {
+    int index = 0, count = 1;
+  };
+  virtual OutputSlice output_slice(const std::string& shard_id) const;
 
   Communicator* comm_;
   const LinearMethod* method_;
@@ -98,8 +104,12 @@ class QKVParallelLinear final : public ColumnParallelLinear {
   int64_t num_heads() const { return num_heads_; }        // on this rank
   int64_t num_kv_heads() const { return num_kv_heads_; }  // on this rank
 
+ protected:
+  // k and v with fewer kv heads than ranks: rank r holds kv head r / (world / total kv heads) (vLLM's replicas).
+  OutputSlice output_slice(const std::string& shard_id) const override;
+
  private:
-  int64_t head_dim_, num_heads_, num_kv_heads_;
+  int64_t head_dim_, num_heads_, num_kv_heads_, total_num_kv_heads_;
 };
 
 // Y = X A^T with A's input columns split over ranks; partial sums are all-reduced; the bias is added once (rank 0).
