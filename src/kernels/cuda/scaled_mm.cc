@@ -243,7 +243,7 @@ ScaleMode mode_of(const Tensor& scales, bool block) {
   return block ? ScaleMode::kBlock : ScaleMode::kVector;
 }
 
-// 0: every fast path; 1: no cuBLASLt vector / block scale modes (their fallbacks); 2: only the tiled kernel.
+// 0: every fast path; 1: no cuBLASLt scale modes (the unit-scaled GEMMs + epilogues); 2: only the tiled kernel.
 int forced_fallback() {
   const char* v = std::getenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK");
   return v == nullptr ? 0 : std::atoi(v);
