@@ -2,9 +2,9 @@
 // IEEE division and rounding), scaled_mm (GEMV for m <= 8, cuBLASLt above; fp8 per-tensor, per-token x per-channel,
 // group-128 x block-128; int8 per-token x per-channel), each case also through the fallbacks forced by
 // LLMSERVE_SCALED_MM_FORCE_FALLBACK (1: unit-scaled cuBLASLt GEMMs + epilogues, 2: the tiled kernel; the op logs the
-// path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n), and w4a16_linear (GEMV for m <= 16, dequantize + cuBLASLt above;
-// with and without the act-order permutation), m from 1 to 8192 with odd m, NaN-poisoned outputs. Tolerance: the
-// output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
+// path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n), and w4a16_linear (GEMV for
+// m <= 16, dequantize + cuBLASLt above; with and without the act-order permutation), m from 1 to 8192 with odd m,
+// NaN-poisoned outputs. Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,8 +15,8 @@
 #include <random>
 #include <string>
 
-#include "gpu_test_util.h"
 #include "core/logging.h"
+#include "gpu_test_util.h"
 #include "kernels/ops.h"
 
 namespace llmserve {
@@ -128,9 +128,8 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
     Tensor out_dev = poisoned_device({m, n}, DType::kBF16);
     ops::scaled_mm(out_dev, a_dev, sa_dev, b_dev, sb_dev, &bias_dev);
     expect_close_to(to_host(out_dev), out_cpu, mag,
-                    std::string(dtype_name(qtype)) + " mode " + std::to_string(int(mode)) + " m " +
-                        std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " forced fallback " +
-                        force);
+                    std::string(dtype_name(qtype)) + " mode " + std::to_string(int(mode)) + " m " + std::to_string(m) +
+                        " n " + std::to_string(n) + " k " + std::to_string(k) + " forced fallback " + force);
   }
   ASSERT_EQ(unsetenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK"), 0);
 }

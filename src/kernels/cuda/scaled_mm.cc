@@ -8,10 +8,10 @@
 // i8 x i8 -> i32 into the scratch, then the scale epilogue. Shapes no cuBLASLt algorithm takes (k not a multiple of
 // 16, unaligned operands) go to a plain tiled kernel (scaled_mm_fallback.cu). LLMSERVE_SCALED_MM_FORCE_FALLBACK=1
 // skips cuBLASLt's own scaling (every scale mode takes its epilogue fallback), =2 also skips cuBLASLt and the GEMV
-// (the tiled kernel), so a GPU test runs every path on any machine. The path each mode takes is logged once. The row-major problem is posed as out^T =
-// b(op T) a^T, so cuBLASLt's A is our weight b and its B our activations a: A's scale is b_scales. Plans are cached per
-// shape and mode; scale pointers are set per call (graph-capturable: no allocation once the scratch has grown at the
-// warm-up's largest batch).
+// (the tiled kernel), so a GPU test runs every path on any machine. The path each mode takes is logged once. The
+// row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b and its B our activations a: A's
+// scale is b_scales. Plans are cached per shape and mode; scale pointers are set per call (graph-capturable: no
+// allocation once the scratch has grown at the warm-up's largest batch).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -288,9 +288,8 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
   const auto address = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); };
   if (int8) {
     Tensor acc = ctx.accumulator(0, m, n, DType::kI32, a.device());
-    Plan* plan =
-        ctx.plan({m, n, k, k, true, 0, 0, static_cast<int>(DType::kI32), alignment_of({address(a), address(b),
-                                                                                       address(acc)})});
+    Plan* plan = ctx.plan(
+        {m, n, k, k, true, 0, 0, static_cast<int>(DType::kI32), alignment_of({address(a), address(b), address(acc)})});
     if (plan == nullptr) return tiled(kNoAlgorithm);
     log_path(mode, "cuBLASLt i8 -> i32 + scale epilogue");
     ctx.run(*plan, b.raw_data(), a.raw_data(), acc.raw_data(), nullptr, nullptr, true);
@@ -331,8 +330,8 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
     Tensor partial = ctx.accumulator(0, m, n, DType::kF32, a.device());
     Tensor total = ctx.accumulator(1, m, n, DType::kF32, a.device());
     // Block kb starts kb * 128 bytes into each row: at most 128-byte alignment.
-    Plan* unit_plan = ctx.plan(
-        {m, n, 128, k, false, unit, unit, f32, alignment_of({address(a), address(b), address(partial), 128})});
+    Plan* unit_plan =
+        ctx.plan({m, n, 128, k, false, unit, unit, f32, alignment_of({address(a), address(b), address(partial), 128})});
     if (unit_plan == nullptr) return tiled(kNoAlgorithm);
     log_path(mode, "per-128-block unit-scaled cuBLASLt fp8 GEMMs + f32 block-scale epilogue");
     const auto* ap = static_cast<const uint8_t*>(a.raw_data());

@@ -1,8 +1,8 @@
 // Element kernels of ops::scaled_mm on CUDA (scaled_mm.cc): the scale epilogue of an unscaled accumulator (int8's i32,
-// or the f32 of an fp8 GEMM run with unit scales where cuBLASLt has no outer-vector algorithm), the per-128-column-block
-// accumulation of the block-scale fallback, the transpose of per-token-group activation scales into the token-major
-// layout cuBLASLt's VEC128 mode reads, and a per-tensor scale broadcast into a vector (cuBLASLt takes outer-vector
-// scales on both operands or on neither).
+// or the f32 of an fp8 GEMM run with unit scales where cuBLASLt has no outer-vector algorithm), the
+// per-128-column-block accumulation of the block-scale fallback, the transpose of per-token-group activation scales
+// into the token-major layout cuBLASLt's VEC128 mode reads, and a per-tensor scale broadcast into a vector (cuBLASLt
+// takes outer-vector scales on both operands or on neither).
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -14,7 +14,7 @@ namespace {
 // out[i, j] = acc[i, j] * sa(i) * sb(j) (+ bias[j]); sa per tensor (stride 0) or per token, sb per tensor or channel.
 template <typename T, typename Acc, typename B>
 __global__ void scale_epilogue_kernel(T* out, const Acc* acc, const float* sa, int64_t sa_stride, const float* sb,
-                                     int64_t sb_stride, const B* bias, int64_t n) {
+                                      int64_t sb_stride, const B* bias, int64_t n) {
   const int64_t i = blockIdx.x;
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (j >= n) return;
@@ -76,9 +76,9 @@ void scaled_mm_scale_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_sc
       } else {
         dispatch_float(bias->dtype(), "scaled_mm bias", [&](auto b) {
           using B = decltype(b);
-          scale_epilogue_kernel<T, Acc, B><<<grid, 256, 0, stream()>>>(
-              out.data<T>(), acc.data<Acc>(), a_scales.data<float>(), sa_stride, b_scales.data<float>(), sb_stride,
-              bias->data<B>(), n);
+          scale_epilogue_kernel<T, Acc, B>
+              <<<grid, 256, 0, stream()>>>(out.data<T>(), acc.data<Acc>(), a_scales.data<float>(), sa_stride,
+                                           b_scales.data<float>(), sb_stride, bias->data<B>(), n);
         });
       }
       check_launch("scale_epilogue_kernel");
