@@ -1,17 +1,21 @@
 // The quantized-GEMM ops on CUDA against the CPU ops (the references): activation quantization bit-exact (same
 // IEEE division and rounding), scaled_mm (GEMV for m <= 8, cuBLASLt above; fp8 per-tensor, per-token x per-channel,
-// group-128 x block-128; int8 per-token x per-channel) and w4a16_linear (GEMV for m <= 16, dequantize + cuBLASLt above;
-// with and without the act-order permutation), m from 1 to 8192 with odd m, NaN-poisoned outputs. Tolerance: the
-// output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
+// group-128 x block-128; int8 per-token x per-channel), each case also through the fallbacks forced by
+// LLMSERVE_SCALED_MM_FORCE_FALLBACK (1: unit-scaled cuBLASLt GEMMs + epilogues, 2: the tiled kernel; the op logs the
+// path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n), and w4a16_linear (GEMV for
+// m <= 16, dequantize + cuBLASLt above; with and without the act-order permutation), m from 1 to 8192 with odd m,
+// NaN-poisoned outputs. Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 
+#include "core/logging.h"
 #include "gpu_test_util.h"
 #include "kernels/ops.h"
 
@@ -111,20 +115,28 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
   Tensor bias = random_tensor({n}, seed + 3);
   Tensor out_cpu = Tensor::empty({m, n}, DType::kF32);
   ops::scaled_mm(out_cpu, a, sa, b, sb, &bias);
-  Tensor out_dev = poisoned_device({m, n}, DType::kBF16), bias_dev = to_device(bias);
-  ops::scaled_mm(out_dev, to_device(a), to_device(sa), to_device(b), to_device(sb), &bias_dev);
   // Magnitude bound from unscaled |a||b| times the largest scales (a loose but sound accumulation bound).
   double max_sa = 0, max_sb = 0;
   for (int64_t i = 0; i < sa.numel(); ++i) max_sa = std::max<double>(max_sa, sa.data<float>()[i]);
   for (int64_t i = 0; i < sb.numel(); ++i) max_sb = std::max<double>(max_sb, sb.data<float>()[i]);
   std::vector<double> mag = magnitudes(abs_dequantized(a), abs_dequantized(b));
   for (double& v : mag) v *= max_sa * max_sb;
-  expect_close_to(to_host(out_dev), out_cpu, mag,
-                  std::string(dtype_name(qtype)) + " mode " + std::to_string(int(mode)) + " m " + std::to_string(m) +
-                      " n " + std::to_string(n) + " k " + std::to_string(k));
+  const Tensor a_dev = to_device(a), sa_dev = to_device(sa), b_dev = to_device(b), sb_dev = to_device(sb);
+  const Tensor bias_dev = to_device(bias);
+  for (const char* force : {"0", "1", "2"}) {  // fast paths, then the epilogue fallbacks, then the tiled kernel
+    ASSERT_EQ(setenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK", force, 1), 0);
+    Tensor out_dev = poisoned_device({m, n}, DType::kBF16);
+    ops::scaled_mm(out_dev, a_dev, sa_dev, b_dev, sb_dev, &bias_dev);
+    expect_close_to(to_host(out_dev), out_cpu, mag,
+                    std::string(dtype_name(qtype)) + " mode " + std::to_string(int(mode)) + " m " + std::to_string(m) +
+                        " n " + std::to_string(n) + " k " + std::to_string(k) + " forced fallback " + force);
+  }
+  ASSERT_EQ(unsetenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK"), 0);
 }
 
 TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
+  const LogLevel level = min_log_level();
+  set_min_log_level(LogLevel::kInfo);  // the op logs once which path each mode took on this machine
   uint32_t seed = 100;
   for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 8: the GEMV; above: cuBLASLt
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10);
@@ -133,6 +145,15 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 256, 512, seed += 10);
     run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 384, 512, seed += 10);
   }
+  // Shapes without a cuBLASLt algorithm (k % 16 != 0, n % 8 != 0) and partial 128-blocks of n: never an abort.
+  for (int64_t m : {5, 33}) {
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 100, 200, seed += 10);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 100, 200, seed += 10);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 100, 200, seed += 10);
+    run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 100, 200, seed += 10);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 200, 384, seed += 10);
+  }
+  set_min_log_level(level);
 }
 
 void run_w4a16(int64_t m, int64_t n, int64_t k, int64_t groups, bool permuted, uint32_t seed) {

@@ -1,17 +1,28 @@
 // ops::scaled_mm on CUDA: m <= 8 a weight-streaming GEMV (scaled_gemv.cu), above that cuBLASLt. FP8 e4m3 x e4m3 ->
-// bf16/f16/f32 with cuBLASLt's own scaling (CUDA 12.9+ on Hopper): per-tensor scalars (SCALAR_32F), per-token x
+// bf16/f16/f32 with cuBLASLt's own scaling where it has an algorithm: per-tensor scalars (SCALAR_32F), per-token x
 // per-channel vectors (OUTER_VEC_32F), and DeepSeek-style per-token-group-128 activations x 128x128 weight blocks
-// (VEC128_32F / BLK128x128_32F). INT8: cuBLASLt i8 x i8 -> i32 into a device scratch, then a scale epilogue (out = acc
-// * sa[row] * sb[col] + bias). The row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b
-// and its B our activations a: A's scale is b_scales. Plans are cached per shape and mode; scale pointers are set per
-// call (graph-capturable: no allocation once the int8 scratch has grown at the warm-up's largest batch).
+// (VEC128_32F / BLK128x128_32F). Where the heuristic offers none (asked once per shape and mode; an H200 with CUDA 13.0
+// had none for OUTER_VEC_32F): vector scales run the fp8 GEMM with unit scalar scales into an f32 scratch, then a scale
+// epilogue (out = acc * sa[row] * sb[col] + bias); block scales run one unit-scaled fp8 GEMM per 128-column block of k
+// (exact products, f32 sums) and an epilogue accumulating partial * sa[row, kb] * sb[col / 128, kb]. INT8: cuBLASLt
+// i8 x i8 -> i32 into the scratch, then the scale epilogue. Shapes no cuBLASLt algorithm takes (k not a multiple of
+// 16, unaligned operands) go to a plain tiled kernel (scaled_mm_fallback.cu). LLMSERVE_SCALED_MM_FORCE_FALLBACK=1
+// skips cuBLASLt's own scaling (every scale mode takes its epilogue fallback), =2 also skips cuBLASLt and the GEMV
+// (the tiled kernel), so a GPU test runs every path on any machine. The path each mode takes is logged once. The
+// row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b and its B our activations a: A's
+// scale is b_scales. Plans are cached per shape and mode; scale pointers are set per call (graph-capturable: no
+// allocation once the scratch has grown at the warm-up's largest batch).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -21,9 +32,15 @@
 
 namespace llmserve::cuda {
 
-// The int8 epilogue (scaled_mm_epilogue.cu).
-void scaled_mm_int8_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_scales, const Tensor& b_scales,
-                             const Tensor* bias);
+// out = acc * sa(row) * sb(col) (+ bias) from an unscaled i32 or f32 accumulator (scaled_mm_epilogue.cu).
+void scaled_mm_scale_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_scales, const Tensor& b_scales,
+                              const Tensor* bias);
+// Adds block kb's partial [m, n] times its scales into total; the last block writes out (+ bias) instead.
+void scaled_mm_block_accumulate(Tensor& out, Tensor& total, const Tensor& partial, const Tensor& a_scales,
+                                const Tensor& b_scales, int64_t kb, const Tensor* bias);
+// Any shape, any scale mode: a plain tiled kernel (scaled_mm_fallback.cu).
+void scaled_mm_tiled(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
+                     const Tensor* bias);
 // Transposes the per-token-group scales [m, groups] into [groups, m] (scaled_mm_epilogue.cu).
 void transpose_scales(Tensor& out, const Tensor& in);
 // out[:] = scale[0] (a per-tensor scale as an outer vector).
@@ -70,14 +87,27 @@ struct Plan {
   }
 };
 
-// (m, n, k, int8, weight scale mode, activation scale mode, out dtype)
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, bool, int, int, int>;
+// (m, n, k, leading dimension of both operands, int8, weight scale mode, activation scale mode, out dtype, the
+// alignment in bytes cuBLASLt may assume of every pointer)
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int, int, int, uint32_t>;
+
+// Largest power of two (<= 256) dividing every address.
+uint32_t alignment_of(std::initializer_list<uintptr_t> addresses) {
+  uint32_t align = 256;
+  for (uintptr_t p : addresses) {
+    while (align > 1 && p % align != 0) align /= 2;
+  }
+  return align;
+}
 
 class ScaledMMContext {
  public:
   ScaledMMContext() {
     LT_CHECK(cublasLtCreate(&handle_));
     CHECK(cudaMalloc(&workspace_, kWorkspaceBytes) == cudaSuccess) << "scaled_mm: cudaMalloc of the workspace";
+    CHECK(cudaMalloc(&one_, sizeof(float)) == cudaSuccess) << "scaled_mm: cudaMalloc of the unit scale";
+    const float one = 1.0f;
+    CHECK(cudaMemcpy(one_, &one, sizeof(one), cudaMemcpyHostToDevice) == cudaSuccess) << "scaled_mm: unit scale";
   }
 
   Plan* plan(const PlanKey& key) {
@@ -102,14 +132,18 @@ class ScaledMMContext {
     }
   }
 
-  // The int8 accumulator [m, n] i32 (grown on demand, reused by every call on this device's stream).
-  Tensor accumulator(int64_t m, int64_t n, Device device) {
-    if (!acc_.defined() || acc_.numel() < m * n) {
-      if (acc_.defined()) outgrown_.push_back(acc_);  // a captured graph may still use it: never freed
-      acc_ = Tensor::empty({m * n}, DType::kI32, device);
+  // An unscaled accumulator [m, n] of 4-byte `dtype` (i32 or f32) in scratch slot 0 or 1 (grown on demand, reused by
+  // every call on this device's stream).
+  Tensor accumulator(int slot, int64_t m, int64_t n, DType dtype, Device device) {
+    Tensor& t = acc_[slot];
+    if (!t.defined() || t.numel() < m * n) {
+      if (t.defined()) outgrown_.push_back(t);  // a captured graph may still use it: never freed
+      t = Tensor::empty({m * n}, DType::kF32, device);
     }
-    return acc_.slice(0, 0, m * n).view({m, n});
+    return Tensor::from_blob(t.raw_data(), {m, n}, dtype, nullptr, device);
   }
+  // A device 1.0f: the unit scale of the fp8 GEMMs whose scales an epilogue applies.
+  const void* one() const { return one_; }
   // A per-tensor scale broadcast to `len` entries (slot 0: the weight side, 1: the activation side).
   Tensor broadcast(int slot, int64_t len, Device device) {
     Tensor& t = broadcast_[slot];
@@ -132,7 +166,7 @@ class ScaledMMContext {
 
  private:
   std::unique_ptr<Plan> build(const PlanKey& key) {
-    const auto [m, n, k, int8, w_mode, x_mode, out_dtype] = key;
+    const auto [m, n, k, ld, int8, w_mode, x_mode, out_dtype, align] = key;
     auto plan = std::make_unique<Plan>();
     LT_CHECK(cublasLtMatmulDescCreate(&plan->desc, int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
                                       int8 ? CUDA_R_32I : CUDA_R_32F));
@@ -159,15 +193,20 @@ class ScaledMMContext {
     }
     const cudaDataType_t in = int8 ? CUDA_R_8I : CUDA_R_8F_E4M3;
     const cudaDataType_t out = int8 ? CUDA_R_32I : out_type(static_cast<DType>(out_dtype));
-    // Column-major views: weight [n, k] row-major = k x n (ld k); x = k x m (ld k); out = n x m (ld n).
-    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, k));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, k));
+    // Column-major views: weight [n, ld] row-major = k x n (ld); x = k x m (ld); out = n x m (ld n). ld > k: a
+    // 128-column block of k (the block-scale fallback).
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, ld));
+    LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, ld));
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out, n, m, n));
     cublasLtMatmulPreference_t pref;
     LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t workspace = kWorkspaceBytes;
     LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                   sizeof(workspace)));
+    for (const auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
@@ -183,8 +222,9 @@ class ScaledMMContext {
   std::mutex mu_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
+  void* one_ = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
-  Tensor acc_, scales_t_, broadcast_[2];
+  Tensor acc_[2], scales_t_, broadcast_[2];
   std::vector<Tensor> outgrown_;
 };
 
@@ -203,56 +243,112 @@ ScaleMode mode_of(const Tensor& scales, bool block) {
   return block ? ScaleMode::kBlock : ScaleMode::kVector;
 }
 
+// 0: every fast path; 1: no cuBLASLt scale modes (the unit-scaled GEMMs + epilogues); 2: only the tiled kernel.
+int forced_fallback() {
+  const char* v = std::getenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK");
+  return v == nullptr ? 0 : std::atoi(v);
+}
+
+const char* mode_name(bool int8, ScaleMode w_mode, ScaleMode x_mode) {
+  if (int8) return "int8";
+  if (w_mode == ScaleMode::kBlock) return "fp8 per-token-group x 128-block";
+  if (w_mode == ScaleMode::kTensor && x_mode == ScaleMode::kTensor) return "fp8 per-tensor";
+  if (w_mode == ScaleMode::kVector && x_mode == ScaleMode::kVector) return "fp8 per-token x per-channel";
+  return "fp8 per-tensor x vector";
+}
+
+// Logs once per (mode, path) which way scaled_mm went on this machine.
+void log_path(const char* mode, const char* path) {
+  static std::mutex mu;
+  static std::set<std::string> logged;
+  std::lock_guard<std::mutex> lock(mu);
+  if (logged.insert(std::string(mode) + "|" + path).second) LOG(INFO) << "scaled_mm: " << mode << " via " << path;
+}
+
 void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
                const Tensor* bias) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   if (m == 0 || n == 0) return;
-  if (scaled_gemv_applies(a, b)) return scaled_gemv(out, a, a_scales, b, b_scales, bias);
+  const int force = forced_fallback();
   const bool int8 = a.dtype() == DType::kI8;
   const bool block = b_scales.dim() == 2;
-  ScaleMode w_mode = mode_of(b_scales, block), x_mode = mode_of(a_scales, block);
-  // One per-tensor and one vector side (static activations x per-channel weights, or the reverse): cuBLASLt's
-  // outer-vector mode wants vectors on both, so the scalar side is broadcast on the device (graph-safe).
-  const bool mixed = !block && !int8 && w_mode != x_mode;
-  if (mixed) w_mode = x_mode = ScaleMode::kVector;
+  const ScaleMode w_base = mode_of(b_scales, block), x_base = mode_of(a_scales, block);
+  const char* mode = mode_name(int8, w_base, x_base);
+  if (force < 2 && scaled_gemv_applies(a, b)) return scaled_gemv(out, a, a_scales, b, b_scales, bias);
   ScaledMMContext& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex());
-  const PlanKey key{m,
-                    n,
-                    k,
-                    int8,
-                    int8 ? 0 : static_cast<int>(w_mode),
-                    int8 ? 0 : static_cast<int>(x_mode),
-                    static_cast<int>(out.dtype())};
-  Plan* plan = ctx.plan(key);
-  CHECK(plan != nullptr) << "scaled_mm: cuBLASLt has no " << (int8 ? "int8" : "fp8") << " algorithm for a "
-                         << a.to_string() << " (scales " << a_scales.to_string() << ") x b " << b.to_string()
-                         << " (scales " << b_scales.to_string() << ") -> " << out.to_string()
-                         << " (k must be a multiple of 16 and n of 8)";
+  auto tiled = [&](const char* why) {
+    log_path(mode, why);
+    scaled_mm_tiled(out, a, a_scales, b, b_scales, bias);
+  };
+  constexpr const char* kNoAlgorithm = "the tiled fallback kernel (cuBLASLt has no algorithm for this shape)";
+  if (force >= 2) return tiled("the tiled fallback kernel (LLMSERVE_SCALED_MM_FORCE_FALLBACK=2)");
+  const int out_dtype = static_cast<int>(out.dtype()), f32 = static_cast<int>(DType::kF32);
+  const int unit = static_cast<int>(ScaleMode::kTensor);
+  const auto address = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); };
   if (int8) {
-    Tensor acc = ctx.accumulator(m, n, a.device());
+    Tensor acc = ctx.accumulator(0, m, n, DType::kI32, a.device());
+    Plan* plan = ctx.plan(
+        {m, n, k, k, true, 0, 0, static_cast<int>(DType::kI32), alignment_of({address(a), address(b), address(acc)})});
+    if (plan == nullptr) return tiled(kNoAlgorithm);
+    log_path(mode, "cuBLASLt i8 -> i32 + scale epilogue");
     ctx.run(*plan, b.raw_data(), a.raw_data(), acc.raw_data(), nullptr, nullptr, true);
-    scaled_mm_int8_epilogue(out, acc, a_scales, b_scales, bias);
+    scaled_mm_scale_epilogue(out, acc, a_scales, b_scales, bias);
     return;
   }
-  const void* x_scales = a_scales.raw_data();
-  const void* w_scales = b_scales.raw_data();
-  if (mixed && a_scales.numel() == 1) {
-    Tensor t = ctx.broadcast(1, m, a.device());
-    broadcast_scale(t, a_scales);
-    x_scales = t.raw_data();
-  } else if (mixed) {
-    Tensor t = ctx.broadcast(0, n, a.device());
-    broadcast_scale(t, b_scales);
-    w_scales = t.raw_data();
+  // One per-tensor and one vector side (static activations x per-channel weights, or the reverse): cuBLASLt's
+  // outer-vector mode wants vectors on both, so the scalar side is broadcast on the device (graph-safe).
+  const bool mixed = !block && w_base != x_base;
+  const ScaleMode w_mode = mixed ? ScaleMode::kVector : w_base, x_mode = mixed ? ScaleMode::kVector : x_base;
+  Plan* plan = force == 0 ? ctx.plan({m, n, k, k, false, static_cast<int>(w_mode), static_cast<int>(x_mode), out_dtype,
+                                      alignment_of({address(a), address(b), address(out)})})
+                          : nullptr;
+  if (plan != nullptr) {
+    log_path(mode, block ? "cuBLASLt VEC128_32F x BLK128x128_32F"
+                         : (w_mode == ScaleMode::kTensor ? "cuBLASLt SCALAR_32F" : "cuBLASLt OUTER_VEC_32F"));
+    const void* x_scales = a_scales.raw_data();
+    const void* w_scales = b_scales.raw_data();
+    if (mixed && a_scales.numel() == 1) {
+      Tensor t = ctx.broadcast(1, m, a.device());
+      broadcast_scale(t, a_scales);
+      x_scales = t.raw_data();
+    } else if (mixed) {
+      Tensor t = ctx.broadcast(0, n, a.device());
+      broadcast_scale(t, b_scales);
+      w_scales = t.raw_data();
+    }
+    if (x_mode == ScaleMode::kBlock) {  // cuBLASLt's VEC128 scales of its B (our tokens) are token-major: [groups, m]
+      Tensor t = ctx.transposed_scales(a_scales.size(1), m, a.device());
+      transpose_scales(t, a_scales);
+      x_scales = t.raw_data();
+    }
+    ctx.run(*plan, b.raw_data(), a.raw_data(), out.raw_data(), w_scales, x_scales, false);
+    if (bias != nullptr) add_bias(out, *bias);
+    return;
   }
-  if (x_mode == ScaleMode::kBlock) {  // cuBLASLt's VEC128 scales of its B (our tokens) are token-major: [groups, m]
-    Tensor t = ctx.transposed_scales(a_scales.size(1), m, a.device());
-    transpose_scales(t, a_scales);
-    x_scales = t.raw_data();
+  if (block) {  // one unit-scaled fp8 GEMM per 128-column block of k (k % 128 == 0: checked by the op)
+    Tensor partial = ctx.accumulator(0, m, n, DType::kF32, a.device());
+    Tensor total = ctx.accumulator(1, m, n, DType::kF32, a.device());
+    // Block kb starts kb * 128 bytes into each row: at most 128-byte alignment.
+    Plan* unit_plan =
+        ctx.plan({m, n, 128, k, false, unit, unit, f32, alignment_of({address(a), address(b), address(partial), 128})});
+    if (unit_plan == nullptr) return tiled(kNoAlgorithm);
+    log_path(mode, "per-128-block unit-scaled cuBLASLt fp8 GEMMs + f32 block-scale epilogue");
+    const auto* ap = static_cast<const uint8_t*>(a.raw_data());
+    const auto* bp = static_cast<const uint8_t*>(b.raw_data());
+    for (int64_t kb = 0; kb < k / 128; ++kb) {
+      ctx.run(*unit_plan, bp + kb * 128, ap + kb * 128, partial.raw_data(), ctx.one(), ctx.one(), false);
+      scaled_mm_block_accumulate(out, total, partial, a_scales, b_scales, kb, bias);
+    }
+    return;
   }
-  ctx.run(*plan, b.raw_data(), a.raw_data(), out.raw_data(), w_scales, x_scales, false);
-  if (bias != nullptr) add_bias(out, *bias);
+  Tensor acc = ctx.accumulator(0, m, n, DType::kF32, a.device());
+  Plan* unit_plan =
+      ctx.plan({m, n, k, k, false, unit, unit, f32, alignment_of({address(a), address(b), address(acc)})});
+  if (unit_plan == nullptr) return tiled(kNoAlgorithm);
+  log_path(mode, "unit-scaled cuBLASLt fp8 GEMM (f32) + scale epilogue");
+  ctx.run(*unit_plan, b.raw_data(), a.raw_data(), acc.raw_data(), ctx.one(), ctx.one(), false);
+  scaled_mm_scale_epilogue(out, acc, a_scales, b_scales, bias);
 }
 
 }  // namespace

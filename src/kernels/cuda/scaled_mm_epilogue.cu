@@ -1,6 +1,10 @@
-// Element kernels of ops::scaled_mm on CUDA (scaled_mm.cc): the int8 epilogue (i32 accumulator -> scaled out), the
-// transpose of per-token-group activation scales into the token-major layout cuBLASLt's VEC128 mode reads, and a
-// per-tensor scale broadcast into a vector (cuBLASLt takes outer-vector scales on both operands or on neither).
+// Element kernels of ops::scaled_mm on CUDA (scaled_mm.cc): the scale epilogue of an unscaled accumulator (int8's i32,
+// or the f32 of an fp8 GEMM run with unit scales where cuBLASLt has no outer-vector algorithm), the
+// per-128-column-block accumulation of the block-scale fallback, the transpose of per-token-group activation scales
+// into the token-major layout cuBLASLt's VEC128 mode reads, and a per-tensor scale broadcast into a vector (cuBLASLt
+// takes outer-vector scales on both operands or on neither).
+#include <type_traits>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -8,13 +12,32 @@ namespace llmserve::cuda {
 namespace {
 
 // out[i, j] = acc[i, j] * sa(i) * sb(j) (+ bias[j]); sa per tensor (stride 0) or per token, sb per tensor or channel.
-template <typename T, typename B>
-__global__ void int8_epilogue_kernel(T* out, const int32_t* acc, const float* sa, int64_t sa_stride, const float* sb,
-                                     int64_t sb_stride, const B* bias, int64_t n) {
+template <typename T, typename Acc, typename B>
+__global__ void scale_epilogue_kernel(T* out, const Acc* acc, const float* sa, int64_t sa_stride, const float* sb,
+                                      int64_t sb_stride, const B* bias, int64_t n) {
   const int64_t i = blockIdx.x;
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (j >= n) return;
   float v = static_cast<float>(acc[i * n + j]) * sa[i * sa_stride] * sb[j * sb_stride];
+  if (bias != nullptr) v += load_f(bias + j);
+  store_f(out + i * n + j, v);
+}
+
+// Block kb of the 128-column-block fallback: v = partial[i, j] * sa[i, kb] * sb[j / 128, kb] added to total (kb > 0);
+// the last block writes out (+ bias) instead of total.
+template <typename T, typename B>
+__global__ void block_accumulate_kernel(T* out, float* total, const float* partial, const float* sa, int64_t a_groups,
+                                        const float* sb, int64_t b_groups, int64_t kb, const B* bias, int64_t n,
+                                        bool first, bool last) {
+  const int64_t i = blockIdx.x;
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  float v = partial[i * n + j] * sa[i * a_groups + kb] * sb[(j / 128) * b_groups + kb];
+  if (!first) v += total[i * n + j];
+  if (!last) {
+    total[i * n + j] = v;
+    return;
+  }
   if (bias != nullptr) v += load_f(bias + j);
   store_f(out + i * n + j, v);
 }
@@ -37,26 +60,59 @@ void broadcast_scale(Tensor& out, const Tensor& scale) {
   check_launch("broadcast_scale_kernel");
 }
 
-void scaled_mm_int8_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_scales, const Tensor& b_scales,
-                             const Tensor* bias) {
+void scaled_mm_scale_epilogue(Tensor& out, const Tensor& acc, const Tensor& a_scales, const Tensor& b_scales,
+                              const Tensor* bias) {
   const int64_t m = acc.size(0), n = acc.size(1);
   const int64_t sa_stride = a_scales.numel() == 1 ? 0 : 1, sb_stride = b_scales.numel() == 1 ? 0 : 1;
   dispatch_float(out.dtype(), "scaled_mm", [&](auto t) {
     using T = decltype(t);
+    auto launch = [&](auto acc_type) {
+      using Acc = decltype(acc_type);
+      dim3 grid(static_cast<unsigned>(m), ceil_div(n, 256));
+      if (bias == nullptr) {
+        scale_epilogue_kernel<T, Acc, float><<<grid, 256, 0, stream()>>>(out.data<T>(), acc.data<Acc>(),
+                                                                         a_scales.data<float>(), sa_stride,
+                                                                         b_scales.data<float>(), sb_stride, nullptr, n);
+      } else {
+        dispatch_float(bias->dtype(), "scaled_mm bias", [&](auto b) {
+          using B = decltype(b);
+          scale_epilogue_kernel<T, Acc, B>
+              <<<grid, 256, 0, stream()>>>(out.data<T>(), acc.data<Acc>(), a_scales.data<float>(), sa_stride,
+                                           b_scales.data<float>(), sb_stride, bias->data<B>(), n);
+        });
+      }
+      check_launch("scale_epilogue_kernel");
+    };
+    if (acc.dtype() == DType::kI32) {
+      launch(int32_t{});
+    } else {
+      launch(float{});
+    }
+  });
+}
+
+void scaled_mm_block_accumulate(Tensor& out, Tensor& total, const Tensor& partial, const Tensor& a_scales,
+                                const Tensor& b_scales, int64_t kb, const Tensor* bias) {
+  const int64_t m = partial.size(0), n = partial.size(1), blocks = a_scales.size(1);
+  const bool first = kb == 0, last = kb == blocks - 1;
+  dispatch_float(out.dtype(), "scaled_mm", [&](auto t) {
+    using T = decltype(t);
     dim3 grid(static_cast<unsigned>(m), ceil_div(n, 256));
+    auto launch = [&](auto* bias_ptr) {
+      using B = std::remove_cv_t<std::remove_pointer_t<decltype(bias_ptr)>>;
+      block_accumulate_kernel<T, B><<<grid, 256, 0, stream()>>>(
+          out.data<T>(), total.data<float>(), partial.data<float>(), a_scales.data<float>(), blocks,
+          b_scales.data<float>(), b_scales.size(1), kb, bias_ptr, n, first, last);
+    };
     if (bias == nullptr) {
-      int8_epilogue_kernel<T, float><<<grid, 256, 0, stream()>>>(out.data<T>(), acc.data<int32_t>(),
-                                                                 a_scales.data<float>(), sa_stride,
-                                                                 b_scales.data<float>(), sb_stride, nullptr, n);
+      launch(static_cast<const float*>(nullptr));
     } else {
       dispatch_float(bias->dtype(), "scaled_mm bias", [&](auto b) {
         using B = decltype(b);
-        int8_epilogue_kernel<T, B><<<grid, 256, 0, stream()>>>(out.data<T>(), acc.data<int32_t>(),
-                                                               a_scales.data<float>(), sa_stride,
-                                                               b_scales.data<float>(), sb_stride, bias->data<B>(), n);
+        launch(bias->data<B>());
       });
     }
-    check_launch("int8_epilogue_kernel");
+    check_launch("block_accumulate_kernel");
   });
 }
 
