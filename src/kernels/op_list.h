@@ -17,6 +17,10 @@ void for_each_op(F&& f) {
   f(add);
   f(rotary_embedding);
   f(linear);
+  f(moe_route);
+  f(moe_align);
+  f(moe_gemm);
+  f(moe_combine);
   f(reshape_and_cache);
   f(rotary_embedding_and_cache);
   f(paged_attention);
