@@ -165,14 +165,17 @@ int run_latency(const std::vector<std::string>& args) {
   const DType weight_dtype = resolve_weight_dtype(c, options);
   const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, f.batch_size * f.input_len);
   const double params = matmul_params(c);
-  const double weight_bytes = params * dtype_size(weight_dtype);
+  // Bytes a decode step reads: every weight of a dense model; of an MoE model's expert weights only the experts the
+  // batch's rows touch (bench_floors.h: exact at batch 1, an expected value above it).
+  const double weight_bytes = step_read_params(c, f.batch_size) * dtype_size(weight_dtype);
   const double kv_bytes = kv_bytes_per_token(c, (*model)->activation_dtype());
   const double avg_context = f.input_len + (f.output_len + 1) / 2.0;
   const double decode_step_bytes = weight_bytes + f.batch_size * avg_context * kv_bytes;
   const double decode_floor = f.output_len * decode_step_bytes / rates.bandwidth;
   // The prefill samples one token per sequence: the LM head runs on batch_size rows, not on every prompt token.
   const PrefillFloor prefill =
-      prefill_floor(prefill_flops(c, f.batch_size, f.input_len, f.batch_size), weight_bytes, rates);
+      prefill_floor(prefill_flops(c, f.batch_size, f.input_len, f.batch_size),
+                    step_read_params(c, f.batch_size * f.input_len) * dtype_size(weight_dtype), rates);
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
@@ -182,6 +185,20 @@ int run_latency(const std::vector<std::string>& args) {
               static_cast<long long>(f.output_len),
               on_cuda ? options.device.to_string().c_str()
                       : ("cpu, " + std::to_string(ThreadPool::global().num_threads()) + " threads").c_str());
+  if (c.moe) {
+    const MoeConfig& m = *c.moe;
+    std::printf(
+        "moe: %lld experts, top-%lld, expert intermediate %lld%s; matmul params above are the active ones per token; "
+        "a decode step reads attention + router%s + the experts touched + LM head: %.1f of %lld experts per MoE layer "
+        "(%s) = %.1f MB\n",
+        static_cast<long long>(m.num_experts), static_cast<long long>(m.num_experts_per_tok),
+        static_cast<long long>(m.moe_intermediate_size), m.shared_expert_intermediate_size > 0 ? ", shared expert" : "",
+        m.shared_expert_intermediate_size > 0 ? " + shared expert" : "", expected_experts_touched(m, f.batch_size),
+        static_cast<long long>(m.num_experts),
+        f.batch_size == 1 ? "exact at batch 1"
+                          : "expected value for uniform independent routing, E (1 - (1 - k/E)^batch)",
+        weight_bytes / 1e6);
+  }
   const std::vector<int64_t> graph_sizes = runner.cuda_graph_sizes();
   std::printf("cuda graphs: %s\n", graph_sizes.empty() ? "none (eager)"
                                                        : ("FULL decode, " + std::to_string(graph_sizes.size()) +

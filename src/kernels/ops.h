@@ -79,8 +79,11 @@ inline constexpr int64_t kMoeGemvMaxPairs = 16;
 
 // The router: scores = softmax(logits row) (scoring kMoeScoringSoftmax; f32 math, as transformers' routers) or
 // sigmoid(logits) (kMoeScoringSigmoid); topk_ids[t] = the k highest-scoring experts, descending, equal scores in
-// ascending expert index (torch.topk's order); topk_weights[t] = their scores, divided by the sum of the k when
-// renormalize != 0 (Mixtral always, Qwen-MoE's norm_topk_prob). NaN scores rank below every number.
+// ascending expert index (ops::top_k's rule, on CPU and CUDA alike). torch.topk leaves the order of ties unspecified
+// (torch 2.11's CPU kernel returns [2, 4, 1] for three equal scores at 1, 2, 4), so among exactly tied experts
+// transformers' choice is arbitrary and ours is the deterministic one; continuous router logits practically never
+// tie. topk_weights[t] = their scores, divided by the sum of the k when renormalize != 0 (Mixtral always, Qwen-MoE's
+// norm_topk_prob). NaN scores rank below every number.
 // router_logits [T, E] (CPU f32; CUDA f32, f16 or bf16); topk_weights [T, k] f32; topk_ids [T, k] i32.
 extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
                int64_t renormalize)>

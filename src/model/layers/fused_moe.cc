@@ -76,7 +76,8 @@ FusedMoE::Activations FusedMoE::plan_activations(int64_t max_num_tokens, DType d
   // Planned for the largest padding any backend uses, so one plan fits every device.
   const int64_t capacity = ops::moe_align_capacity(T * k, E, ops::kMoeGemmTileRows);
   Activations a;
-  a.router_logits = planner.reserve("moe.router_logits", {T, E}, dtype, limit);
+  // f32 logits on every device (cuBLASLt writes f32 from 16-bit inputs): no rounding before the softmax.
+  a.router_logits = planner.reserve("moe.router_logits", {T, E}, DType::kF32, limit);
   a.topk_weights = planner.reserve("moe.topk_weights", {T, k}, DType::kF32, limit);
   a.topk_ids = planner.reserve("moe.topk_ids", {T, k}, DType::kI32, limit);
   a.sorted_pairs = planner.reserve("moe.sorted_pairs", {capacity}, DType::kI32, limit);

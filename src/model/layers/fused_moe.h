@@ -45,7 +45,7 @@ class FusedMoE {
 
   // The per-step buffers every FusedMoE of a model shares (same options in every sparse layer).
   struct Activations {
-    ArenaRegion router_logits;   // [T, E] activation dtype
+    ArenaRegion router_logits;   // [T, E] f32
     ArenaRegion topk_weights;    // [T, k] f32
     ArenaRegion topk_ids;        // [T, k] i32
     ArenaRegion sorted_pairs;    // [capacity] i32
