@@ -167,9 +167,9 @@ decltype(moe_combine) moe_combine("moe_combine",
                                   "Tensor? shared_out, Tensor? shared_gate) -> ()",
                                   check_moe_combine);
 
-int64_t moe_align_block(Device device, int64_t num_pairs) {
+int64_t moe_align_block(Device device, int64_t num_pairs, int64_t num_experts) {
   if (device.is_cpu() || num_pairs <= kMoeGemvMaxPairs) return 1;
-  return kMoeGemmTileRows;
+  return num_pairs < 16 * num_experts ? kMoeGemmSmallTileRows : kMoeGemmTileRows;
 }
 
 int64_t moe_align_capacity(int64_t num_pairs, int64_t num_experts, int64_t block) {

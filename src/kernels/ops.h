@@ -72,9 +72,11 @@ inline constexpr int64_t kMaxMoeTopK = 32;
 // moe_route's scoring argument.
 inline constexpr int64_t kMoeScoringSoftmax = 0;  // softmax over all experts' logits, in f32 (Mixtral, Qwen-MoE)
 inline constexpr int64_t kMoeScoringSigmoid = 1;  // sigmoid of each logit
-// CUDA: moe_gemm's tensor-core tiles cover this many rows, all of one expert (moe_align's block must be a multiple);
-// up to kMoeGemvMaxPairs pairs run the row-wise (weight-streaming) kernel, which reads only the chosen experts.
+// CUDA: moe_gemm's tensor-core tiles cover kMoeGemmTileRows rows of one expert (moe_align's block a multiple of it),
+// or kMoeGemmSmallTileRows when the block is a multiple of that only (batches where an expert gets a few rows: less
+// padding computed); up to kMoeGemvMaxPairs pairs run the row-wise (weight-streaming) kernel instead.
 inline constexpr int64_t kMoeGemmTileRows = 64;
+inline constexpr int64_t kMoeGemmSmallTileRows = 16;
 inline constexpr int64_t kMoeGemvMaxPairs = 16;
 
 // The router: scores = softmax(logits row) (scoring kMoeScoringSoftmax; f32 math, as transformers' routers) or
@@ -102,7 +104,7 @@ extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, 
 // out[r] = x_r @ weight[e]^T, where x_r = x[p / gather_top_k] (gather_top_k > 0: x [T, K], the tokens) or x[r]
 // (gather_top_k == 0: x [capacity, K], already grouped); padding rows (p < 0) get zeros; rows past
 // expert_offsets[E] are left untouched. weight [E, N, K]; out [capacity, N]; `block` is moe_align's (CUDA runs
-// tensor-core tiles when it is a multiple of kMoeGemmTileRows, a row-wise kernel otherwise). CPU: x and out f32,
+// tensor-core tiles when it is a multiple of kMoeGemmSmallTileRows, a row-wise kernel otherwise). CPU: x and out f32,
 // weight f32 or bf16 (ops::linear per expert); CUDA: x, weight and out one dtype (f32, f16 or bf16), f32
 // accumulation. Offsets and pairs out of range abort on CPU (CUDA: the caller's invariant, from moe_align).
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
@@ -118,9 +120,10 @@ extern Op<void(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights
                const Tensor* shared_out, const Tensor* shared_gate)>
     moe_combine;
 
-// moe_align's block for num_pairs pairs on `device`: 1 on CPU and for decode-sized batches on CUDA (the row-wise
-// kernel), kMoeGemmTileRows otherwise.
-int64_t moe_align_block(Device device, int64_t num_pairs);
+// moe_align's block for num_pairs pairs over num_experts experts on `device`: 1 on CPU and for decode-sized batches
+// on CUDA (the row-wise kernel); kMoeGemmSmallTileRows while experts average fewer than 16 rows; else
+// kMoeGemmTileRows.
+int64_t moe_align_block(Device device, int64_t num_pairs, int64_t num_experts);
 // Rows the grouped GEMMs need for num_pairs pairs over num_experts experts padded to `block`.
 int64_t moe_align_capacity(int64_t num_pairs, int64_t num_experts, int64_t block);
 

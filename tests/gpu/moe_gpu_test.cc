@@ -1,7 +1,7 @@
 // The mixture-of-experts CUDA kernels vs the CPU ops (kernels/cpu/moe.cc, themselves tested against plain loops in
 // tests/kernels/moe_test.cc): router ids and weights (logits on a 1/8 grid: many exact ties, no near ties, so ids
 // must be equal), the stable grouping with and without tile padding, both grouped-GEMM kernels (row-wise: block 1;
-// tensor-core tiles: block kMoeGemmTileRows) over 1 to 3000 tokens, the combine, and the whole chain. Outputs are
+// tensor-core tiles: blocks of 16 and 64 rows) over 1 to 3000 tokens, the combine, and the whole chain. Outputs are
 // NaN-poisoned before each run. `--bench` prints the grouped GEMM's time beside its floors (Qwen3-30B-A3B shapes).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -97,7 +97,7 @@ Aligned align_on(const Tensor& ids, int64_t E, int64_t block, Device device) {
 TEST_F(MoeGpuTest, AlignMatchesCpuAndLeavesTheTailAlone) {
   for (auto [E, k] : {std::pair<int64_t, int64_t>{4, 2}, {128, 8}, {1024, 8}}) {
     for (int64_t T : {1, 3, 64, 3000}) {
-      for (int64_t block : {int64_t{1}, ops::kMoeGemmTileRows}) {
+      for (int64_t block : {int64_t{1}, ops::kMoeGemmSmallTileRows, ops::kMoeGemmTileRows}) {
         Tensor ids = random_ids(T, k, E, static_cast<uint32_t>(T * 7 + E));
         const Aligned c = align_on(ids, E, block, Device::cpu());
         const Aligned g = align_on(ids, E, block, Device::cuda());
@@ -152,10 +152,12 @@ TEST_F(MoeGpuTest, GroupedGemmRowWiseMatchesCpu) {
 
 TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {  // f32 falls back to the row-wise kernel
-    for (int64_t T : {1, 17, 200, 700, 3000}) {
-      check_gemm(dtype, T, 8, 128, 192, 256, ops::kMoeGemmTileRows, true, 4);
-      check_gemm(dtype, T, 8, 128, 256, 96, ops::kMoeGemmTileRows, false, 5);
-      check_gemm(dtype, T, 2, 4, 100, 72, ops::kMoeGemmTileRows, true, 6);  // partial column and k tiles
+    for (int64_t block : {ops::kMoeGemmSmallTileRows, ops::kMoeGemmTileRows}) {
+      for (int64_t T : {1, 17, 200, 700, 3000}) {
+        check_gemm(dtype, T, 8, 128, 192, 256, block, true, 4);
+        check_gemm(dtype, T, 8, 128, 256, 96, block, false, 5);
+        check_gemm(dtype, T, 2, 4, 100, 72, block, true, 6);  // partial column and k tiles
+      }
     }
   }
 }
@@ -198,7 +200,7 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
     Tensor logits = grid_logits(T, E, 34);
     auto run = [&](Device device, const Tensor& xin, const Tensor& lin, const Tensor& a13, const Tensor& a2,
                    DType act) {
-      const int64_t P = T * k, block = ops::moe_align_block(device, P);
+      const int64_t P = T * k, block = ops::moe_align_block(device, P, E);
       const int64_t cap = ops::moe_align_capacity(P, E, block);
       Tensor w = Tensor::empty({T, k}, DType::kF32, device), ids = Tensor::empty({T, k}, DType::kI32, device);
       Tensor sorted = Tensor::empty({cap}, DType::kI32, device), rows = Tensor::empty({P}, DType::kI32, device);
@@ -231,7 +233,7 @@ int run_bench() {
   std::printf("%8s %6s %10s %12s %12s %10s %12s %10s\n", "tokens", "block", "us", "bytes floor", "us (bytes)",
               "of floor", "TFLOP/s", "of peak");
   for (int64_t T : {1, 4, 16, 64, 256, 2048, 8192}) {
-    const int64_t P = T * k, block = ops::moe_align_block(Device::cuda(), P), cap = ops::moe_align_capacity(P, E, block);
+    const int64_t P = T * k, block = ops::moe_align_block(Device::cuda(), P, E), cap = ops::moe_align_capacity(P, E, block);
     Tensor ids = to_device(random_ids(T, k, E, static_cast<uint32_t>(T)));
     Tensor sorted = Tensor::empty({cap}, DType::kI32, Device::cuda()), rows = Tensor::empty({P}, DType::kI32, Device::cuda());
     Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());

@@ -1,7 +1,7 @@
 // The mixture-of-experts ops on CUDA (ops.h), matching kernels/cpu/moe.cc: the router (one warp per token), the
 // stable grouping by expert (one block: shared-memory counts, a block scan of the padded counts, then one warp places
 // pairs in ascending order with __match_any_sync), the grouped GEMM (tensor-core tiles of kMoeGemmTileRows rows of one
-// expert for 16-bit operands when moe_align padded to the tile; otherwise, and for decode-sized batches, a row-wise
+// expert for 16-bit operands when moe_align padded to the tile (64 or 16 rows); otherwise, and for decode-sized batches, a row-wise
 // kernel that streams only the chosen experts' weight rows) and the weighted combine. No host synchronisation, no
 // allocation: every size the kernels need beyond the host-known capacity is read on the device (graph-safe).
 #include <mma.h>
@@ -219,42 +219,47 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   if (lane == 0) store_f(out + r * out_stride + col, acc);
 }
 
-// Tensor-core tiles: block (column tile, row tile) computes kTileM x kTileN outputs of one expert (moe_align padded
-// every expert's rows to a multiple of kTileM) with WMMA 16x16x16 fragments, f32 accumulation; 4 warps, each 32x32.
-constexpr int kTileM = static_cast<int>(ops::kMoeGemmTileRows), kTileN = 64, kTileK = 32;
+// Tensor-core tiles: block (column tile, row tile) computes kM x kTileN outputs of one expert (moe_align padded every
+// expert's rows to a multiple of kM) with WMMA 16x16x16 fragments, f32 accumulation, 4 warps. kM = 64 (prefill: 2 x 2
+// warps of 32 x 32) or 16 (mid-size batches, where an expert holds a few rows: less padding computed; 1 x 4 warps of
+// 16 x 16). Each weight tile is read once per row tile of its expert.
+constexpr int kTileN = 64, kTileK = 32;
 constexpr int kTileThreads = 128;
 constexpr int kSmemPad = 8;  // 16 bytes per row: keeps WMMA's ldm a multiple of 8 elements and spreads banks
 
-template <typename T>
+template <typename T, int kM>
 __global__ void __launch_bounds__(kTileThreads)
     moe_gemm_tiles_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight,
                           const int32_t* sorted_pairs, const int32_t* expert_offsets, int num_experts, int64_t n,
                           int64_t k, int gather_top_k) {
   using namespace nvcuda;
-  __shared__ __align__(32) T a_tile[kTileM][kTileK + kSmemPad];
+  constexpr int kWarpsM = kM == 64 ? 2 : 1, kWarpsN = 4 / kWarpsM;
+  constexpr int kFragM = kM / (16 * kWarpsM), kFragN = kTileN / (16 * kWarpsN);
+  static_assert(kFragM >= 1 && kFragN >= 1 && kM % (16 * kWarpsM) == 0, "tile shape");
+  __shared__ __align__(32) T a_tile[kM][kTileK + kSmemPad];
   __shared__ __align__(32) T b_tile[kTileN][kTileK + kSmemPad];
-  __shared__ __align__(32) float c_tile[kTileM][kTileN + 4];
-  __shared__ int64_t x_rows[kTileM];  // source row of each tile row in x, -1 for padding
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileM;
+  __shared__ __align__(32) float c_tile[kM][kTileN + 4];
+  __shared__ int64_t x_rows[kM];  // source row of each tile row in x, -1 for padding
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kM;
   if (row0 >= expert_offsets[num_experts]) return;  // uniform over the block
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileN;
   const int e = expert_of_row(expert_offsets, num_experts, row0);
   const T* w = weight + static_cast<int64_t>(e) * n * k;
   const int tid = threadIdx.x, warp = tid / 32;
-  if (tid < kTileM) {
+  if (tid < kM) {
     const int pair = sorted_pairs[row0 + tid];
     x_rows[tid] = pair < 0 ? -1 : (gather_top_k > 0 ? pair / gather_top_k : row0 + tid);
   }
   __syncthreads();
-  const int warp_m = warp / 2, warp_n = warp % 2;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFragM][kFragN];
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kFragM; ++i)
 #pragma unroll
-    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+    for (int j = 0; j < kFragN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
   constexpr int kChunks = kTileK / 8;  // 16-byte chunks per tile row
   for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
-    for (int c = tid; c < kTileM * kChunks; c += kTileThreads) {
+    for (int c = tid; c < kM * kChunks; c += kTileThreads) {
       const int row = c / kChunks, kc = (c % kChunks) * 8;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (x_rows[row] >= 0 && k0 + kc < k) v = *reinterpret_cast<const uint4*>(x + x_rows[row] * x_stride + k0 + kc);
@@ -269,31 +274,47 @@ __global__ void __launch_bounds__(kTileThreads)
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b[2];
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[kFragM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b[kFragN];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], &a_tile[warp_m * 32 + i * 16][kk], kTileK + kSmemPad);
+      for (int i = 0; i < kFragM; ++i) {
+        wmma::load_matrix_sync(a[i], &a_tile[(warp_m * kFragM + i) * 16][kk], kTileK + kSmemPad);
+      }
 #pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(b[j], &b_tile[warp_n * 32 + j * 16][kk], kTileK + kSmemPad);
+      for (int j = 0; j < kFragN; ++j) {
+        wmma::load_matrix_sync(b[j], &b_tile[(warp_n * kFragN + j) * 16][kk], kTileK + kSmemPad);
+      }
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kFragM; ++i)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        for (int j = 0; j < kFragN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
     }
     __syncthreads();
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kFragM; ++i)
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      wmma::store_matrix_sync(&c_tile[warp_m * 32 + i * 16][warp_n * 32 + j * 16], acc[i][j], kTileN + 4,
+    for (int j = 0; j < kFragN; ++j) {
+      wmma::store_matrix_sync(&c_tile[(warp_m * kFragM + i) * 16][(warp_n * kFragN + j) * 16], acc[i][j], kTileN + 4,
                               wmma::mem_row_major);
     }
   __syncthreads();
-  for (int idx = tid; idx < kTileM * kTileN; idx += kTileThreads) {
+  for (int idx = tid; idx < kM * kTileN; idx += kTileThreads) {
     const int row = idx / kTileN, c = idx % kTileN;
     if (col0 + c < n) store_f(out + (row0 + row) * out_stride + col0 + c, c_tile[row][c]);
   }
+}
+
+template <typename T, int kM>
+void launch_tiles(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
+                  const Tensor& expert_offsets, int64_t gather_top_k) {
+  const int64_t capacity = out.size(0), n = weight.size(1), k = weight.size(2);
+  const dim3 grid(ceil_div(n, kTileN), ceil_div(capacity, kM));
+  CHECK_LE(grid.y, 65535u) << "moe_gemm: " << capacity << " rows";
+  moe_gemm_tiles_kernel<T, kM><<<grid, kTileThreads, 0, stream()>>>(
+      out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<T>(), sorted_pairs.data<int32_t>(),
+      expert_offsets.data<int32_t>(), static_cast<int>(weight.size(0)), n, k, static_cast<int>(gather_top_k));
+  check_launch("moe_gemm_tiles_kernel");
 }
 
 template <typename T>
@@ -308,14 +329,8 @@ void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const T
   const int32_t* offsets = expert_offsets.data<int32_t>();
   const int experts = static_cast<int>(num_experts), gather = static_cast<int>(gather_top_k);
   if constexpr (!std::is_same_v<T, float>) {
-    if (vec && block % kTileM == 0) {
-      const dim3 grid(ceil_div(n, kTileN), ceil_div(capacity, kTileM));
-      CHECK_LE(grid.y, 65535u) << "moe_gemm: " << capacity << " rows";
-      moe_gemm_tiles_kernel<T><<<grid, kTileThreads, 0, stream()>>>(o, out.stride(0), xp, x.stride(0), w, sorted,
-                                                                     offsets, experts, n, k, gather);
-      check_launch("moe_gemm_tiles_kernel");
-      return;
-    }
+    if (vec && block % 64 == 0) return launch_tiles<T, 64>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
+    if (vec && block % 16 == 0) return launch_tiles<T, 16>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
   }
   const dim3 grid(static_cast<unsigned>(capacity), ceil_div(n, kRowWarps));
   CHECK_LE(grid.y, 65535u) << "moe_gemm: n " << n;

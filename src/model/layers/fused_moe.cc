@@ -102,7 +102,7 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) co
   Tensor topk_weights = arena.view(act.topk_weights, T), topk_ids = arena.view(act.topk_ids, T);
   ops::moe_route(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0);
 
-  const int64_t num_pairs = T * k, block = ops::moe_align_block(x.device(), num_pairs);
+  const int64_t num_pairs = T * k, block = ops::moe_align_block(x.device(), num_pairs, E);
   const int64_t capacity = ops::moe_align_capacity(num_pairs, E, block);
   Tensor sorted_pairs = arena.view(act.sorted_pairs, capacity), pair_rows = arena.view(act.pair_rows, num_pairs);
   Tensor expert_offsets = arena.view(act.expert_offsets, E + 1);
