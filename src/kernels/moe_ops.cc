@@ -2,6 +2,7 @@
 // nothing) and the Op objects dispatching to kernels/cpu/moe.cc and kernels/cuda/moe.cu; plus the alignment sizes
 // the FusedMoE layer plans its buffers with. Kept apart from ops.cc so the MoE ops have one home.
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 
 #include "kernels/ops.h"
@@ -57,6 +58,24 @@ void check_moe_route(Tensor& topk_weights, Tensor& topk_ids, const Tensor& route
   CHECK(renormalize == 0 || renormalize == 1) << op << ": renormalize " << renormalize;
   check_same_device(router_logits, topk_weights, op);
   check_same_device(router_logits, topk_ids, op);
+}
+
+void check_moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits,
+                             const Tensor& correction_bias, int64_t num_groups, int64_t topk_groups,
+                             int64_t renormalize, float routed_scaling_factor) {
+  constexpr const char* op = "moe_route_grouped";
+  check_moe_route(topk_weights, topk_ids, router_logits, kMoeScoringSigmoid, renormalize);
+  const int64_t num_experts = router_logits.size(1), k = topk_ids.size(1);
+  check_vector(correction_bias, DType::kF32, op, "correction_bias");
+  CHECK_EQ(correction_bias.size(0), num_experts) << op << ": correction_bias " << correction_bias.to_string()
+                                                 << " for " << num_experts << " experts";
+  check_same_device(router_logits, correction_bias, op);
+  CHECK(num_groups >= 1 && num_groups <= 32 && num_experts % num_groups == 0 && num_experts / num_groups >= 2)
+      << op << ": " << num_groups << " groups of " << num_experts << " experts (at most 32 groups of >= 2)";
+  CHECK(topk_groups >= 1 && topk_groups <= num_groups) << op << ": topk_groups " << topk_groups;
+  CHECK_LE(k, topk_groups * (num_experts / num_groups)) << op << ": top_k " << k << " past the experts of "
+                                                        << topk_groups << " groups";
+  CHECK(std::isfinite(routed_scaling_factor)) << op << ": routed_scaling_factor " << routed_scaling_factor;
 }
 
 void check_moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids,
@@ -154,6 +173,11 @@ decltype(moe_route) moe_route(
     "moe_route",
     "moe_route(Tensor! topk_weights, Tensor! topk_ids, Tensor router_logits, int scoring, int renormalize) -> ()",
     check_moe_route);
+decltype(moe_route_grouped) moe_route_grouped(
+    "moe_route_grouped",
+    "moe_route_grouped(Tensor! topk_weights, Tensor! topk_ids, Tensor router_logits, Tensor correction_bias, "
+    "int num_groups, int topk_groups, int renormalize, float routed_scaling_factor) -> ()",
+    check_moe_route_grouped);
 decltype(moe_align) moe_align(
     "moe_align",
     "moe_align(Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor topk_ids, int block) -> ()",

@@ -18,6 +18,7 @@ void for_each_op(F&& f) {
   f(rotary_embedding);
   f(linear);
   f(moe_route);
+  f(moe_route_grouped);
   f(moe_align);
   f(moe_gemm);
   f(moe_combine);

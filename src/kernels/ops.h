@@ -91,6 +91,17 @@ extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
                int64_t renormalize)>
     moe_route;
 
+// DeepSeek-V3's group-limited router (transformers' DeepseekV3TopkRouter): scores = sigmoid(logits) (f32);
+// choice = scores + correction_bias; the E experts form num_groups equal groups, each scored by the sum of its two
+// highest choice values; only the topk_groups best groups stay (ties: lower group first); topk_ids[t] = the k highest
+// choice values among their experts (descending, ties to the lower index); topk_weights[t] = those experts' scores
+// (without the bias), divided by (their sum + 1e-20) when renormalize != 0, times routed_scaling_factor.
+// router_logits as moe_route's; correction_bias [E] f32; num_groups <= 32 dividing E into groups of >= 2;
+// 1 <= topk_groups <= num_groups; k <= topk_groups * E / num_groups.
+extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, const Tensor& correction_bias,
+               int64_t num_groups, int64_t topk_groups, int64_t renormalize, float routed_scaling_factor)>
+    moe_route_grouped;
+
 // Groups pairs by expert: expert e owns rows [expert_offsets[e], expert_offsets[e + 1]) of the grouped GEMMs, its
 // pairs in ascending pair order, then -1 (padding) up to a multiple of `block` (1: no padding). pair_rows[p] = the
 // row of pair p. Rows of sorted_pairs past expert_offsets[E] are left untouched. topk_ids [T, k] i32, each in

@@ -63,6 +63,42 @@ TEST_F(MoeGpuTest, RouteMatchesCpuIncludingTies) {
   }
 }
 
+// Values drawn from `set` (seeded): exact ties are common, and the set is chosen so distinct sums stay far apart.
+Tensor drawn_from(const std::vector<float>& set, Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<size_t> d(0, set.size() - 1);
+  int64_t n = 1;
+  for (int64_t v : shape) n *= v;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = set[d(rng)];
+  return Tensor::from_f32(v, std::move(shape));
+}
+
+// DeepSeek-V3's grouped router. Logits in {-2, -0.5, 0.75, 2.5} and biases in {0, 1}: the choice values
+// (sigmoid + bias) differ by >= 0.19 unless equal, the group scores (sums of two) by >= 0.013 (measured in numpy),
+// so an ulp of expf between host and device cannot reorder them, while exact ties stay everywhere.
+TEST_F(MoeGpuTest, GroupedRouteMatchesCpuIncludingTies) {
+  struct Case {
+    int64_t E, k, groups, topk_groups;
+  };
+  for (const Case& c : {Case{256, 8, 8, 4}, Case{64, 6, 8, 3}, Case{16, 4, 4, 2}, Case{1024, 8, 32, 4}}) {
+    for (int64_t T : {1, 7, 3000}) {
+      for (int64_t renorm : {0, 1}) {
+        Tensor logits = drawn_from({-2.f, -0.5f, 0.75f, 2.5f}, {T, c.E}, static_cast<uint32_t>(T * 3 + c.E));
+        Tensor bias = drawn_from({0.f, 1.f}, {c.E}, 5);
+        Tensor w = Tensor::empty({T, c.k}, DType::kF32), ids = Tensor::empty({T, c.k}, DType::kI32);
+        ops::moe_route_grouped(w, ids, logits, bias, c.groups, c.topk_groups, renorm, 2.5f);
+        Tensor dw = poisoned_device({T, c.k}, DType::kF32), dids = poisoned_device({T, c.k}, DType::kI32);
+        ops::moe_route_grouped(dw, dids, to_device(logits), to_device(bias), c.groups, c.topk_groups, renorm, 2.5f);
+        const std::string what = "E " + std::to_string(c.E) + " T " + std::to_string(T);
+        Tensor hids = to_host(dids);
+        ASSERT_EQ(std::memcmp(hids.raw_data(), ids.raw_data(), ids.nbytes()), 0) << what;
+        expect_close(to_host(dw), to_doubles(w), 1e-6, 1e-5, what);
+      }
+    }
+  }
+}
+
 Tensor random_ids(int64_t T, int64_t k, int64_t E, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> ids;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "kernels/ops.h"
@@ -115,6 +116,83 @@ TEST(MoeRoute, RenormalisationEdgeCases) {
   EXPECT_EQ(n.ids.data<int32_t>()[0], 3);
   EXPECT_EQ(n.ids.data<int32_t>()[1], 1);
   EXPECT_EQ(n.ids.data<int32_t>()[2], 0);
+}
+
+// DeepSeek-V3's router as transformers writes it, in double: sigmoid scores, bias-corrected choice values, group
+// scores = sum of each group's top two, the best topk_groups groups kept (stable order), the others' experts at
+// -inf, the top-k choice values (stable order), weights = scores / (sum + 1e-20) * scale.
+void reference_route_grouped(const std::vector<float>& logits, const std::vector<float>& bias, int64_t k,
+                             int64_t groups, int64_t topk_groups, bool renormalize, double scale,
+                             std::vector<int>* ids, std::vector<double>* weights) {
+  const int64_t n = static_cast<int64_t>(logits.size()), size = n / groups;
+  std::vector<double> s(n), c(n), g(groups);
+  for (int64_t e = 0; e < n; ++e) {
+    s[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e])));
+    c[e] = s[e] + bias[e];
+  }
+  for (int64_t i = 0; i < groups; ++i) {
+    std::vector<double> v(c.begin() + i * size, c.begin() + (i + 1) * size);
+    std::sort(v.begin(), v.end(), std::greater<double>());
+    g[i] = v[0] + v[1];
+  }
+  std::vector<int> go(groups);
+  std::iota(go.begin(), go.end(), 0);
+  std::stable_sort(go.begin(), go.end(), [&](int a, int b) { return g[a] > g[b]; });
+  std::vector<double> masked(n, -INFINITY);
+  for (int64_t i = 0; i < topk_groups; ++i) {
+    for (int64_t e = go[i] * size; e < (go[i] + 1) * size; ++e) masked[e] = c[e];
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return masked[a] > masked[b]; });
+  ids->assign(order.begin(), order.begin() + k);
+  double total = 0;
+  for (int64_t j = 0; j < k; ++j) total += s[order[j]];
+  weights->clear();
+  for (int64_t j = 0; j < k; ++j) weights->push_back((renormalize ? s[order[j]] / (total + 1e-20) : s[order[j]]) * scale);
+}
+
+TEST(MoeRouteGrouped, MatchesTransformersRouterWrittenAsLoops) {
+  struct Shape3 {
+    int64_t E, k, groups, topk_groups;
+  };
+  for (const Shape3& sh : {Shape3{256, 8, 8, 4}, Shape3{16, 4, 4, 2}, Shape3{8, 2, 4, 1}, Shape3{12, 6, 3, 3}}) {
+    for (int64_t renorm : {0, 1}) {
+      const int64_t T = 17;
+      Tensor logits = random_tensor({T, sh.E}, static_cast<uint32_t>(sh.E + sh.k), DType::kF32, -4.f, 4.f);
+      // Biases large enough to reorder groups (DeepSeek's e_score_correction_bias), some negative.
+      Tensor bias = random_tensor({sh.E}, 77, DType::kF32, -0.5f, 0.5f);
+      Tensor w = Tensor::empty({T, sh.k}, DType::kF32), ids = Tensor::empty({T, sh.k}, DType::kI32);
+      ops::moe_route_grouped(w, ids, logits, bias, sh.groups, sh.topk_groups, renorm, 2.5f);
+      const std::vector<float> b(bias.data<float>(), bias.data<float>() + sh.E);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> row(logits.data<float>() + t * sh.E, logits.data<float>() + (t + 1) * sh.E);
+        std::vector<int> want_ids;
+        std::vector<double> want_w;
+        reference_route_grouped(row, b, sh.k, sh.groups, sh.topk_groups, renorm != 0, 2.5, &want_ids, &want_w);
+        for (int64_t j = 0; j < sh.k; ++j) {
+          EXPECT_EQ(ids.data<int32_t>()[t * sh.k + j], want_ids[j]) << "E " << sh.E << " t " << t << " j " << j;
+          EXPECT_NEAR(w.data<float>()[t * sh.k + j], want_w[j], 1e-5) << "E " << sh.E << " t " << t << " j " << j;
+        }
+      }
+    }
+  }
+}
+
+// Ties: equal group scores keep the lower group; equal choice values the lower expert. A dropped group's expert
+// never wins, even with the best score of all.
+TEST(MoeRouteGrouped, TiesAndDroppedGroups) {
+  // 4 groups of 2; group 3 holds the single best expert (7) but its pair sums lowest; groups 0 and 1 tie.
+  Tensor logits = Tensor::from_f32({1.f, 1.f, 1.f, 1.f, 0.5f, 0.5f, -6.f, 5.f}, {1, 8});
+  Tensor bias = Tensor::zeros({8}, DType::kF32);
+  Tensor w = Tensor::empty({1, 3}, DType::kF32), ids = Tensor::empty({1, 3}, DType::kI32);
+  ops::moe_route_grouped(w, ids, logits, bias, 4, 2, 1, 1.0f);
+  EXPECT_EQ(std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + 3), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_NEAR(w.data<float>()[0] + w.data<float>()[1] + w.data<float>()[2], 1.0, 1e-6);
+  // One group kept: of the tied groups 0 and 1, group 0.
+  Tensor w2 = Tensor::empty({1, 2}, DType::kF32), ids2 = Tensor::empty({1, 2}, DType::kI32);
+  ops::moe_route_grouped(w2, ids2, logits, bias, 4, 1, 0, 1.0f);
+  EXPECT_EQ(std::vector<int32_t>(ids2.data<int32_t>(), ids2.data<int32_t>() + 2), (std::vector<int32_t>{0, 1}));
 }
 
 struct Aligned {

@@ -303,3 +303,23 @@ def test_moe_route_ties_to_the_lower_expert(device):
     weights, ids = torch.empty(1, 3, device=device), torch.empty(1, 3, dtype=torch.int32, device=device)
     L.moe_route(weights, ids, logits, 1, 0)
     assert ids.tolist() == [[1, 2, 4]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_route_grouped_matches_deepseek_v3_router(device):
+    # transformers' DeepseekV3TopkRouter, written here in PyTorch: sigmoid, + bias, group score = sum of each group's
+    # top two, keep topk_group groups, top-k of the rest, weights from the unbiased scores, renormalised, scaled.
+    T, E, k, n_group, topk_group, scale = 9, 64, 6, 8, 3, 2.5
+    logits, bias = rand(T, E, device=device), rand(E, device=device) * 0.1
+    scores = logits.sigmoid()
+    choice = scores + bias
+    group_scores = choice.view(T, n_group, E // n_group).topk(2, dim=-1)[0].sum(-1)
+    group_idx = torch.topk(group_scores, k=topk_group, dim=-1)[1]
+    mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+    mask = mask.unsqueeze(-1).expand(-1, n_group, E // n_group).reshape(T, E)
+    ids_want = torch.topk(choice.masked_fill(~mask.bool(), float("-inf")), k=k, dim=-1)[1]
+    w_want = scores.gather(1, ids_want)
+    w_want = w_want / (w_want.sum(-1, keepdim=True) + 1e-20) * scale
+    weights, ids = torch.empty(T, k, device=device), torch.empty(T, k, dtype=torch.int32, device=device)
+    check(L.moe_route_grouped, [weights, ids, logits, bias, n_group, topk_group, 1, scale],
+          lambda a: [(a[1].long(), ids_want), (a[0], w_want)], 1e-6, 1e-5)

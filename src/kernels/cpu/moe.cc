@@ -55,6 +55,65 @@ void moe_route(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
   });
 }
 
+void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits,
+                       const Tensor& correction_bias, int64_t num_groups, int64_t topk_groups, int64_t renormalize,
+                       float routed_scaling_factor) {
+  const int64_t num_tokens = router_logits.size(0), num_experts = router_logits.size(1), k = topk_ids.size(1);
+  const int64_t group_size = num_experts / num_groups;
+  const float* bias = correction_bias.data<float>();
+  parallel_for(num_tokens, std::max<int64_t>(1, 4096 / num_experts), [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(static_cast<size_t>(num_experts)), choice(static_cast<size_t>(num_experts));
+    std::vector<float> group_scores(static_cast<size_t>(num_groups));
+    std::vector<int64_t> order(static_cast<size_t>(std::max(num_experts, num_groups)));
+    std::vector<bool> kept(static_cast<size_t>(num_groups));
+    for (int64_t t = begin; t < end; ++t) {
+      const float* logits = row_ptr<float>(router_logits, t);
+      for (int64_t e = 0; e < num_experts; ++e) {
+        scores[e] = 1.f / (1.f + std::exp(-logits[e]));
+        choice[e] = scores[e] + bias[e];
+      }
+      // A group's score: the sum of its two best choice values.
+      for (int64_t g = 0; g < num_groups; ++g) {
+        const float* c = choice.data() + g * group_size;
+        float first = c[0], second = c[1];
+        if (ranks_before(second, 1, first, 0)) std::swap(first, second);
+        for (int64_t i = 2; i < group_size; ++i) {
+          if (ranks_before(c[i], i, first, 0)) {
+            second = first;
+            first = c[i];
+          } else if (ranks_before(c[i], i, second, 1)) {
+            second = c[i];
+          }
+        }
+        group_scores[g] = first + second;
+      }
+      for (int64_t g = 0; g < num_groups; ++g) order[g] = g;
+      std::partial_sort(order.begin(), order.begin() + topk_groups, order.begin() + num_groups,
+                        [&](int64_t a, int64_t b) { return ranks_before(group_scores[a], a, group_scores[b], b); });
+      std::fill(kept.begin(), kept.end(), false);
+      for (int64_t i = 0; i < topk_groups; ++i) kept[order[i]] = true;
+      // Experts of dropped groups rank below every kept one (transformers masks them with -inf).
+      int64_t n = 0;
+      for (int64_t e = 0; e < num_experts; ++e) {
+        if (kept[e / group_size]) order[n++] = e;
+      }
+      std::partial_sort(order.begin(), order.begin() + k, order.begin() + n,
+                        [&](int64_t a, int64_t b) { return ranks_before(choice[a], a, choice[b], b); });
+      float* w = row_ptr<float>(topk_weights, t);
+      int32_t* ids = row_ptr<int32_t>(topk_ids, t);
+      float total = 0.f;
+      for (int64_t j = 0; j < k; ++j) {
+        ids[j] = static_cast<int32_t>(order[j]);
+        total += w[j] = scores[order[j]];
+      }
+      for (int64_t j = 0; j < k; ++j) {
+        if (renormalize != 0) w[j] /= total + 1e-20f;
+        w[j] *= routed_scaling_factor;
+      }
+    }
+  });
+}
+
 void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids,
                int64_t block) {
   const int64_t num_pairs = topk_ids.numel(), num_experts = expert_offsets.size(0) - 1;
@@ -154,6 +213,7 @@ void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weigh
 
 void register_moe_kernels() {
   ops::moe_route.register_kernel(DeviceType::kCPU, moe_route);
+  ops::moe_route_grouped.register_kernel(DeviceType::kCPU, moe_route_grouped);
   ops::moe_align.register_kernel(DeviceType::kCPU, moe_align);
   ops::moe_gemm.register_kernel(DeviceType::kCPU, moe_gemm);
   ops::moe_combine.register_kernel(DeviceType::kCPU, moe_combine);

@@ -90,6 +90,112 @@ void moe_route(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
   });
 }
 
+// DeepSeek-V3's group-limited routing: one warp per token; lane g scores group g (its two best choice values), the
+// warp keeps the topk_groups best groups, then picks the top-k experts of those groups as moe_route does.
+template <typename T>
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_grouped_kernel(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride, const T* logits,
+                             int64_t logits_stride, const float* bias, int64_t num_tokens, int num_experts, int k,
+                             int num_groups, int topk_groups, int renormalize, float routed_scaling_factor) {
+  __shared__ float scores[kRouteWarps][ops::kMaxMoeExperts];
+  __shared__ float choice[kRouteWarps][ops::kMaxMoeExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= num_tokens) return;  // whole warps leave: no block-wide barrier follows
+  const T* l = logits + t * logits_stride;
+  float* s = scores[warp];
+  float* c = choice[warp];
+  for (int e = lane; e < num_experts; e += 32) {
+    s[e] = 1.f / (1.f + expf(-load_f(l + e)));
+    c[e] = s[e] + bias[e];
+  }
+  __syncwarp();
+  const int group_size = num_experts / num_groups;
+  uint64_t group_key = 0;  // lanes past num_groups stay 0: never chosen
+  if (lane < num_groups) {
+    const float* g = c + lane * group_size;
+    float first = g[0], second = g[1];
+    uint64_t first_key = rank_key(first, 0), second_key = rank_key(second, 1);
+    if (second_key > first_key) {
+      const float v = first;
+      first = second;
+      second = v;
+      const uint64_t key = first_key;
+      first_key = second_key;
+      second_key = key;
+    }
+    for (int i = 2; i < group_size; ++i) {
+      const uint64_t key = rank_key(g[i], i);
+      if (key > first_key) {
+        second = first;
+        second_key = first_key;
+        first = g[i];
+        first_key = key;
+      } else if (key > second_key) {
+        second = g[i];
+        second_key = key;
+      }
+    }
+    group_key = rank_key(first + second, lane);
+  }
+  uint32_t kept = 0;  // bit g: group g kept
+  for (int i = 0; i < topk_groups; ++i) {
+    uint64_t best = (kept >> lane) & 1u ? 0 : group_key;
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
+    }
+    kept |= 1u << key_id(best);
+  }
+  uint32_t taken = 0;
+  float total = 0.f;
+  float* w = weights + t * weights_stride;
+  int32_t* id = ids + t * ids_stride;
+  for (int j = 0; j < k; ++j) {
+    uint64_t best = 0;
+    for (int e = lane, i = 0; e < num_experts; e += 32, ++i) {
+      const bool open = !((taken >> i) & 1u) && ((kept >> (e / group_size)) & 1u);
+      const uint64_t key = open ? rank_key(c[e], e) : 0;
+      best = key > best ? key : best;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
+    }
+    const int chosen = key_id(best);
+    const float value = s[chosen];
+    if (chosen % 32 == lane) taken |= 1u << (chosen / 32);
+    if (lane == 0) {
+      id[j] = chosen;
+      w[j] = value;
+    }
+    total += value;
+  }
+  __syncwarp();
+  if (lane == 0) {
+    for (int j = 0; j < k; ++j) {
+      if (renormalize != 0) w[j] /= total + 1e-20f;
+      w[j] *= routed_scaling_factor;
+    }
+  }
+}
+
+void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits,
+                       const Tensor& correction_bias, int64_t num_groups, int64_t topk_groups, int64_t renormalize,
+                       float routed_scaling_factor) {
+  const int64_t num_tokens = router_logits.size(0);
+  if (num_tokens == 0) return;
+  dispatch_float(router_logits.dtype(), "moe_route_grouped", [&](auto tag) {
+    using T = decltype(tag);
+    moe_route_grouped_kernel<T><<<ceil_div(num_tokens, kRouteWarps), kRouteWarps * 32, 0, stream()>>>(
+        topk_weights.data<float>(), topk_weights.stride(0), topk_ids.data<int32_t>(), topk_ids.stride(0),
+        router_logits.data<T>(), router_logits.stride(0), correction_bias.data<float>(), num_tokens,
+        static_cast<int>(router_logits.size(1)), static_cast<int>(topk_ids.size(1)), static_cast<int>(num_groups),
+        static_cast<int>(topk_groups), static_cast<int>(renormalize), routed_scaling_factor);
+    check_launch("moe_route_grouped_kernel");
+  });
+}
+
 // ---- alignment ----
 
 constexpr int kAlignThreads = 1024;  // >= kMaxMoeExperts: one expert per thread in the scan
@@ -403,6 +509,7 @@ void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weigh
 
 void register_moe_kernels() {
   ops::moe_route.register_kernel(DeviceType::kCUDA, moe_route);
+  ops::moe_route_grouped.register_kernel(DeviceType::kCUDA, moe_route_grouped);
   ops::moe_align.register_kernel(DeviceType::kCUDA, moe_align);
   ops::moe_gemm.register_kernel(DeviceType::kCUDA, moe_gemm);
   ops::moe_combine.register_kernel(DeviceType::kCUDA, moe_combine);
