@@ -233,8 +233,8 @@ RunFloor run_floor(const ModelConfig& c, DType weight_dtype, DType kv_dtype, con
   const int64_t per_step = std::max<int64_t>(1, work.max_concurrent);
   // A decode step reads what its rows touch (MoE: the experts chosen); the prefills read at most every weight once.
   f.weight_bytes = step_read_params(c, per_step) * dtype_size(weight_dtype);
-  f.prefill = prefill_floor(flops, step_read_params(c, static_cast<int64_t>(prompt_tokens)) * dtype_size(weight_dtype),
-                            rates);
+  f.prefill =
+      prefill_floor(flops, step_read_params(c, static_cast<int64_t>(prompt_tokens)) * dtype_size(weight_dtype), rates);
   f.decode_steps = (decode_tokens + per_step - 1) / per_step;
   const double mean_prompt = prompt_tokens / num_requests;
   const double mean_output = static_cast<double>(work.output_tokens) / num_requests;

@@ -67,14 +67,14 @@ void check_moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tenso
   check_moe_route(topk_weights, topk_ids, router_logits, kMoeScoringSigmoid, renormalize);
   const int64_t num_experts = router_logits.size(1), k = topk_ids.size(1);
   check_vector(correction_bias, DType::kF32, op, "correction_bias");
-  CHECK_EQ(correction_bias.size(0), num_experts) << op << ": correction_bias " << correction_bias.to_string()
-                                                 << " for " << num_experts << " experts";
+  CHECK_EQ(correction_bias.size(0), num_experts)
+      << op << ": correction_bias " << correction_bias.to_string() << " for " << num_experts << " experts";
   check_same_device(router_logits, correction_bias, op);
   CHECK(num_groups >= 1 && num_groups <= 32 && num_experts % num_groups == 0 && num_experts / num_groups >= 2)
       << op << ": " << num_groups << " groups of " << num_experts << " experts (at most 32 groups of >= 2)";
   CHECK(topk_groups >= 1 && topk_groups <= num_groups) << op << ": topk_groups " << topk_groups;
-  CHECK_LE(k, topk_groups * (num_experts / num_groups)) << op << ": top_k " << k << " past the experts of "
-                                                        << topk_groups << " groups";
+  CHECK_LE(k, topk_groups * (num_experts / num_groups))
+      << op << ": top_k " << k << " past the experts of " << topk_groups << " groups";
   CHECK(std::isfinite(routed_scaling_factor)) << op << ": routed_scaling_factor " << routed_scaling_factor;
 }
 
@@ -142,8 +142,8 @@ void check_moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk
   check_2d_rows(topk_weights, op, "topk_weights");
   check_vector(pair_rows, DType::kI32, op, "pair_rows");
   check_activation(out, op, "out");
-  CHECK(expert_out.dtype() == out.dtype()) << op << ": expert_out " << expert_out.to_string() << " vs out "
-                                           << out.to_string();
+  CHECK(expert_out.dtype() == out.dtype())
+      << op << ": expert_out " << expert_out.to_string() << " vs out " << out.to_string();
   CHECK(topk_weights.dtype() == DType::kF32) << op << ": topk_weights " << topk_weights.to_string() << " must be f32";
   const int64_t num_tokens = out.size(0);
   CHECK(expert_out.size(1) == out.size(1) && topk_weights.size(0) == num_tokens &&
@@ -182,10 +182,11 @@ decltype(moe_align) moe_align(
     "moe_align",
     "moe_align(Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor topk_ids, int block) -> ()",
     check_moe_align);
-decltype(moe_gemm) moe_gemm("moe_gemm",
-                            "moe_gemm(Tensor! out, Tensor x, Tensor weight, Tensor sorted_pairs, Tensor expert_offsets, "
-                            "int gather_top_k, int block) -> ()",
-                            check_moe_gemm);
+decltype(moe_gemm) moe_gemm(
+    "moe_gemm",
+    "moe_gemm(Tensor! out, Tensor x, Tensor weight, Tensor sorted_pairs, Tensor expert_offsets, "
+    "int gather_top_k, int block) -> ()",
+    check_moe_gemm);
 decltype(moe_combine) moe_combine("moe_combine",
                                   "moe_combine(Tensor! out, Tensor expert_out, Tensor topk_weights, Tensor pair_rows, "
                                   "Tensor? shared_out, Tensor? shared_gate) -> ()",

@@ -107,8 +107,7 @@ extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
 // row of pair p. Rows of sorted_pairs past expert_offsets[E] are left untouched. topk_ids [T, k] i32, each in
 // [0, E) (CPU aborts on others; CUDA traps); sorted_pairs [capacity] i32 with capacity >= moe_align_capacity(T k,
 // E, block); pair_rows [T k] i32; expert_offsets [E + 1] i32.
-extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids,
-               int64_t block)>
+extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block)>
     moe_align;
 
 // The grouped GEMM: for every row r < expert_offsets[E] of expert e with pair p = sorted_pairs[r] >= 0,

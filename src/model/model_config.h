@@ -37,10 +37,10 @@ struct RopeScaling {
 
 // Mixture-of-experts feed-forward (Mixtral, Qwen2-MoE, Qwen3-MoE): which layers are sparse and how tokens are routed.
 struct MoeConfig {
-  int64_t num_experts = 0;            // num_local_experts (Mixtral) / num_experts (Qwen)
-  int64_t num_experts_per_tok = 0;    // top-k
-  int64_t moe_intermediate_size = 0;  // each expert's intermediate size
-  bool norm_topk_prob = false;        // renormalise the top-k softmax weights to sum 1 (always for Mixtral)
+  int64_t num_experts = 0;                      // num_local_experts (Mixtral) / num_experts (Qwen)
+  int64_t num_experts_per_tok = 0;              // top-k
+  int64_t moe_intermediate_size = 0;            // each expert's intermediate size
+  bool norm_topk_prob = false;                  // renormalise the top-k softmax weights to sum 1 (always for Mixtral)
   int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE has one, behind a sigmoid gate)
   int64_t decoder_sparse_step = 1;              // layer i is sparse iff (i + 1) % step == 0 ...
   std::vector<int64_t> mlp_only_layers;         // ... and i is not listed here (those run the dense MLP)

@@ -137,8 +137,8 @@ TEST_F(MoeGpuTest, AlignMatchesCpuAndLeavesTheTailAlone) {
         Tensor ids = random_ids(T, k, E, static_cast<uint32_t>(T * 7 + E));
         const Aligned c = align_on(ids, E, block, Device::cpu());
         const Aligned g = align_on(ids, E, block, Device::cuda());
-        const std::string what = "E " + std::to_string(E) + " T " + std::to_string(T) + " block " +
-                                 std::to_string(block);
+        const std::string what =
+            "E " + std::to_string(E) + " T " + std::to_string(T) + " block " + std::to_string(block);
         Tensor off = to_host(g.expert_offsets), rows = to_host(g.pair_rows), sorted = to_host(g.sorted_pairs);
         ASSERT_EQ(std::memcmp(off.raw_data(), c.expert_offsets.raw_data(), off.nbytes()), 0) << what;
         ASSERT_EQ(std::memcmp(rows.raw_data(), c.pair_rows.raw_data(), rows.nbytes()), 0) << what;
@@ -162,8 +162,8 @@ void check_gemm(DType dtype, int64_t T, int64_t k, int64_t E, int64_t N, int64_t
   Tensor ref = Tensor::empty({capacity, N}, DType::kF32);
   ops::moe_gemm(ref, x, w, c.sorted_pairs, c.expert_offsets, gather ? k : 0, block);
   Tensor out = poisoned_device({capacity, N}, dtype);
-  ops::moe_gemm(out, to_device(x.to(dtype)), to_device(w.to(dtype)), g.sorted_pairs, g.expert_offsets,
-                gather ? k : 0, block);
+  ops::moe_gemm(out, to_device(x.to(dtype)), to_device(w.to(dtype)), g.sorted_pairs, g.expert_offsets, gather ? k : 0,
+                block);
   const std::string what = std::string(dtype_name(dtype)) + " T " + std::to_string(T) + " E " + std::to_string(E) +
                            " N " + std::to_string(N) + " K " + std::to_string(K) + " block " + std::to_string(block) +
                            (gather ? " gather" : " grouped");
@@ -269,9 +269,11 @@ int run_bench() {
   std::printf("%8s %6s %10s %12s %12s %10s %12s %10s\n", "tokens", "block", "us", "bytes floor", "us (bytes)",
               "of floor", "TFLOP/s", "of peak");
   for (int64_t T : {1, 4, 16, 64, 256, 2048, 8192}) {
-    const int64_t P = T * k, block = ops::moe_align_block(Device::cuda(), P, E), cap = ops::moe_align_capacity(P, E, block);
+    const int64_t P = T * k, block = ops::moe_align_block(Device::cuda(), P, E),
+                  cap = ops::moe_align_capacity(P, E, block);
     Tensor ids = to_device(random_ids(T, k, E, static_cast<uint32_t>(T)));
-    Tensor sorted = Tensor::empty({cap}, DType::kI32, Device::cuda()), rows = Tensor::empty({P}, DType::kI32, Device::cuda());
+    Tensor sorted = Tensor::empty({cap}, DType::kI32, Device::cuda()),
+           rows = Tensor::empty({P}, DType::kI32, Device::cuda());
     Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
     Tensor x = to_device(random_tensor({T, H}, 3).to(dtype));
     Tensor gu = Tensor::empty({cap, 2 * I}, dtype, Device::cuda()), h = Tensor::empty({cap, I}, dtype, Device::cuda());

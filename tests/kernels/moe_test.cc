@@ -122,8 +122,8 @@ TEST(MoeRoute, RenormalisationEdgeCases) {
 // scores = sum of each group's top two, the best topk_groups groups kept (stable order), the others' experts at
 // -inf, the top-k choice values (stable order), weights = scores / (sum + 1e-20) * scale.
 void reference_route_grouped(const std::vector<float>& logits, const std::vector<float>& bias, int64_t k,
-                             int64_t groups, int64_t topk_groups, bool renormalize, double scale,
-                             std::vector<int>* ids, std::vector<double>* weights) {
+                             int64_t groups, int64_t topk_groups, bool renormalize, double scale, std::vector<int>* ids,
+                             std::vector<double>* weights) {
   const int64_t n = static_cast<int64_t>(logits.size()), size = n / groups;
   std::vector<double> s(n), c(n), g(groups);
   for (int64_t e = 0; e < n; ++e) {
@@ -149,7 +149,8 @@ void reference_route_grouped(const std::vector<float>& logits, const std::vector
   double total = 0;
   for (int64_t j = 0; j < k; ++j) total += s[order[j]];
   weights->clear();
-  for (int64_t j = 0; j < k; ++j) weights->push_back((renormalize ? s[order[j]] / (total + 1e-20) : s[order[j]]) * scale);
+  for (int64_t j = 0; j < k; ++j)
+    weights->push_back((renormalize ? s[order[j]] / (total + 1e-20) : s[order[j]]) * scale);
 }
 
 TEST(MoeRouteGrouped, MatchesTransformersRouterWrittenAsLoops) {

@@ -229,7 +229,7 @@ TEST(ModelConfig, Qwen2MoeSharedExpertAndDenseLayers) {
   EXPECT_EQ(cfg->moe->num_experts, 60);
   EXPECT_EQ(cfg->moe->shared_expert_intermediate_size, 5632);
   EXPECT_FALSE(cfg->moe->norm_topk_prob);
-  EXPECT_TRUE(cfg->attention_qkv_bias);  // Qwen2MoeConfig.qkv_bias defaults to true
+  EXPECT_TRUE(cfg->attention_qkv_bias);        // Qwen2MoeConfig.qkv_bias defaults to true
   EXPECT_FALSE(cfg->moe->is_sparse_layer(0));  // (0 + 1) % 2 != 0
   EXPECT_TRUE(cfg->moe->is_sparse_layer(1));
   EXPECT_FALSE(cfg->moe->is_sparse_layer(3));  // listed in mlp_only_layers

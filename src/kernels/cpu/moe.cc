@@ -38,9 +38,8 @@ void moe_route(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
         for (int64_t e = 0; e < num_experts; ++e) scores[e] = 1.f / (1.f + std::exp(-logits[e]));
       }
       for (int64_t e = 0; e < num_experts; ++e) order[e] = e;
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-        return ranks_before(scores[a], a, scores[b], b);
-      });
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int64_t a, int64_t b) { return ranks_before(scores[a], a, scores[b], b); });
       float* w = row_ptr<float>(topk_weights, t);
       int32_t* ids = row_ptr<int32_t>(topk_ids, t);
       float total = 0.f;
@@ -114,14 +113,13 @@ void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& rou
   });
 }
 
-void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids,
-               int64_t block) {
+void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block) {
   const int64_t num_pairs = topk_ids.numel(), num_experts = expert_offsets.size(0) - 1;
   const int32_t* ids = topk_ids.data<int32_t>();
   std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
   for (int64_t p = 0; p < num_pairs; ++p) {
-    CHECK(ids[p] >= 0 && ids[p] < num_experts) << "moe_align: expert id " << ids[p] << " at pair " << p << " not in [0, "
-                                               << num_experts << ")";
+    CHECK(ids[p] >= 0 && ids[p] < num_experts)
+        << "moe_align: expert id " << ids[p] << " at pair " << p << " not in [0, " << num_experts << ")";
     ++counts[ids[p]];
   }
   int32_t* offsets = expert_offsets.data<int32_t>();
@@ -148,9 +146,8 @@ void moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& 
   const int64_t num_experts = weight.size(0), n = weight.size(1), k = weight.size(2), capacity = out.size(0);
   const int32_t* offsets = expert_offsets.data<int32_t>();
   const int32_t* sorted = sorted_pairs.data<int32_t>();
-  CHECK(offsets[0] == 0 && offsets[num_experts] <= capacity)
-      << "moe_gemm: expert_offsets span [" << offsets[0] << ", " << offsets[num_experts] << ") for " << capacity
-      << " rows";
+  CHECK(offsets[0] == 0 && offsets[num_experts] <= capacity) << "moe_gemm: expert_offsets span [" << offsets[0] << ", "
+                                                             << offsets[num_experts] << ") for " << capacity << " rows";
   const int64_t num_x_rows = x.size(0);
   Tensor gathered;  // the expert's x rows, when they come from token rows
   for (int64_t e = 0; e < num_experts; ++e) {

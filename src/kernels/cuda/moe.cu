@@ -1,9 +1,10 @@
 // The mixture-of-experts ops on CUDA (ops.h), matching kernels/cpu/moe.cc: the router (one warp per token), the
 // stable grouping by expert (one block: shared-memory counts, a block scan of the padded counts, then one warp places
 // pairs in ascending order with __match_any_sync), the grouped GEMM (tensor-core tiles of kMoeGemmTileRows rows of one
-// expert for 16-bit operands when moe_align padded to the tile (64 or 16 rows); otherwise, and for decode-sized batches, a row-wise
-// kernel that streams only the chosen experts' weight rows) and the weighted combine. No host synchronisation, no
-// allocation: every size the kernels need beyond the host-known capacity is read on the device (graph-safe).
+// expert for 16-bit operands when moe_align padded to the tile (64 or 16 rows); otherwise, and for decode-sized
+// batches, a row-wise kernel that streams only the chosen experts' weight rows) and the weighted combine. No host
+// synchronisation, no allocation: every size the kernels need beyond the host-known capacity is read on the device
+// (graph-safe).
 #include <mma.h>
 
 #include <algorithm>
@@ -245,12 +246,10 @@ __global__ void __launch_bounds__(kAlignThreads)
   }
 }
 
-void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids,
-               int64_t block) {
+void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block) {
   moe_align_kernel<<<1, kAlignThreads, 0, stream()>>>(
-      sorted_pairs.data<int32_t>(), pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(),
-      topk_ids.data<int32_t>(), static_cast<int>(topk_ids.numel()), static_cast<int>(expert_offsets.size(0) - 1),
-      static_cast<int>(block));
+      sorted_pairs.data<int32_t>(), pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), topk_ids.data<int32_t>(),
+      static_cast<int>(topk_ids.numel()), static_cast<int>(expert_offsets.size(0) - 1), static_cast<int>(block));
   check_launch("moe_align_kernel");
 }
 
@@ -442,8 +441,8 @@ void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const T
   CHECK_LE(grid.y, 65535u) << "moe_gemm: n " << n;
   if constexpr (!std::is_same_v<T, float>) {
     if (vec) {
-      moe_gemm_rows_kernel<T, true><<<grid, kRowWarps * 32, 0, stream()>>>(o, out.stride(0), xp, x.stride(0), w,
-                                                                           sorted, offsets, experts, n, k, gather);
+      moe_gemm_rows_kernel<T, true><<<grid, kRowWarps * 32, 0, stream()>>>(o, out.stride(0), xp, x.stride(0), w, sorted,
+                                                                           offsets, experts, n, k, gather);
       check_launch("moe_gemm_rows_kernel");
       return;
     }

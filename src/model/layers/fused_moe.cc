@@ -13,8 +13,7 @@ constexpr const char* kDownSuffix = "down_proj";
 
 FusedMoE::FusedMoE(const LinearContext& ctx, const FusedMoEOptions& o) : options_(o), comm_(ctx.comm) {
   CHECK(comm_ != nullptr && comm_->world_size() == 1) << "FusedMoE: expert / tensor parallelism is not implemented";
-  CHECK(o.hidden_size > 0 && o.num_experts > 0 && o.top_k > 0 && o.top_k <= o.num_experts &&
-        o.intermediate_size > 0)
+  CHECK(o.hidden_size > 0 && o.num_experts > 0 && o.top_k > 0 && o.top_k <= o.num_experts && o.intermediate_size > 0)
       << "FusedMoE: bad sizes";
   const DType dtype = ctx.params_dtype;
   router_.shape = {o.num_experts, o.hidden_size};

@@ -18,9 +18,9 @@ struct FusedMoEOptions {
   int64_t hidden_size = 0;
   int64_t num_experts = 0;
   int64_t top_k = 0;
-  int64_t intermediate_size = 0;               // each expert's
-  int64_t scoring = ops::kMoeScoringSoftmax;   // ops::moe_route's
-  bool renormalize = false;                    // top-k weights divided by their sum (Mixtral; norm_topk_prob)
+  int64_t intermediate_size = 0;                // each expert's
+  int64_t scoring = ops::kMoeScoringSoftmax;    // ops::moe_route's
+  bool renormalize = false;                     // top-k weights divided by their sum (Mixtral; norm_topk_prob)
   int64_t shared_expert_intermediate_size = 0;  // 0: none
   bool shared_expert_gate = false;              // the shared expert's output scaled by sigmoid(x . w_gate)
   // The router's (and the shared expert gate's) weight dtype: the activation dtype, so routing is computed in f32 on
@@ -70,11 +70,11 @@ class FusedMoE {
 
   FusedMoEOptions options_;
   Communicator* comm_;
-  Parameter router_;         // [E, hidden] in router_dtype
-  Parameter w13_;            // [E, 2 I, hidden]: gate rows then up rows of each expert
-  Parameter w2_;             // [E, hidden, I]
+  Parameter router_;  // [E, hidden] in router_dtype
+  Parameter w13_;     // [E, 2 I, hidden]: gate rows then up rows of each expert
+  Parameter w2_;      // [E, hidden, I]
   std::unique_ptr<GatedMLP> shared_expert_;
-  Parameter shared_gate_;    // [1, hidden]
+  Parameter shared_gate_;  // [1, hidden]
 };
 
 }  // namespace llmserve
