@@ -152,9 +152,42 @@ MeasuredRates measure_rates(Device device, DType weight_dtype, [[maybe_unused]] 
   return r;
 }
 
-double layer_matmul_params(const ModelConfig& c) {
+namespace {
+
+// Parameters of one layer's feed-forward block used for `experts` routed experts (dense layers: the MLP).
+double feed_forward_params(const ModelConfig& c, int64_t layer, double experts) {
+  const double h = c.hidden_size;
+  if (!c.moe || !c.moe->is_sparse_layer(layer)) return 3 * h * c.intermediate_size;
+  const MoeConfig& m = *c.moe;
+  const double shared = m.shared_expert_intermediate_size > 0 ? 3 * h * m.shared_expert_intermediate_size + h : 0;
+  return h * m.num_experts + experts * 3 * h * m.moe_intermediate_size + shared;
+}
+
+double attention_params(const ModelConfig& c) {
   const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  return c.num_hidden_layers * (h * q + 2 * h * kv + q * h + 3 * h * c.intermediate_size);
+  return h * q + 2 * h * kv + q * h;
+}
+
+}  // namespace
+
+double layer_matmul_params(const ModelConfig& c) {
+  double total = 0;
+  const double top_k = c.moe ? static_cast<double>(c.moe->num_experts_per_tok) : 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) total += attention_params(c) + feed_forward_params(c, i, top_k);
+  return total;
+}
+
+double expected_experts_touched(const MoeConfig& moe, int64_t tokens) {
+  const double e = static_cast<double>(moe.num_experts), k = static_cast<double>(moe.num_experts_per_tok);
+  return e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(tokens)));
+}
+
+double step_read_params(const ModelConfig& c, int64_t tokens) {
+  if (!c.moe) return matmul_params(c);
+  const double touched = expected_experts_touched(*c.moe, tokens);
+  double total = lm_head_params(c);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) total += attention_params(c) + feed_forward_params(c, i, touched);
+  return total;
 }
 
 double lm_head_params(const ModelConfig& c) { return static_cast<double>(c.vocab_size) * c.hidden_size; }
@@ -187,6 +220,10 @@ double decode_weight_bytes(const ModelConfig& c, DType weight_dtype) {
   const double layer = projection_bytes(c, q + 2 * kv, h, weight_dtype) + projection_bytes(c, h, q, weight_dtype) +
                        projection_bytes(c, 2 * i, h, weight_dtype) + projection_bytes(c, h, i, weight_dtype);
   return c.num_hidden_layers * layer + lm_head_params(c) * dtype_size(weight_dtype);
+}
+
+double step_weight_bytes(const ModelConfig& c, DType weight_dtype, int64_t tokens) {
+  return c.moe ? step_read_params(c, tokens) * dtype_size(weight_dtype) : decode_weight_bytes(c, weight_dtype);
 }
 
 double prefill_flops(const ModelConfig& c, int64_t num_seqs, int64_t tokens, int64_t logit_rows) {
@@ -226,10 +263,11 @@ RunFloor run_floor(const ModelConfig& c, DType weight_dtype, DType kv_dtype, con
   }
   double flops = 0;
   for (const auto& [len, n] : requests_of_length) flops += prefill_flops(c, n, len, n);
-  f.weight_bytes = decode_weight_bytes(c, weight_dtype);
-  f.prefill = prefill_floor(flops, f.weight_bytes, rates);
   const int64_t decode_tokens = std::max<int64_t>(0, work.output_tokens - num_requests);
   const int64_t per_step = std::max<int64_t>(1, work.max_concurrent);
+  // A decode step reads what its rows touch (MoE: the experts chosen); the prefills read at most every weight once.
+  f.weight_bytes = step_weight_bytes(c, weight_dtype, per_step);
+  f.prefill = prefill_floor(flops, step_weight_bytes(c, weight_dtype, static_cast<int64_t>(prompt_tokens)), rates);
   f.decode_steps = (decode_tokens + per_step - 1) / per_step;
   const double mean_prompt = prompt_tokens / num_requests;
   const double mean_output = static_cast<double>(work.output_tokens) / num_requests;

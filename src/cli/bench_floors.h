@@ -24,16 +24,27 @@ struct MeasuredRates {
 // prefill is bounded by reading the weights instead; see prefill_floor).
 MeasuredRates measure_rates(Device device, DType weight_dtype, const ModelConfig& c, int64_t prefill_tokens);
 
-// Parameters of every transformer layer's projections (attention + MLP), and of the LM head.
+// Parameters of every transformer layer's projections (attention + MLP) one token goes through, and of the LM head.
+// A mixture-of-experts layer counts its router, its top-k experts and its shared expert (the active parameters).
 double layer_matmul_params(const ModelConfig& c);
 double lm_head_params(const ModelConfig& c);
-// Parameters read by every decode step: all projections and the LM head (embedding rows are gathered).
+// Parameters one token's forward multiplies: all projections and the LM head (embedding rows are gathered).
 inline double matmul_params(const ModelConfig& c) { return layer_matmul_params(c) + lm_head_params(c); }
 
 // Bytes a decode step reads of the weights: every projection as its linear method holds it (config.quantization:
 // fp8 / int8 1 byte per parameter + f32 scales; 4-bit 0.5 byte + f32 scale and u8 zero per group, + the act-order
 // permutation; unquantized `weight_dtype`) and the LM head in `weight_dtype`.
 double decode_weight_bytes(const ModelConfig& c, DType weight_dtype);
+// The expected number of distinct experts `tokens` tokens route to in one MoE layer, each choosing k distinct of E
+// uniformly and independently: E (1 - (1 - k / E)^tokens). Exact for one token (k); an estimate for more (a trained
+// router is not uniform: skewed routing touches fewer experts, so the true floor is at most this one).
+double expected_experts_touched(const MoeConfig& moe, int64_t tokens);
+// Parameters a forward over `tokens` tokens reads: every projection and the LM head, of each MoE layer's experts only
+// the ones touched (expected_experts_touched). Dense models: matmul_params.
+double step_read_params(const ModelConfig& c, int64_t tokens);
+// Bytes a step over `tokens` tokens reads of the weights: an MoE model's experts touched (step_read_params, in
+// `weight_dtype`: its experts are not quantized), else every projection as its linear method holds it.
+double step_weight_bytes(const ModelConfig& c, DType weight_dtype, int64_t tokens);
 
 // FLOPs of prefilling `num_seqs` prompts of `tokens` tokens each: every projection on every token, causal
 // attention (QK^T and PV over positions 0..i, within the sliding window where a layer has one), and the LM head

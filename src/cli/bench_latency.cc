@@ -205,7 +205,9 @@ int run_latency(const std::vector<std::string>& args) {
   // Tensor parallelism on CUDA: each GPU reads its shard over its own memory bus in parallel, so the floor is one
   // GPU's share (its weights, its kv heads, its FLOPs). On the CPU the ranks share one memory system: no division.
   const double shards = on_cuda ? static_cast<double>(f.tensor_parallel_size) : 1.0;
-  const double weight_bytes = decode_weight_bytes(c, weight_dtype) / shards;  // as the linear methods hold them
+  // Bytes a decode step reads: every weight as its linear method holds it; of an MoE model's expert weights only the
+  // experts the batch's rows touch (bench_floors.h: exact at batch 1, an expected value above it).
+  const double weight_bytes = step_weight_bytes(c, weight_dtype, f.batch_size) / shards;
   const double kv_bytes =
       kv_bytes_per_token(c, (*model)->activation_dtype()) *
       (on_cuda ? static_cast<double>((*model)->num_kv_heads_per_rank()) / c.num_key_value_heads : 1.0);
@@ -214,7 +216,8 @@ int run_latency(const std::vector<std::string>& args) {
   const double decode_floor = f.output_len * decode_step_bytes / rates.bandwidth;
   // The prefill samples one token per sequence: the LM head runs on batch_size rows, not on every prompt token.
   const PrefillFloor prefill =
-      prefill_floor(prefill_flops(c, f.batch_size, f.input_len, f.batch_size) / shards, weight_bytes, rates);
+      prefill_floor(prefill_flops(c, f.batch_size, f.input_len, f.batch_size) / shards,
+                    step_weight_bytes(c, weight_dtype, f.batch_size * f.input_len) / shards, rates);
   const double prefill_tps = f.batch_size * f.input_len / best_prefill;
   const double decode_tps = f.batch_size * f.output_len / best_decode;
 
@@ -227,6 +230,20 @@ int run_latency(const std::vector<std::string>& args) {
               static_cast<long long>(f.input_len), static_cast<long long>(f.output_len),
               on_cuda ? options.device.to_string().c_str()
                       : ("cpu, " + std::to_string(ThreadPool::global().num_threads()) + " threads").c_str());
+  if (c.moe) {
+    const MoeConfig& m = *c.moe;
+    std::printf(
+        "moe: %lld experts, top-%lld, expert intermediate %lld%s; matmul params above are the active ones per token; "
+        "a decode step reads attention + router%s + the experts touched + LM head: %.1f of %lld experts per MoE layer "
+        "(%s) = %.1f MB\n",
+        static_cast<long long>(m.num_experts), static_cast<long long>(m.num_experts_per_tok),
+        static_cast<long long>(m.moe_intermediate_size), m.shared_expert_intermediate_size > 0 ? ", shared expert" : "",
+        m.shared_expert_intermediate_size > 0 ? " + shared expert" : "", expected_experts_touched(m, f.batch_size),
+        static_cast<long long>(m.num_experts),
+        f.batch_size == 1 ? "exact at batch 1"
+                          : "expected value for uniform independent routing, E (1 - (1 - k/E)^batch)",
+        weight_bytes / 1e6);
+  }
   const std::vector<int64_t> graph_sizes = runner.cuda_graph_sizes();
   std::printf("cuda graphs: %s\n", graph_sizes.empty() ? "none (eager)"
                                                        : ("FULL decode, " + std::to_string(graph_sizes.size()) +

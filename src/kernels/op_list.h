@@ -22,6 +22,11 @@ void for_each_op(F&& f) {
   f(static_scaled_quantize);
   f(scaled_mm);
   f(w4a16_linear);
+  f(moe_route);
+  f(moe_route_grouped);
+  f(moe_align);
+  f(moe_gemm);
+  f(moe_combine);
   f(reshape_and_cache);
   f(rotary_embedding_and_cache);
   f(paged_attention);

@@ -103,6 +103,81 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor
                const Tensor* perm, const Tensor* bias)>
     w4a16_linear;
 
+// ---- mixture of experts (checks: kernels/moe_ops.cc; kernels/cpu/moe.cc, kernels/cuda/moe.cu) ----
+// The path of a FusedMoE block (model/layers/fused_moe.h): router logits (ops::linear) -> moe_route -> moe_align ->
+// moe_gemm (gate/up, gathering token rows) -> silu_and_mul -> moe_gemm (down) -> moe_combine. Token t's j-th choice
+// is the pair p = t * top_k + j. Experts' weights are stacked [num_experts, n, k] (HF [out, in] per expert).
+// Limits (model_config.cc refuses configs past them): num_experts <= kMaxMoeExperts, top_k <= kMaxMoeTopK.
+inline constexpr int64_t kMaxMoeExperts = 1024;
+inline constexpr int64_t kMaxMoeTopK = 32;
+// moe_route's scoring argument.
+inline constexpr int64_t kMoeScoringSoftmax = 0;  // softmax over all experts' logits, in f32 (Mixtral, Qwen-MoE)
+inline constexpr int64_t kMoeScoringSigmoid = 1;  // sigmoid of each logit
+// CUDA: moe_gemm's tensor-core tiles cover kMoeGemmTileRows rows of one expert (moe_align's block a multiple of it),
+// or kMoeGemmSmallTileRows when the block is a multiple of that only (batches where an expert gets a few rows: less
+// padding computed); up to kMoeGemvMaxPairs pairs run the row-wise (weight-streaming) kernel instead.
+inline constexpr int64_t kMoeGemmTileRows = 64;
+inline constexpr int64_t kMoeGemmSmallTileRows = 16;
+inline constexpr int64_t kMoeGemvMaxPairs = 16;
+
+// The router: scores = softmax(logits row) (scoring kMoeScoringSoftmax; f32 math, as transformers' routers) or
+// sigmoid(logits) (kMoeScoringSigmoid); topk_ids[t] = the k highest-scoring experts, descending, equal scores in
+// ascending expert index (ops::top_k's rule, on CPU and CUDA alike). torch.topk leaves the order of ties unspecified
+// (torch 2.11's CPU kernel returns [2, 4, 1] for three equal scores at 1, 2, 4), so among exactly tied experts
+// transformers' choice is arbitrary and ours is the deterministic one; continuous router logits practically never
+// tie. topk_weights[t] = their scores, divided by the sum of the k when renormalize != 0 (Mixtral always, Qwen-MoE's
+// norm_topk_prob). NaN scores rank below every number.
+// router_logits [T, E] (CPU f32; CUDA f32, f16 or bf16); topk_weights [T, k] f32; topk_ids [T, k] i32.
+extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
+               int64_t renormalize)>
+    moe_route;
+
+// DeepSeek-V3's group-limited router (transformers' DeepseekV3TopkRouter): scores = sigmoid(logits) (f32);
+// choice = scores + correction_bias; the E experts form num_groups equal groups, each scored by the sum of its two
+// highest choice values; only the topk_groups best groups stay (ties: lower group first); topk_ids[t] = the k highest
+// choice values among their experts (descending, ties to the lower index); topk_weights[t] = those experts' scores
+// (without the bias), divided by (their sum + 1e-20) when renormalize != 0, times routed_scaling_factor.
+// router_logits as moe_route's; correction_bias [E] f32; num_groups <= 32 dividing E into groups of >= 2;
+// 1 <= topk_groups <= num_groups; k <= topk_groups * E / num_groups.
+extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, const Tensor& correction_bias,
+               int64_t num_groups, int64_t topk_groups, int64_t renormalize, float routed_scaling_factor)>
+    moe_route_grouped;
+
+// Groups pairs by expert: expert e owns rows [expert_offsets[e], expert_offsets[e + 1]) of the grouped GEMMs, its
+// pairs in ascending pair order, then -1 (padding) up to a multiple of `block` (1: no padding). pair_rows[p] = the
+// row of pair p. Rows of sorted_pairs past expert_offsets[E] are left untouched. topk_ids [T, k] i32, each in
+// [0, E) (CPU aborts on others; CUDA traps); sorted_pairs [capacity] i32 with capacity >= moe_align_capacity(T k,
+// E, block); pair_rows [T k] i32; expert_offsets [E + 1] i32.
+extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block)>
+    moe_align;
+
+// The grouped GEMM: for every row r < expert_offsets[E] of expert e with pair p = sorted_pairs[r] >= 0,
+// out[r] = x_r @ weight[e]^T, where x_r = x[p / gather_top_k] (gather_top_k > 0: x [T, K], the tokens) or x[r]
+// (gather_top_k == 0: x [capacity, K], already grouped); padding rows (p < 0) get zeros; rows past
+// expert_offsets[E] are left untouched. weight [E, N, K]; out [capacity, N]; `block` is moe_align's (CUDA runs
+// tensor-core tiles when it is a multiple of kMoeGemmSmallTileRows, a row-wise kernel otherwise). CPU: x and out f32,
+// weight f32 or bf16 (ops::linear per expert); CUDA: x, weight and out one dtype (f32, f16 or bf16), f32
+// accumulation. Offsets and pairs out of range abort on CPU (CUDA: the caller's invariant, from moe_align).
+extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
+               const Tensor& expert_offsets, int64_t gather_top_k, int64_t block)>
+    moe_gemm;
+
+// Back to token order: out[t] = sum_j topk_weights[t, j] * expert_out[pair_rows[t k + j]] (j ascending, f32 sums)
+// + g_t * shared_out[t] when shared_out is given, g_t = sigmoid(shared_gate[t, 0]) when shared_gate is given
+// (Qwen2-MoE's gated shared expert), else 1. out [T, H] (must not alias expert_out); expert_out [capacity, H];
+// topk_weights [T, k] f32; pair_rows [T k] i32; shared_out [T, H]; shared_gate [T, 1]; out, expert_out, shared_out
+// and shared_gate one dtype (CPU f32; CUDA f32, f16 or bf16).
+extern Op<void(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights, const Tensor& pair_rows,
+               const Tensor* shared_out, const Tensor* shared_gate)>
+    moe_combine;
+
+// moe_align's block for num_pairs pairs over num_experts experts on `device`: 1 on CPU and for decode-sized batches
+// on CUDA (the row-wise kernel); kMoeGemmSmallTileRows while experts average fewer than 16 rows; else
+// kMoeGemmTileRows.
+int64_t moe_align_block(Device device, int64_t num_pairs, int64_t num_experts);
+// Rows the grouped GEMMs need for num_pairs pairs over num_experts experts padded to `block`.
+int64_t moe_align_capacity(int64_t num_pairs, int64_t num_experts, int64_t block);
+
 // ---- paged KV cache and attention ----
 
 // Cache layout: [num_blocks, block_size, num_kv_heads, head_dim]; dtype f32 on CPU, on CUDA the activation

@@ -8,7 +8,7 @@ namespace llmserve {
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> table = {
       // name, model_type, {max_position_embeddings, qkv_bias_always, attention_bias_flag, mlp_bias_flag, qk_norm,
-      //                    sliding}, factory
+      //                    sliding, moe}, factory
       {"LlamaForCausalLM", "llama", {2048, false, true, true, false, SlidingStyle::kNone}, create_llama_family_model},
       {"MistralForCausalLM",
        "mistral",
@@ -16,6 +16,19 @@ const std::vector<Architecture>& architectures() {
        create_llama_family_model},
       {"Qwen2ForCausalLM", "qwen2", {32768, true, false, false, false, SlidingStyle::kQwen}, create_llama_family_model},
       {"Qwen3ForCausalLM", "qwen3", {32768, false, true, false, true, SlidingStyle::kQwen}, create_llama_family_model},
+      // Mixture of experts: the same decoder with a FusedMoE block in place of the MLP (layers/fused_moe.h).
+      {"MixtralForCausalLM",
+       "mixtral",
+       {4096 * 32, false, false, false, false, SlidingStyle::kAllLayers, MoeStyle::kMixtral},
+       create_llama_family_model},
+      {"Qwen2MoeForCausalLM",
+       "qwen2_moe",
+       {32768, true, false, false, false, SlidingStyle::kQwen, MoeStyle::kQwen2Moe},
+       create_llama_family_model},
+      {"Qwen3MoeForCausalLM",
+       "qwen3_moe",
+       {32768, false, true, false, true, SlidingStyle::kQwen, MoeStyle::kQwen3Moe},
+       create_llama_family_model},
   };
   return table;
 }

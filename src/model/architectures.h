@@ -13,6 +13,9 @@ namespace llmserve {
 // How a config names its sliding-window layers.
 enum class SlidingStyle { kNone, kAllLayers, kQwen };
 
+// Which MoE config fields an architecture reads (model_config.cc's parse_moe).
+enum class MoeStyle { kNone, kMixtral, kQwen2Moe, kQwen3Moe };
+
 // Per-architecture defaults and flag meanings for parse_model_config.
 struct ArchitectureConfigDefaults {
   int64_t max_position_embeddings = 2048;
@@ -21,6 +24,7 @@ struct ArchitectureConfigDefaults {
   bool mlp_bias_flag = false;        // `mlp_bias` adds gate/up/down biases
   bool qk_norm = false;              // per-head q/k RMSNorm (Qwen3)
   SlidingStyle sliding = SlidingStyle::kNone;
+  MoeStyle moe = MoeStyle::kNone;
 };
 
 struct Architecture {

@@ -1,6 +1,7 @@
-// The Llama family — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM — composed of the
-// shared blocks: embedding, DecoderLayer (pre-norm attention with GQA, rotary, optional q/k/v bias and per-head q/k
-// RMSNorm + SwiGLU MLP), final norm, lm head; plus the checkpoint-name -> parameter map.
+// The Llama family — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, and the MoE members
+// MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM — composed of the shared blocks: embedding,
+// DecoderLayer (pre-norm attention with GQA, rotary, optional q/k/v bias and per-head q/k RMSNorm + SwiGLU MLP or a
+// FusedMoE block), final norm, lm head; plus the checkpoint-name -> parameter map.
 #include "model/llama.h"
 
 #include <memory>
@@ -53,6 +54,30 @@ class LlamaForCausalLM final : public CausalLM {
   const Arena* arena_ = nullptr;
 };
 
+// The sparse layers' block (Mixtral, Qwen2-MoE, Qwen3-MoE) and its checkpoint names.
+FusedMoEOptions moe_options(const ModelConfig& c, DType activation_dtype) {
+  const MoeConfig& m = *c.moe;
+  FusedMoEOptions o;
+  o.hidden_size = c.hidden_size;
+  o.num_experts = m.num_experts;
+  o.top_k = m.num_experts_per_tok;
+  o.intermediate_size = m.moe_intermediate_size;
+  o.renormalize = m.norm_topk_prob;
+  o.shared_expert_intermediate_size = m.shared_expert_intermediate_size;
+  o.shared_expert_gate = m.shared_expert_intermediate_size > 0;  // Qwen2-MoE's shared expert is always gated
+  o.router_dtype = activation_dtype;
+  if (c.architecture == "MixtralForCausalLM") {
+    o.gate_proj_name = "w1";
+    o.up_proj_name = "w3";
+    o.down_proj_name = "w2";
+  }
+  return o;
+}
+
+std::string moe_module(const ModelConfig& c) {
+  return c.architecture == "MixtralForCausalLM" ? "block_sparse_moe" : "mlp";
+}
+
 LinearContext linear_context(const ModelConfig& c, const ModelLoadOptions& o, const LinearMethod* method) {
   Communicator* comm = o.communicator != nullptr ? o.communicator : &single_process_communicator();
   return {comm, method, resolve_weight_dtype(c, o)};
@@ -81,7 +106,11 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions&
     // One GEMM launch instead of three on CUDA (decode at small batch is launch-bound), unless per-head q/k norms
     // need contiguous q and k. The CPU runs three: that is the numerics its outputs are pinned to.
     a.fuse_qkv = !device_.is_cpu() && !c.qk_norm;
-    layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, c.intermediate_size, c.mlp_bias));
+    if (c.moe && c.moe->is_sparse_layer(i)) {
+      layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, moe_options(c, act_), moe_module(c)));
+    } else {
+      layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, c.intermediate_size, c.mlp_bias));
+    }
   }
 }
 
@@ -104,7 +133,7 @@ void LlamaForCausalLM::plan_activations(const ActivationLimits& limits, ArenaPla
   hidden_ = planner.reserve("hidden", {T, H}, act_, "max_num_batched_tokens");
   residual_ = planner.reserve("residual", {T, H}, act_, "max_num_batched_tokens");
   selected_ = planner.reserve("lm_head.rows", {limits.max_num_logits, H}, act_, "max_num_logits");
-  layer_act_ = layers_.front()->plan_activations(T, act_, planner);
+  layer_act_ = plan_decoder_activations(layers_, T, act_, planner);
   lm_head_act_ = lm_head_.plan_activations(limits.max_num_logits, planner);
 }
 

@@ -2,6 +2,7 @@
 // from here; the JSON text itself is parsed inside a try block whose error carries the byte position.
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -367,6 +368,75 @@ Status parse_flags(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
   return ok_status();
 }
 
+// Largest expert count and top-k the MoE ops take (kernels/ops.h: kMaxMoeExperts, kMaxMoeTopK).
+constexpr int64_t kMaxExperts = 1024, kMaxTopK = 32;
+
+// The MoE fields of Mixtral / Qwen2-MoE / Qwen3-MoE configs, with transformers' defaults for absent ones.
+Status parse_moe(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
+  if (spec.moe == MoeStyle::kNone) return ok_status();
+  MoeConfig moe;
+  if (spec.moe == MoeStyle::kMixtral) {
+    moe.num_experts = 8;
+    moe.num_experts_per_tok = 2;
+    RETURN_IF_ERROR(read_or_keep(config, "num_local_experts", &moe.num_experts));
+    RETURN_IF_ERROR(read_or_keep(config, "num_experts_per_tok", &moe.num_experts_per_tok));
+    moe.moe_intermediate_size = cfg->intermediate_size;  // Mixtral's experts are its MLPs
+    moe.norm_topk_prob = true;                           // MixtralTopKRouter always renormalises
+  } else {
+    const bool qwen2 = spec.moe == MoeStyle::kQwen2Moe;
+    moe.num_experts = qwen2 ? 60 : 128;
+    moe.num_experts_per_tok = qwen2 ? 4 : 8;
+    moe.moe_intermediate_size = qwen2 ? 1408 : 768;
+    // transformers 5 writes Qwen3-MoE's count as num_local_experts (an attribute alias); hub configs num_experts.
+    RETURN_IF_ERROR(read_or_keep(config, "num_local_experts", &moe.num_experts));
+    RETURN_IF_ERROR(read_or_keep(config, "num_experts", &moe.num_experts));
+    RETURN_IF_ERROR(read_or_keep(config, "num_experts_per_tok", &moe.num_experts_per_tok));
+    RETURN_IF_ERROR(read_or_keep(config, "moe_intermediate_size", &moe.moe_intermediate_size));
+    RETURN_IF_ERROR(read_or_keep(config, "norm_topk_prob", &moe.norm_topk_prob));
+    RETURN_IF_ERROR(read_or_keep(config, "decoder_sparse_step", &moe.decoder_sparse_step));
+    if (qwen2) {
+      moe.shared_expert_intermediate_size = 5632;
+      RETURN_IF_ERROR(read_or_keep(config, "shared_expert_intermediate_size", &moe.shared_expert_intermediate_size));
+      bool qkv_bias = true;  // Qwen2MoeConfig.qkv_bias
+      RETURN_IF_ERROR(read_or_keep(config, "qkv_bias", &qkv_bias));
+      cfg->attention_qkv_bias = qkv_bias;
+    } else {
+      // Qwen3-MoE slides every layer when use_sliding_window (no max_window_layers): not the Qwen2 rule here.
+      std::optional<bool> sliding;
+      RETURN_IF_ERROR(get_bool(config, "use_sliding_window", &sliding));
+      if (sliding.value_or(false)) return invalid_argument("Qwen3-MoE with use_sliding_window true is not supported");
+    }
+    auto it = config.find("mlp_only_layers");
+    if (it != config.end() && !it->is_null()) {
+      if (!it->is_array()) return invalid_argument(field_error_text("mlp_only_layers", *it, "a list of layer indices"));
+      for (const json& v : *it) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= cfg->num_hidden_layers) {
+          return invalid_argument(field_error_text("mlp_only_layers", *it, "a list of layer indices"));
+        }
+        moe.mlp_only_layers.push_back(v.get<int64_t>());
+      }
+    }
+  }
+  if (moe.num_experts <= 0 || moe.num_experts > kMaxExperts) {
+    return invalid_argument("the number of experts must be in [1, " + std::to_string(kMaxExperts) + "], got " +
+                            std::to_string(moe.num_experts));
+  }
+  if (moe.num_experts_per_tok <= 0 || moe.num_experts_per_tok > std::min(moe.num_experts, kMaxTopK)) {
+    return invalid_argument("field 'num_experts_per_tok' must be in [1, min(num_experts, " + std::to_string(kMaxTopK) +
+                            ")], got " + std::to_string(moe.num_experts_per_tok));
+  }
+  if (moe.moe_intermediate_size <= 0 || moe.moe_intermediate_size > kMaxSize) {
+    return invalid_argument("field 'moe_intermediate_size' must be positive, got " +
+                            std::to_string(moe.moe_intermediate_size));
+  }
+  if (moe.shared_expert_intermediate_size < 0 || moe.shared_expert_intermediate_size > kMaxSize) {
+    return invalid_argument("field 'shared_expert_intermediate_size' must be non-negative");
+  }
+  if (moe.decoder_sparse_step <= 0) return invalid_argument("field 'decoder_sparse_step' must be positive");
+  cfg->moe = std::move(moe);
+  return ok_status();
+}
+
 StatusOr<json> read_json_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found(path + ": cannot read");
@@ -395,6 +465,13 @@ std::string_view rope_type_name(RopeType type) {
   return "?";
 }
 
+bool MoeConfig::is_sparse_layer(int64_t layer) const {
+  for (int64_t dense : mlp_only_layers) {
+    if (dense == layer) return false;
+  }
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
 std::optional<int64_t> ModelConfig::sliding_window_for_layer(int64_t layer) const {
   if (!sliding_window || layer < 0 || layer >= static_cast<int64_t>(sliding_window_layers.size())) return {};
   return sliding_window_layers[static_cast<size_t>(layer)] ? sliding_window : std::nullopt;
@@ -419,6 +496,7 @@ StatusOr<ModelConfig> parse_model_config(const nlohmann::json& config) {
     RETURN_IF_ERROR(parse_flags(config, *spec, &cfg));
     RETURN_IF_ERROR(parse_rope(config, &cfg));
     RETURN_IF_ERROR(parse_sliding_window(config, *spec, &cfg));
+    RETURN_IF_ERROR(parse_moe(config, *spec, &cfg));
     return cfg;
   } catch (const json::exception& e) {  // a safety net: every read above checks types first
     return invalid_argument(std::string("config: ") + e.what());

@@ -36,6 +36,18 @@ struct RopeScaling {
   bool truncate = true;                          // yarn: floor/ceil the correction range
 };
 
+// Mixture-of-experts feed-forward (Mixtral, Qwen2-MoE, Qwen3-MoE): which layers are sparse and how tokens are routed.
+struct MoeConfig {
+  int64_t num_experts = 0;                      // num_local_experts (Mixtral) / num_experts (Qwen)
+  int64_t num_experts_per_tok = 0;              // top-k
+  int64_t moe_intermediate_size = 0;            // each expert's intermediate size
+  bool norm_topk_prob = false;                  // renormalise the top-k softmax weights to sum 1 (always for Mixtral)
+  int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE has one, behind a sigmoid gate)
+  int64_t decoder_sparse_step = 1;              // layer i is sparse iff (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;         // ... and i is not listed here (those run the dense MLP)
+  bool is_sparse_layer(int64_t layer) const;
+};
+
 struct ModelConfig {
   std::string architecture;  // "LlamaForCausalLM", ...
   std::string model_type;    // "llama", ... (may be empty)
@@ -62,6 +74,7 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // eos_token_id, an int or a list
   std::string hidden_act = "silu";
   std::optional<QuantizationConfig> quantization;  // quantization_config; unset: unquantized weights
+  std::optional<MoeConfig> moe;  // set for MoE architectures
 
   // The window for layer i, or nullopt for full attention.
   std::optional<int64_t> sliding_window_for_layer(int64_t layer) const;

@@ -78,3 +78,36 @@ TEST(RunFloor, NoCompletedRequestIsAZeroFloor) {
 
 }  // namespace
 }  // namespace llmserve::cli
+
+namespace llmserve::cli {
+namespace {
+
+// An MoE config (Qwen2-MoE shaped: 8 experts, top-2, a gated shared expert, layer 1 dense): active parameters count
+// the router, k experts and the shared expert; a step over B tokens reads E (1 - (1 - k/E)^B) experts per MoE layer.
+TEST(RunFloor, MoeCountsActiveExpertsAndTheExpertsTouched) {
+  StatusOr<ModelConfig> c = parse_model_config(nlohmann::json{{"architectures", {"Qwen2MoeForCausalLM"}},
+                                                              {"hidden_size", 64},
+                                                              {"intermediate_size", 128},
+                                                              {"num_attention_heads", 4},
+                                                              {"num_key_value_heads", 2},
+                                                              {"num_hidden_layers", 2},
+                                                              {"vocab_size", 100},
+                                                              {"max_position_embeddings", 256},
+                                                              {"num_experts", 8},
+                                                              {"num_experts_per_tok", 2},
+                                                              {"moe_intermediate_size", 32},
+                                                              {"shared_expert_intermediate_size", 48},
+                                                              {"mlp_only_layers", {1}}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const double attention = 64 * 64 + 2 * 64 * 32 + 64 * 64;
+  const double dense_mlp = 3 * 64 * 128, router = 64 * 8, expert = 3 * 64 * 32, shared = 3 * 64 * 48 + 64;
+  EXPECT_DOUBLE_EQ(layer_matmul_params(*c), 2 * attention + dense_mlp + router + 2 * expert + shared);
+  EXPECT_DOUBLE_EQ(expected_experts_touched(*c->moe, 1), 2.0);
+  EXPECT_NEAR(expected_experts_touched(*c->moe, 3), 8 * (1 - 0.75 * 0.75 * 0.75), 1e-12);
+  EXPECT_NEAR(expected_experts_touched(*c->moe, 1000), 8.0, 1e-9);
+  EXPECT_DOUBLE_EQ(step_read_params(*c, 1), matmul_params(*c));  // batch 1: exactly the active parameters
+  EXPECT_NEAR(step_read_params(*c, 1000), 2 * attention + dense_mlp + router + 8 * expert + shared + 100 * 64, 1e-6);
+}
+
+}  // namespace
+}  // namespace llmserve::cli

@@ -80,6 +80,11 @@ std::vector<int32_t> ids_of(const std::map<std::string, RequestOutput> &outs, co
 
 constexpr const char *kModel = "llama_gqa_f32";
 
+// The cache and scheduling equivalences run on a dense model and on a mixture-of-experts one (Qwen2-MoE: routed
+// experts, a gated shared expert and a dense layer), whose per-token routing must not depend on the batch either.
+class EngineEquivalenceOn : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalenceOn, ::testing::Values(kModel, "qwen2_moe_shared_f32"));
+
 // The reference: the recompute-everything greedy loop, one prompt at a time.
 std::vector<std::vector<int32_t>> reference(CausalLM &m, const std::vector<std::vector<int32_t>> &prompts,
                                             int64_t max_tokens) {
@@ -89,7 +94,8 @@ std::vector<std::vector<int32_t>> reference(CausalLM &m, const std::vector<std::
 }
 
 TEST(EngineEquivalence, MatchesTransformersFixtures) {
-  for (const std::string name : {"llama_gqa_f32", "qwen3_qknorm_f32", "mistral_swa_f32"}) {
+  for (const std::string name :
+       {"llama_gqa_f32", "qwen3_qknorm_f32", "mistral_swa_f32", "mixtral_moe_f32", "qwen3_moe_f32"}) {
     std::ifstream in(testing::fixtures_dir() + "/" + name + "/expected.json");
     const nlohmann::json expected = nlohmann::json::parse(in);
     std::vector<std::vector<int32_t>> prompts;
@@ -112,8 +118,8 @@ TEST(EngineEquivalence, MatchesTransformersFixtures) {
   }
 }
 
-TEST(EngineEquivalence, BatchedEqualsOneByOneAndReference) {
-  CausalLM &m = model(kModel);
+TEST_P(EngineEquivalenceOn, BatchedEqualsOneByOneAndReference) {
+  CausalLM &m = model(GetParam());
   const auto prompts = random_prompts(6, 1, 40, m.config().vocab_size, 1);
   const auto ref = reference(m, prompts, 12);
   auto batched = make_engine(m);
@@ -125,8 +131,8 @@ TEST(EngineEquivalence, BatchedEqualsOneByOneAndReference) {
   }
 }
 
-TEST(EngineEquivalence, ChunkedPrefillEqualsUnchunked) {
-  CausalLM &m = model(kModel);
+TEST_P(EngineEquivalenceOn, ChunkedPrefillEqualsUnchunked) {
+  CausalLM &m = model(GetParam());
   const auto prompts = random_prompts(4, 20, 90, m.config().vocab_size, 2);
   const auto ref = reference(m, prompts, 8);
   for (int64_t chunk : {1, 7, 64}) {
@@ -140,8 +146,8 @@ TEST(EngineEquivalence, ChunkedPrefillEqualsUnchunked) {
   }
 }
 
-TEST(EngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
-  CausalLM &m = model(kModel);
+TEST_P(EngineEquivalenceOn, PreemptedAndRecomputedEqualsNeverPreempted) {
+  CausalLM &m = model(GetParam());
   const auto prompts = random_prompts(5, 20, 30, m.config().vocab_size, 3);
   const auto ref = reference(m, prompts, 24);
   EngineArgs args;
@@ -159,8 +165,8 @@ TEST(EngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
   }
 }
 
-TEST(EngineEquivalence, PrefixCacheHitEqualsMiss) {
-  CausalLM &m = model(kModel);
+TEST_P(EngineEquivalenceOn, PrefixCacheHitEqualsMiss) {
+  CausalLM &m = model(GetParam());
   auto prompts = random_prompts(1, 50, 50, m.config().vocab_size, 4);
   auto tails = random_prompts(3, 1, 9, m.config().vocab_size, 5);
   std::vector<std::vector<int32_t>> second;

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "kernels/ops.h"
 #include "model/architectures.h"
 #include "model/layers/communicator.h"
+#include "model/layers/fused_moe.h"
 #include "model/layers/linear.h"
 #include "model/model_registry.h"
 
@@ -245,6 +247,77 @@ struct OneStep {
     logits = Tensor::empty({1, c.vocab_size}, DType::kF32);
   }
 };
+
+// A checkpoint held in memory: name -> tensor (what an HF directory would map).
+class MapWeightSource final : public WeightSource {
+ public:
+  std::map<std::string, Tensor> tensors;
+  StatusOr<Tensor> get(const std::string& name, const Shape& shape, DType dtype) override {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) return not_found("no tensor " + name);
+    if (it->second.shape() != shape) return invalid_argument(name + ": wrong shape");
+    return it->second.to(dtype);
+  }
+  bool contains(const std::string& name) const override { return tensors.count(name) > 0; }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [name, t] : tensors) out.push_back(name);
+    return out;
+  }
+};
+
+// FusedMoE's two checkpoint layouts load the same experts: HF's per-expert tensors (Mixtral's w1 / w3 / w2 names
+// here) stacked at load, and transformers 5's stacked tensors as they are; a missing expert is named.
+TEST(FusedMoELayer, PerExpertAndStackedCheckpointsGiveTheSameBlock) {
+  const int64_t E = 4, H = 16, I = 8, T = 5;
+  FusedMoEOptions o;
+  o.hidden_size = H;
+  o.num_experts = E;
+  o.top_k = 2;
+  o.intermediate_size = I;
+  o.renormalize = true;
+  o.gate_proj_name = "w1";
+  o.up_proj_name = "w3";
+  o.down_proj_name = "w2";
+  MapWeightSource per_expert, stacked;
+  Tensor w13 = Tensor::empty({E, 2 * I, H}, DType::kF32), w2 = Tensor::empty({E, H, I}, DType::kF32);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string p = "moe.experts." + std::to_string(e) + ".";
+    Tensor gate = random_input(I, H, 10 + e), up = random_input(I, H, 20 + e), down = random_input(H, I, 30 + e);
+    per_expert.tensors[p + "w1.weight"] = gate;
+    per_expert.tensors[p + "w3.weight"] = up;
+    per_expert.tensors[p + "w2.weight"] = down;
+    w13.select(0, e).slice(0, 0, I).copy_from(gate);
+    w13.select(0, e).slice(0, I, 2 * I).copy_from(up);
+    w2.select(0, e).copy_from(down);
+  }
+  Tensor router = random_input(E, H, 1);
+  per_expert.tensors["moe.gate.weight"] = stacked.tensors["moe.gate.weight"] = router;
+  stacked.tensors["moe.experts.gate_up_proj"] = w13;
+  stacked.tensors["moe.experts.down_proj"] = w2;
+  const Tensor x = random_input(T, H, 2);
+  std::vector<Tensor> outs;
+  for (MapWeightSource* source : {&per_expert, &stacked}) {
+    FusedMoE moe(dense_context(), o);
+    NamedParameters params;
+    moe.named_parameters("moe", params);
+    ASSERT_TRUE(load_parameters(params, *source, {}).ok());
+    ArenaPlanner planner;
+    const FusedMoE::Activations act = moe.plan_activations(T, DType::kF32, planner);
+    const Arena arena = planner.allocate(Device::cpu());
+    Tensor y = x.clone();
+    moe.forward(arena, act, y);
+    outs.push_back(y);
+  }
+  EXPECT_TRUE(same_bytes(outs[0], outs[1]));
+  EXPECT_FALSE(same_bytes(outs[0], x));
+  per_expert.tensors.erase("moe.experts.3.w3.weight");
+  FusedMoE moe(dense_context(), o);
+  NamedParameters params;
+  moe.named_parameters("moe", params);
+  const Status s = load_parameters(params, per_expert, {});
+  EXPECT_NE(s.message().find("moe.experts.3.w3.weight"), std::string::npos) << s.to_string();
+}
 
 TEST(ActivationMemoryDeathTest, ForwardReadsThePlannedArenaOnly) {
   StatusOr<std::unique_ptr<CausalLM>> model = load_model("tests/fixtures/models/llama_gqa_f32", ModelLoadOptions{});

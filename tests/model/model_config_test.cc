@@ -176,6 +176,93 @@ TEST(ModelConfig, Qwen3HasExplicitHeadDimAndQkNorm) {
   EXPECT_TRUE(cfg->attention_qkv_bias && cfg->attention_out_bias);
 }
 
+// The public config.json fields of Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B and Mixtral-8x7B.
+TEST(ModelConfig, Qwen3MoeRoutingFields) {
+  json j = json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "decoder_sparse_step": 1, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8,
+    "num_hidden_layers": 48, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_sliding_window": false,
+    "vocab_size": 151936
+  })");
+  StatusOr<ModelConfig> cfg = parse_model_config(j);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  ASSERT_TRUE(cfg->moe.has_value());
+  EXPECT_EQ(cfg->moe->num_experts, 128);
+  EXPECT_EQ(cfg->moe->num_experts_per_tok, 8);
+  EXPECT_EQ(cfg->moe->moe_intermediate_size, 768);
+  EXPECT_TRUE(cfg->moe->norm_topk_prob);
+  EXPECT_EQ(cfg->moe->shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(cfg->qk_norm);
+  for (int64_t i = 0; i < 48; ++i) EXPECT_TRUE(cfg->moe->is_sparse_layer(i));
+  j["use_sliding_window"] = true;
+  EXPECT_TRUE(has(parse_model_config(j).status(), "use_sliding_window"));
+  j["use_sliding_window"] = false;
+  j["num_experts_per_tok"] = 129;
+  EXPECT_TRUE(has(parse_model_config(j).status(), "num_experts_per_tok"));
+  j["num_experts_per_tok"] = 8;
+  j["num_experts"] = 0;
+  EXPECT_TRUE(has(parse_model_config(j).status(), "number of experts"));
+  j.erase("num_experts");
+  j["num_local_experts"] = 16;  // transformers 5 writes the count under this name
+  cfg = parse_model_config(j);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  EXPECT_EQ(cfg->moe->num_experts, 16);
+  j["norm_topk_prob"] = nullptr;  // absent: transformers' default, false
+  EXPECT_FALSE(parse_model_config(j)->moe->norm_topk_prob);
+}
+
+TEST(ModelConfig, Qwen2MoeSharedExpertAndDenseLayers) {
+  json j = json::parse(R"({
+    "architectures": ["Qwen2MoeForCausalLM"], "decoder_sparse_step": 2, "hidden_size": 2048,
+    "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21, "model_type": "qwen2_moe",
+    "moe_intermediate_size": 1408, "norm_topk_prob": false, "num_attention_heads": 16, "num_experts": 60,
+    "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "shared_expert_intermediate_size": 5632, "sliding_window": 32768,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_sliding_window": false, "vocab_size": 151936,
+    "mlp_only_layers": [3]
+  })");
+  StatusOr<ModelConfig> cfg = parse_model_config(j);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  EXPECT_EQ(cfg->moe->num_experts, 60);
+  EXPECT_EQ(cfg->moe->shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(cfg->moe->norm_topk_prob);
+  EXPECT_TRUE(cfg->attention_qkv_bias);        // Qwen2MoeConfig.qkv_bias defaults to true
+  EXPECT_FALSE(cfg->moe->is_sparse_layer(0));  // (0 + 1) % 2 != 0
+  EXPECT_TRUE(cfg->moe->is_sparse_layer(1));
+  EXPECT_FALSE(cfg->moe->is_sparse_layer(3));  // listed in mlp_only_layers
+  EXPECT_TRUE(cfg->moe->is_sparse_layer(5));
+  j["qkv_bias"] = false;
+  EXPECT_FALSE(parse_model_config(j)->attention_qkv_bias);
+  j["mlp_only_layers"] = {24};
+  EXPECT_TRUE(has(parse_model_config(j).status(), "mlp_only_layers"));
+  j["mlp_only_layers"] = json::array();
+  j["decoder_sparse_step"] = 0;
+  EXPECT_TRUE(has(parse_model_config(j).status(), "decoder_sparse_step"));
+}
+
+TEST(ModelConfig, MixtralExpertsAreItsMlps) {
+  json j = json::parse(R"({
+    "architectures": ["MixtralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": null, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "vocab_size": 32000
+  })");
+  StatusOr<ModelConfig> cfg = parse_model_config(j);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  EXPECT_EQ(cfg->moe->num_experts, 8);
+  EXPECT_EQ(cfg->moe->num_experts_per_tok, 2);
+  EXPECT_EQ(cfg->moe->moe_intermediate_size, 14336);
+  EXPECT_TRUE(cfg->moe->norm_topk_prob);  // Mixtral always renormalises
+  EXPECT_FALSE(cfg->sliding_window.has_value());
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(parse_model_config(j)->sliding_window_for_layer(5), 4096);
+  EXPECT_FALSE(parse_model_config(llama_base())->moe.has_value());
+}
+
 TEST(ModelConfig, LlamaDefaultsAndFlags) {
   json j = llama_base();
   j.erase("num_key_value_heads");

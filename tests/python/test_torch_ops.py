@@ -290,3 +290,69 @@ def test_quantized_ops_cpu():
     xw = rand(3, k)
     check(L.w4a16_linear, [torch.empty(3, n), xw, qweight, wscales, zeros, perm, None],
           lambda args: [(args[0], xw[:, perm.long()] @ w.T)], atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_ops_match_torch(device):
+    # The MoE chain against transformers' block written in PyTorch: softmax -> topk -> renormalise, then per token
+    # the weighted sum of down(silu(gate x) * up x) over its experts. Continuous logits (no ties: torch.topk's tie
+    # order is unspecified); ties are covered by test_moe_route_ties_to_the_lower_expert.
+    T, E, k, H, I = 11, 8, 2, 32, 16
+    x, logits = rand(T, H, device=device), rand(T, E, device=device)
+    w13, w2 = rand(E, 2 * I, H, device=device) * 0.2, rand(E, H, I, device=device) * 0.2
+    probs = torch.softmax(logits.float(), -1)
+    tv, ti = torch.topk(probs, k)
+    tv = tv / tv.sum(-1, keepdim=True)
+    weights, ids = torch.empty(T, k, device=device), torch.empty(T, k, dtype=torch.int32, device=device)
+    check(L.moe_route, [weights, ids, logits, 0, 1], lambda a: [(a[1].long(), ti), (a[0], tv)], 1e-6, 1e-5)
+    block = 1
+    cap = T * k
+    sorted_pairs = torch.full((cap,), -7, dtype=torch.int32, device=device)
+    pair_rows = torch.empty(T * k, dtype=torch.int32, device=device)
+    offsets = torch.empty(E + 1, dtype=torch.int32, device=device)
+    L.moe_align(sorted_pairs, pair_rows, offsets, ids, block)
+    flat = ids.flatten().long()
+    assert torch.equal(offsets.long().cpu(), torch.cat([torch.zeros(1, dtype=torch.long),
+                                                        torch.bincount(flat, minlength=E).cumsum(0).cpu()]))
+    assert torch.equal(sorted_pairs.long(), torch.sort(flat, stable=True).indices)
+    gate_up, act = torch.empty(cap, 2 * I, device=device), torch.empty(cap, I, device=device)
+    down, out = torch.empty(cap, H, device=device), torch.empty(T, H, device=device)
+    L.moe_gemm(gate_up, x, w13, sorted_pairs, offsets, k, block)
+    L.silu_and_mul(act, gate_up)
+    L.moe_gemm(down, act, w2, sorted_pairs, offsets, 0, block)
+    L.moe_combine(out, down, weights, pair_rows, None, None)
+    want = torch.zeros(T, H, device=device)
+    for t in range(T):
+        for j in range(k):
+            e = int(ti[t, j])
+            g, u = (w13[e] @ x[t]).chunk(2)
+            want[t] += tv[t, j] * (w2[e] @ (torch.nn.functional.silu(g) * u))
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_route_ties_to_the_lower_expert(device):
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, -2.0]], device=device)
+    weights, ids = torch.empty(1, 3, device=device), torch.empty(1, 3, dtype=torch.int32, device=device)
+    L.moe_route(weights, ids, logits, 1, 0)
+    assert ids.tolist() == [[1, 2, 4]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_route_grouped_matches_deepseek_v3_router(device):
+    # transformers' DeepseekV3TopkRouter, written here in PyTorch: sigmoid, + bias, group score = sum of each group's
+    # top two, keep topk_group groups, top-k of the rest, weights from the unbiased scores, renormalised, scaled.
+    T, E, k, n_group, topk_group, scale = 9, 64, 6, 8, 3, 2.5
+    logits, bias = rand(T, E, device=device), rand(E, device=device) * 0.1
+    scores = logits.sigmoid()
+    choice = scores + bias
+    group_scores = choice.view(T, n_group, E // n_group).topk(2, dim=-1)[0].sum(-1)
+    group_idx = torch.topk(group_scores, k=topk_group, dim=-1)[1]
+    mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+    mask = mask.unsqueeze(-1).expand(-1, n_group, E // n_group).reshape(T, E)
+    ids_want = torch.topk(choice.masked_fill(~mask.bool(), float("-inf")), k=k, dim=-1)[1]
+    w_want = scores.gather(1, ids_want)
+    w_want = w_want / (w_want.sum(-1, keepdim=True) + 1e-20) * scale
+    weights, ids = torch.empty(T, k, device=device), torch.empty(T, k, dtype=torch.int32, device=device)
+    check(L.moe_route_grouped, [weights, ids, logits, bias, n_group, topk_group, 1, scale],
+          lambda a: [(a[1].long(), ids_want), (a[0], w_want)], 1e-6, 1e-5)

@@ -11,6 +11,7 @@ void register_cache_kernels();
 void register_embedding_rotary_kernels();
 void register_gemm_kernels();
 void register_logits_kernels();
+void register_moe_kernels();
 void register_norm_kernels();
 void register_quant_kernels();
 void register_sampling_kernels();
@@ -23,6 +24,7 @@ void register_kernels() {
   register_embedding_rotary_kernels();
   register_gemm_kernels();
   register_logits_kernels();
+  register_moe_kernels();
   register_norm_kernels();
   register_quant_kernels();
   register_sampling_kernels();

@@ -1,8 +1,13 @@
-// DecoderLayer: pre-norm attention + gated MLP with the fused residual norm (the Llama family's block).
+// DecoderLayer: pre-norm attention + gated MLP (or a FusedMoE block) with the fused residual norm (the Llama family's
+// block; Mixtral / Qwen-MoE put a FusedMoE where the MLP was).
 // x [T, hidden] is the running block output, residual [T, hidden] the running sum; the first layer seeds residual.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "model/layers/attention.h"
+#include "model/layers/fused_moe.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/rms_norm.h"
 
@@ -11,24 +16,40 @@ namespace llmserve {
 class DecoderLayer {
  public:
   DecoderLayer(const LinearContext& ctx, const AttentionOptions& attention, int64_t intermediate_size, bool mlp_bias);
+  // The sparse form: `moe` in place of the MLP, its parameters under `<prefix>.<moe_module>` ("mlp";
+  // Mixtral: "block_sparse_moe").
+  DecoderLayer(const LinearContext& ctx, const AttentionOptions& attention, const FusedMoEOptions& moe,
+               std::string moe_module);
 
   struct Activations {
     Attention::Activations attention;
-    GatedMLP::Activations mlp;
+    GatedMLP::Activations mlp;  // planned when some layer is dense
+    FusedMoE::Activations moe;  // planned when some layer is sparse
   };
-  // Planned once per model (every layer has the same shapes) on any one layer.
+  // Planned once per model on any one layer (every layer has the same shapes), plus the feed-forward kind it lacks
+  // when the model mixes dense and sparse layers: see plan_decoder_activations.
   Activations plan_activations(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner) const;
+  // Plans only this layer's feed-forward part (the MLP or the MoE block) into `a`.
+  void plan_feed_forward(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner, Activations& a) const;
   void forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
                const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, bool first_layer, Tensor& x,
                Tensor& residual) const;
   void named_parameters(const std::string& prefix, NamedParameters& out);
   Status process_weights_after_loading();
+  bool is_sparse() const { return moe_ != nullptr; }
 
  private:
   RMSNorm input_layernorm_;
   Attention self_attn_;
   RMSNorm post_attention_layernorm_;
-  GatedMLP mlp_;
+  std::unique_ptr<GatedMLP> mlp_;  // dense layers
+  std::unique_ptr<FusedMoE> moe_;  // sparse layers
+  std::string moe_module_;
 };
+
+// The activations of a model's layers (the attention once; the MLP and / or the MoE block from the first layer of
+// each kind).
+DecoderLayer::Activations plan_decoder_activations(const std::vector<std::unique_ptr<DecoderLayer>>& layers,
+                                                   int64_t max_num_tokens, DType dtype, ArenaPlanner& planner);
 
 }  // namespace llmserve

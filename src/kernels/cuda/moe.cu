@@ -1,0 +1,517 @@
+// The mixture-of-experts ops on CUDA (ops.h), matching kernels/cpu/moe.cc: the router (one warp per token), the
+// stable grouping by expert (one block: shared-memory counts, a block scan of the padded counts, then one warp places
+// pairs in ascending order with __match_any_sync), the grouped GEMM (tensor-core tiles of kMoeGemmTileRows rows of one
+// expert for 16-bit operands when moe_align padded to the tile (64 or 16 rows); otherwise, and for decode-sized
+// batches, a row-wise kernel that streams only the chosen experts' weight rows) and the weighted combine. No host
+// synchronisation, no allocation: every size the kernels need beyond the host-known capacity is read on the device
+// (graph-safe).
+#include <mma.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace llmserve::cuda {
+namespace {
+
+// ---- router ----
+
+constexpr int kRouteWarps = 4;  // tokens per block
+
+template <typename T>
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_kernel(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride, const T* logits,
+                     int64_t logits_stride, int64_t num_tokens, int num_experts, int k, int scoring, int renormalize) {
+  __shared__ float scores[kRouteWarps][ops::kMaxMoeExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= num_tokens) return;  // whole warps leave: the kernel has no block-wide barrier
+  const T* l = logits + t * logits_stride;
+  float* s = scores[warp];
+  if (scoring == ops::kMoeScoringSoftmax) {
+    float max = -INFINITY;
+    for (int e = lane; e < num_experts; e += 32) {
+      s[e] = load_f(l + e);
+      max = fmaxf(max, s[e]);
+    }
+    for (int o = 16; o > 0; o >>= 1) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, o));
+    float sum = 0.f;
+    for (int e = lane; e < num_experts; e += 32) {
+      s[e] = expf(s[e] - max);
+      sum += s[e];
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    for (int e = lane; e < num_experts; e += 32) s[e] = s[e] / sum;
+  } else {
+    for (int e = lane; e < num_experts; e += 32) s[e] = 1.f / (1.f + expf(-load_f(l + e)));
+  }
+  __syncwarp();
+  uint32_t taken = 0;  // bit i: expert lane + 32 i already chosen
+  float total = 0.f;
+  float* w = weights + t * weights_stride;
+  int32_t* id = ids + t * ids_stride;
+  for (int j = 0; j < k; ++j) {
+    uint64_t best = 0;
+    for (int e = lane, i = 0; e < num_experts; e += 32, ++i) {
+      const uint64_t key = (taken >> i) & 1u ? 0 : rank_key(s[e], e);
+      best = key > best ? key : best;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
+    }
+    const int chosen = key_id(best);
+    const float value = s[chosen];
+    if (chosen % 32 == lane) taken |= 1u << (chosen / 32);
+    if (lane == 0) {
+      id[j] = chosen;
+      w[j] = value;
+    }
+    total += value;
+  }
+  __syncwarp();
+  if (renormalize != 0 && lane == 0) {
+    for (int j = 0; j < k; ++j) w[j] /= total;
+  }
+}
+
+void moe_route(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
+               int64_t renormalize) {
+  const int64_t num_tokens = router_logits.size(0);
+  if (num_tokens == 0) return;
+  dispatch_float(router_logits.dtype(), "moe_route", [&](auto tag) {
+    using T = decltype(tag);
+    moe_route_kernel<T><<<ceil_div(num_tokens, kRouteWarps), kRouteWarps * 32, 0, stream()>>>(
+        topk_weights.data<float>(), topk_weights.stride(0), topk_ids.data<int32_t>(), topk_ids.stride(0),
+        router_logits.data<T>(), router_logits.stride(0), num_tokens, static_cast<int>(router_logits.size(1)),
+        static_cast<int>(topk_ids.size(1)), static_cast<int>(scoring), static_cast<int>(renormalize));
+    check_launch("moe_route_kernel");
+  });
+}
+
+// DeepSeek-V3's group-limited routing: one warp per token; lane g scores group g (its two best choice values), the
+// warp keeps the topk_groups best groups, then picks the top-k experts of those groups as moe_route does.
+template <typename T>
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_grouped_kernel(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride, const T* logits,
+                             int64_t logits_stride, const float* bias, int64_t num_tokens, int num_experts, int k,
+                             int num_groups, int topk_groups, int renormalize, float routed_scaling_factor) {
+  __shared__ float scores[kRouteWarps][ops::kMaxMoeExperts];
+  __shared__ float choice[kRouteWarps][ops::kMaxMoeExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= num_tokens) return;  // whole warps leave: no block-wide barrier follows
+  const T* l = logits + t * logits_stride;
+  float* s = scores[warp];
+  float* c = choice[warp];
+  for (int e = lane; e < num_experts; e += 32) {
+    s[e] = 1.f / (1.f + expf(-load_f(l + e)));
+    c[e] = s[e] + bias[e];
+  }
+  __syncwarp();
+  const int group_size = num_experts / num_groups;
+  uint64_t group_key = 0;  // lanes past num_groups stay 0: never chosen
+  if (lane < num_groups) {
+    const float* g = c + lane * group_size;
+    float first = g[0], second = g[1];
+    uint64_t first_key = rank_key(first, 0), second_key = rank_key(second, 1);
+    if (second_key > first_key) {
+      const float v = first;
+      first = second;
+      second = v;
+      const uint64_t key = first_key;
+      first_key = second_key;
+      second_key = key;
+    }
+    for (int i = 2; i < group_size; ++i) {
+      const uint64_t key = rank_key(g[i], i);
+      if (key > first_key) {
+        second = first;
+        second_key = first_key;
+        first = g[i];
+        first_key = key;
+      } else if (key > second_key) {
+        second = g[i];
+        second_key = key;
+      }
+    }
+    group_key = rank_key(first + second, lane);
+  }
+  uint32_t kept = 0;  // bit g: group g kept
+  for (int i = 0; i < topk_groups; ++i) {
+    uint64_t best = (kept >> lane) & 1u ? 0 : group_key;
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
+    }
+    kept |= 1u << key_id(best);
+  }
+  uint32_t taken = 0;
+  float total = 0.f;
+  float* w = weights + t * weights_stride;
+  int32_t* id = ids + t * ids_stride;
+  for (int j = 0; j < k; ++j) {
+    uint64_t best = 0;
+    for (int e = lane, i = 0; e < num_experts; e += 32, ++i) {
+      const bool open = !((taken >> i) & 1u) && ((kept >> (e / group_size)) & 1u);
+      const uint64_t key = open ? rank_key(c[e], e) : 0;
+      best = key > best ? key : best;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
+    }
+    const int chosen = key_id(best);
+    const float value = s[chosen];
+    if (chosen % 32 == lane) taken |= 1u << (chosen / 32);
+    if (lane == 0) {
+      id[j] = chosen;
+      w[j] = value;
+    }
+    total += value;
+  }
+  __syncwarp();
+  if (lane == 0) {
+    for (int j = 0; j < k; ++j) {
+      if (renormalize != 0) w[j] /= total + 1e-20f;
+      w[j] *= routed_scaling_factor;
+    }
+  }
+}
+
+void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits,
+                       const Tensor& correction_bias, int64_t num_groups, int64_t topk_groups, int64_t renormalize,
+                       float routed_scaling_factor) {
+  const int64_t num_tokens = router_logits.size(0);
+  if (num_tokens == 0) return;
+  dispatch_float(router_logits.dtype(), "moe_route_grouped", [&](auto tag) {
+    using T = decltype(tag);
+    moe_route_grouped_kernel<T><<<ceil_div(num_tokens, kRouteWarps), kRouteWarps * 32, 0, stream()>>>(
+        topk_weights.data<float>(), topk_weights.stride(0), topk_ids.data<int32_t>(), topk_ids.stride(0),
+        router_logits.data<T>(), router_logits.stride(0), correction_bias.data<float>(), num_tokens,
+        static_cast<int>(router_logits.size(1)), static_cast<int>(topk_ids.size(1)), static_cast<int>(num_groups),
+        static_cast<int>(topk_groups), static_cast<int>(renormalize), routed_scaling_factor);
+    check_launch("moe_route_grouped_kernel");
+  });
+}
+
+// ---- alignment ----
+
+constexpr int kAlignThreads = 1024;  // >= kMaxMoeExperts: one expert per thread in the scan
+static_assert(kAlignThreads >= ops::kMaxMoeExperts, "moe_align scans one expert per thread");
+
+__global__ void __launch_bounds__(kAlignThreads)
+    moe_align_kernel(int32_t* sorted_pairs, int32_t* pair_rows, int32_t* expert_offsets, const int32_t* topk_ids,
+                     int num_pairs, int num_experts, int block) {
+  __shared__ int counts[ops::kMaxMoeExperts];
+  __shared__ int cursor[ops::kMaxMoeExperts];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < num_experts; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int p = tid; p < num_pairs; p += blockDim.x) {
+    const int e = topk_ids[p];
+    device_check(e >= 0 && e < num_experts);
+    atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  const int padded = tid < num_experts ? (counts[tid] + block - 1) / block * block : 0;
+  int total = 0;
+  const int start = block_exclusive_scan<int>(padded, &total);
+  if (tid < num_experts) {
+    expert_offsets[tid] = start;
+    cursor[tid] = start;
+  }
+  if (tid == 0) expert_offsets[num_experts] = total;
+  for (int r = tid; r < total; r += blockDim.x) sorted_pairs[r] = -1;
+  __syncthreads();
+  if (tid >= 32) return;
+  // One warp, 32 pairs at a time in pair order: lanes choosing the same expert take consecutive rows by lane.
+  const int lane = tid;
+  for (int base = 0; base < num_pairs; base += 32) {
+    const int p = base + lane;
+    const bool valid = p < num_pairs;
+    const int e = valid ? topk_ids[p] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(same & ((1u << lane) - 1u));
+    if (valid) {
+      const int r = cursor[e] + rank;
+      sorted_pairs[r] = p;
+      pair_rows[p] = r;
+    }
+    __syncwarp();
+    if (valid && __ffs(same) - 1 == lane) cursor[e] += __popc(same);
+    __syncwarp();
+  }
+}
+
+void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block) {
+  moe_align_kernel<<<1, kAlignThreads, 0, stream()>>>(
+      sorted_pairs.data<int32_t>(), pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), topk_ids.data<int32_t>(),
+      static_cast<int>(topk_ids.numel()), static_cast<int>(expert_offsets.size(0) - 1), static_cast<int>(block));
+  check_launch("moe_align_kernel");
+}
+
+// ---- grouped GEMM ----
+
+// The expert owning row r (< expert_offsets[E]): the largest e with offsets[e] <= r (empty experts are skipped).
+__device__ __forceinline__ int expert_of_row(const int32_t* offsets, int num_experts, int64_t r) {
+  int lo = 0, hi = num_experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (offsets[mid] <= r) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// Row-wise: block (r, column group) computes kRowWarps columns of row r, one warp per column, streaming that
+// expert's weight rows (16-byte loads when Vec) against the row's x (cached).
+constexpr int kRowWarps = 8;
+constexpr int kRowUnroll = 4;
+
+template <typename T, bool Vec>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    moe_gemm_rows_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight,
+                         const int32_t* sorted_pairs, const int32_t* expert_offsets, int num_experts, int64_t n,
+                         int64_t k, int gather_top_k) {
+  const int64_t r = blockIdx.x;
+  if (r >= expert_offsets[num_experts]) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t col = static_cast<int64_t>(blockIdx.y) * kRowWarps + warp;
+  if (col >= n) return;
+  const int pair = sorted_pairs[r];
+  if (pair < 0) {
+    if (lane == 0) store_f(out + r * out_stride + col, 0.f);
+    return;
+  }
+  const int e = expert_of_row(expert_offsets, num_experts, r);
+  const T* xr = x + (gather_top_k > 0 ? static_cast<int64_t>(pair / gather_top_k) : r) * x_stride;
+  const T* w = weight + (static_cast<int64_t>(e) * n + col) * k;
+  float acc = 0.f;
+  if constexpr (Vec) {
+    const int64_t k8 = k / 8;
+    const uint4* w4 = reinterpret_cast<const uint4*>(w);
+    int64_t i = lane;
+    for (; i + 32 * (kRowUnroll - 1) < k8; i += 32 * kRowUnroll) {
+      uint4 wv[kRowUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) wv[u] = __ldg(w4 + i + 32 * u);
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        float wf[8], xf[8];
+        load8(reinterpret_cast<const T*>(&wv[u]), wf);
+        load8(xr + (i + 32 * u) * 8, xf);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc = fmaf(wf[q], xf[q], acc);
+      }
+    }
+    for (; i < k8; i += 32) {
+      float wf[8], xf[8];
+      load8(w + i * 8, wf);
+      load8(xr + i * 8, xf);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) acc = fmaf(wf[q], xf[q], acc);
+    }
+  } else {
+    for (int64_t i = lane; i < k; i += 32) acc = fmaf(load_f(w + i), load_f(xr + i), acc);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) store_f(out + r * out_stride + col, acc);
+}
+
+// Tensor-core tiles: block (column tile, row tile) computes kM x kTileN outputs of one expert (moe_align padded every
+// expert's rows to a multiple of kM) with WMMA 16x16x16 fragments, f32 accumulation, 4 warps. kM = 64 (prefill: 2 x 2
+// warps of 32 x 32) or 16 (mid-size batches, where an expert holds a few rows: less padding computed; 1 x 4 warps of
+// 16 x 16). Each weight tile is read once per row tile of its expert.
+constexpr int kTileN = 64, kTileK = 32;
+constexpr int kTileThreads = 128;
+constexpr int kSmemPad = 8;  // 16 bytes per row: keeps WMMA's ldm a multiple of 8 elements and spreads banks
+
+template <typename T, int kM>
+__global__ void __launch_bounds__(kTileThreads)
+    moe_gemm_tiles_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight,
+                          const int32_t* sorted_pairs, const int32_t* expert_offsets, int num_experts, int64_t n,
+                          int64_t k, int gather_top_k) {
+  using namespace nvcuda;
+  constexpr int kWarpsM = kM == 64 ? 2 : 1, kWarpsN = 4 / kWarpsM;
+  constexpr int kFragM = kM / (16 * kWarpsM), kFragN = kTileN / (16 * kWarpsN);
+  static_assert(kFragM >= 1 && kFragN >= 1 && kM % (16 * kWarpsM) == 0, "tile shape");
+  __shared__ __align__(32) T a_tile[kM][kTileK + kSmemPad];
+  __shared__ __align__(32) T b_tile[kTileN][kTileK + kSmemPad];
+  __shared__ __align__(32) float c_tile[kM][kTileN + 4];
+  __shared__ int64_t x_rows[kM];  // source row of each tile row in x, -1 for padding
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kM;
+  if (row0 >= expert_offsets[num_experts]) return;  // uniform over the block
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const int e = expert_of_row(expert_offsets, num_experts, row0);
+  const T* w = weight + static_cast<int64_t>(e) * n * k;
+  const int tid = threadIdx.x, warp = tid / 32;
+  if (tid < kM) {
+    const int pair = sorted_pairs[row0 + tid];
+    x_rows[tid] = pair < 0 ? -1 : (gather_top_k > 0 ? pair / gather_top_k : row0 + tid);
+  }
+  __syncthreads();
+  const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFragM][kFragN];
+#pragma unroll
+  for (int i = 0; i < kFragM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  constexpr int kChunks = kTileK / 8;  // 16-byte chunks per tile row
+  for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+    for (int c = tid; c < kM * kChunks; c += kTileThreads) {
+      const int row = c / kChunks, kc = (c % kChunks) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (x_rows[row] >= 0 && k0 + kc < k) v = *reinterpret_cast<const uint4*>(x + x_rows[row] * x_stride + k0 + kc);
+      *reinterpret_cast<uint4*>(&a_tile[row][kc]) = v;
+    }
+    for (int c = tid; c < kTileN * kChunks; c += kTileThreads) {
+      const int row = c / kChunks, kc = (c % kChunks) * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (col0 + row < n && k0 + kc < k) v = __ldg(reinterpret_cast<const uint4*>(w + (col0 + row) * k + k0 + kc));
+      *reinterpret_cast<uint4*>(&b_tile[row][kc]) = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kTileK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[kFragM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b[kFragN];
+#pragma unroll
+      for (int i = 0; i < kFragM; ++i) {
+        wmma::load_matrix_sync(a[i], &a_tile[(warp_m * kFragM + i) * 16][kk], kTileK + kSmemPad);
+      }
+#pragma unroll
+      for (int j = 0; j < kFragN; ++j) {
+        wmma::load_matrix_sync(b[j], &b_tile[(warp_n * kFragN + j) * 16][kk], kTileK + kSmemPad);
+      }
+#pragma unroll
+      for (int i = 0; i < kFragM; ++i)
+#pragma unroll
+        for (int j = 0; j < kFragN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < kFragM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFragN; ++j) {
+      wmma::store_matrix_sync(&c_tile[(warp_m * kFragM + i) * 16][(warp_n * kFragN + j) * 16], acc[i][j], kTileN + 4,
+                              wmma::mem_row_major);
+    }
+  __syncthreads();
+  for (int idx = tid; idx < kM * kTileN; idx += kTileThreads) {
+    const int row = idx / kTileN, c = idx % kTileN;
+    if (col0 + c < n) store_f(out + (row0 + row) * out_stride + col0 + c, c_tile[row][c]);
+  }
+}
+
+template <typename T, int kM>
+void launch_tiles(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
+                  const Tensor& expert_offsets, int64_t gather_top_k) {
+  const int64_t capacity = out.size(0), n = weight.size(1), k = weight.size(2);
+  const dim3 grid(ceil_div(n, kTileN), ceil_div(capacity, kM));
+  CHECK_LE(grid.y, 65535u) << "moe_gemm: " << capacity << " rows";
+  moe_gemm_tiles_kernel<T, kM><<<grid, kTileThreads, 0, stream()>>>(
+      out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<T>(), sorted_pairs.data<int32_t>(),
+      expert_offsets.data<int32_t>(), static_cast<int>(weight.size(0)), n, k, static_cast<int>(gather_top_k));
+  check_launch("moe_gemm_tiles_kernel");
+}
+
+template <typename T>
+void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
+                     const Tensor& expert_offsets, int64_t gather_top_k, int64_t block) {
+  const int64_t capacity = out.size(0), num_experts = weight.size(0), n = weight.size(1), k = weight.size(2);
+  const bool vec = k % 8 == 0 && x.stride(0) % 8 == 0 && aligned16(x.raw_data()) && aligned16(weight.raw_data());
+  T* o = out.data<T>();
+  const T* xp = x.data<T>();
+  const T* w = weight.data<T>();
+  const int32_t* sorted = sorted_pairs.data<int32_t>();
+  const int32_t* offsets = expert_offsets.data<int32_t>();
+  const int experts = static_cast<int>(num_experts), gather = static_cast<int>(gather_top_k);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (vec && block % 64 == 0) return launch_tiles<T, 64>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
+    if (vec && block % 16 == 0) return launch_tiles<T, 16>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
+  }
+  const dim3 grid(static_cast<unsigned>(capacity), ceil_div(n, kRowWarps));
+  CHECK_LE(grid.y, 65535u) << "moe_gemm: n " << n;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (vec) {
+      moe_gemm_rows_kernel<T, true><<<grid, kRowWarps * 32, 0, stream()>>>(o, out.stride(0), xp, x.stride(0), w, sorted,
+                                                                           offsets, experts, n, k, gather);
+      check_launch("moe_gemm_rows_kernel");
+      return;
+    }
+  }
+  moe_gemm_rows_kernel<T, false><<<grid, kRowWarps * 32, 0, stream()>>>(o, out.stride(0), xp, x.stride(0), w, sorted,
+                                                                        offsets, experts, n, k, gather);
+  check_launch("moe_gemm_rows_kernel");
+}
+
+void moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
+              const Tensor& expert_offsets, int64_t gather_top_k, int64_t block) {
+  if (out.size(0) == 0 || out.size(1) == 0) return;
+  dispatch_float(x.dtype(), "moe_gemm", [&](auto tag) {
+    launch_moe_gemm<decltype(tag)>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k, block);
+  });
+}
+
+// ---- combine ----
+
+constexpr int kCombineThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads)
+    moe_combine_kernel(T* out, int64_t out_stride, const T* expert_out, int64_t expert_stride, const float* weights,
+                       int64_t weights_stride, const int32_t* pair_rows, const T* shared_out, int64_t shared_stride,
+                       const T* shared_gate, int64_t gate_stride, int64_t hidden, int k) {
+  __shared__ float w[ops::kMaxMoeTopK];
+  __shared__ int64_t rows[ops::kMaxMoeTopK];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < k) {
+    w[threadIdx.x] = weights[t * weights_stride + threadIdx.x];
+    rows[threadIdx.x] = pair_rows[t * k + threadIdx.x];
+  }
+  __syncthreads();
+  float shared_scale = 1.f;
+  if (shared_gate != nullptr) shared_scale = 1.f / (1.f + expf(-load_f(shared_gate + t * gate_stride)));
+  for (int64_t h = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x; h < hidden;
+       h += static_cast<int64_t>(gridDim.y) * kCombineThreads) {
+    float acc = 0.f;
+    for (int j = 0; j < k; ++j) acc += w[j] * load_f(expert_out + rows[j] * expert_stride + h);
+    if (shared_out != nullptr) acc += shared_scale * load_f(shared_out + t * shared_stride + h);
+    store_f(out + t * out_stride + h, acc);
+  }
+}
+
+void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights, const Tensor& pair_rows,
+                 const Tensor* shared_out, const Tensor* shared_gate) {
+  const int64_t num_tokens = out.size(0), hidden = out.size(1);
+  if (num_tokens == 0 || hidden == 0) return;
+  dispatch_float(out.dtype(), "moe_combine", [&](auto tag) {
+    using T = decltype(tag);
+    const dim3 grid(static_cast<unsigned>(num_tokens), std::min<unsigned>(ceil_div(hidden, kCombineThreads), 8));
+    moe_combine_kernel<T><<<grid, kCombineThreads, 0, stream()>>>(
+        out.data<T>(), out.stride(0), expert_out.data<T>(), expert_out.stride(0), topk_weights.data<float>(),
+        topk_weights.stride(0), pair_rows.data<int32_t>(), shared_out != nullptr ? shared_out->data<T>() : nullptr,
+        shared_out != nullptr ? shared_out->stride(0) : 0, shared_gate != nullptr ? shared_gate->data<T>() : nullptr,
+        shared_gate != nullptr ? shared_gate->stride(0) : 0, hidden, static_cast<int>(topk_weights.size(1)));
+    check_launch("moe_combine_kernel");
+  });
+}
+
+}  // namespace
+
+void register_moe_kernels() {
+  ops::moe_route.register_kernel(DeviceType::kCUDA, moe_route);
+  ops::moe_route_grouped.register_kernel(DeviceType::kCUDA, moe_route_grouped);
+  ops::moe_align.register_kernel(DeviceType::kCUDA, moe_align);
+  ops::moe_gemm.register_kernel(DeviceType::kCUDA, moe_gemm);
+  ops::moe_combine.register_kernel(DeviceType::kCUDA, moe_combine);
+}
+
+}  // namespace llmserve::cuda

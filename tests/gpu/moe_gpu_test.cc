@@ -1,0 +1,331 @@
+// The mixture-of-experts CUDA kernels vs the CPU ops (kernels/cpu/moe.cc, themselves tested against plain loops in
+// tests/kernels/moe_test.cc): router ids and weights (logits on a 1/8 grid: many exact ties, no near ties, so ids
+// must be equal), the stable grouping with and without tile padding, both grouped-GEMM kernels (row-wise: block 1;
+// tensor-core tiles: blocks of 16 and 64 rows) over 1 to 3000 tokens, the combine, and the whole chain. Outputs are
+// NaN-poisoned before each run. `--bench` prints the grouped GEMM's time beside its floors (Qwen3-30B-A3B shapes).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "core/cuda_stream.h"
+#include "gpu_test_util.h"
+#include "kernels/ops.h"
+
+namespace llmserve {
+namespace {
+
+using gpu_testing::poisoned_device;
+using gpu_testing::to_device;
+using gpu_testing::to_host;
+using testing::expect_close;
+using testing::random_tensor;
+using testing::to_doubles;
+
+class MoeGpuTest : public gpu_testing::GpuTest {};
+
+// Logits on a 1/8 grid in [-2, 2): exact ties are common, distinct values are far apart.
+Tensor grid_logits(int64_t T, int64_t E, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-16, 15);
+  std::vector<float> v(static_cast<size_t>(T * E));
+  for (float& f : v) f = static_cast<float>(d(rng)) / 8.f;
+  return Tensor::from_f32(v, {T, E});
+}
+
+TEST_F(MoeGpuTest, RouteMatchesCpuIncludingTies) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (auto [E, k] : {std::pair<int64_t, int64_t>{4, 2}, {60, 4}, {128, 8}, {256, 8}}) {
+      for (int64_t T : {1, 7, 64, 3000}) {
+        for (int64_t scoring : {ops::kMoeScoringSoftmax, ops::kMoeScoringSigmoid}) {
+          for (int64_t renorm : {0, 1}) {
+            Tensor logits = grid_logits(T, E, static_cast<uint32_t>(T + E));
+            Tensor w = Tensor::empty({T, k}, DType::kF32), ids = Tensor::empty({T, k}, DType::kI32);
+            ops::moe_route(w, ids, logits, scoring, renorm);
+            Tensor dw = poisoned_device({T, k}, DType::kF32), dids = poisoned_device({T, k}, DType::kI32);
+            Tensor dlogits = to_device(logits.to(dtype));  // grid values are exact in bf16
+            ops::moe_route(dw, dids, dlogits, scoring, renorm);
+            const std::string what = "E " + std::to_string(E) + " k " + std::to_string(k) + " T " + std::to_string(T) +
+                                     " scoring " + std::to_string(scoring) + " renorm " + std::to_string(renorm);
+            Tensor hids = to_host(dids);
+            ASSERT_EQ(std::memcmp(hids.raw_data(), ids.raw_data(), ids.nbytes()), 0) << what;
+            expect_close(to_host(dw), to_doubles(w), 1e-6, 1e-5, what);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Values drawn from `set` (seeded): exact ties are common, and the set is chosen so distinct sums stay far apart.
+Tensor drawn_from(const std::vector<float>& set, Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<size_t> d(0, set.size() - 1);
+  int64_t n = 1;
+  for (int64_t v : shape) n *= v;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = set[d(rng)];
+  return Tensor::from_f32(v, std::move(shape));
+}
+
+// DeepSeek-V3's grouped router. Logits in {-2, -0.5, 0.75, 2.5} and biases in {0, 1}: the choice values
+// (sigmoid + bias) differ by >= 0.19 unless equal, the group scores (sums of two) by >= 0.013 (measured in numpy),
+// so an ulp of expf between host and device cannot reorder them, while exact ties stay everywhere.
+TEST_F(MoeGpuTest, GroupedRouteMatchesCpuIncludingTies) {
+  struct Case {
+    int64_t E, k, groups, topk_groups;
+  };
+  for (const Case& c : {Case{256, 8, 8, 4}, Case{64, 6, 8, 3}, Case{16, 4, 4, 2}, Case{1024, 8, 32, 4}}) {
+    for (int64_t T : {1, 7, 3000}) {
+      for (int64_t renorm : {0, 1}) {
+        Tensor logits = drawn_from({-2.f, -0.5f, 0.75f, 2.5f}, {T, c.E}, static_cast<uint32_t>(T * 3 + c.E));
+        Tensor bias = drawn_from({0.f, 1.f}, {c.E}, 5);
+        Tensor w = Tensor::empty({T, c.k}, DType::kF32), ids = Tensor::empty({T, c.k}, DType::kI32);
+        ops::moe_route_grouped(w, ids, logits, bias, c.groups, c.topk_groups, renorm, 2.5f);
+        Tensor dw = poisoned_device({T, c.k}, DType::kF32), dids = poisoned_device({T, c.k}, DType::kI32);
+        ops::moe_route_grouped(dw, dids, to_device(logits), to_device(bias), c.groups, c.topk_groups, renorm, 2.5f);
+        const std::string what = "E " + std::to_string(c.E) + " T " + std::to_string(T);
+        Tensor hids = to_host(dids);
+        ASSERT_EQ(std::memcmp(hids.raw_data(), ids.raw_data(), ids.nbytes()), 0) << what;
+        expect_close(to_host(dw), to_doubles(w), 1e-6, 1e-5, what);
+      }
+    }
+  }
+}
+
+Tensor random_ids(int64_t T, int64_t k, int64_t E, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids;
+  std::vector<int32_t> all(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    ids.insert(ids.end(), all.begin(), all.begin() + k);
+  }
+  return Tensor::from_i32(ids, {T, k});
+}
+
+struct Aligned {
+  Tensor sorted_pairs, pair_rows, expert_offsets;
+};
+
+Aligned align_on(const Tensor& ids, int64_t E, int64_t block, Device device) {
+  const int64_t capacity = ops::moe_align_capacity(ids.numel(), E, block);
+  Aligned a;
+  if (device.is_cpu()) {
+    a = {Tensor::empty({capacity}, DType::kI32), Tensor::empty({ids.numel()}, DType::kI32),
+         Tensor::empty({E + 1}, DType::kI32)};
+  } else {
+    a = {Tensor::empty({capacity}, DType::kI32, device), poisoned_device({ids.numel()}, DType::kI32),
+         poisoned_device({E + 1}, DType::kI32)};
+    CHECK(cudaMemset(a.sorted_pairs.raw_data(), 0x7f, a.sorted_pairs.nbytes()) == cudaSuccess);
+  }
+  ops::moe_align(a.sorted_pairs, a.pair_rows, a.expert_offsets, device.is_cpu() ? ids : to_device(ids), block);
+  return a;
+}
+
+TEST_F(MoeGpuTest, AlignMatchesCpuAndLeavesTheTailAlone) {
+  for (auto [E, k] : {std::pair<int64_t, int64_t>{4, 2}, {128, 8}, {1024, 8}}) {
+    for (int64_t T : {1, 3, 64, 3000}) {
+      for (int64_t block : {int64_t{1}, ops::kMoeGemmSmallTileRows, ops::kMoeGemmTileRows}) {
+        Tensor ids = random_ids(T, k, E, static_cast<uint32_t>(T * 7 + E));
+        const Aligned c = align_on(ids, E, block, Device::cpu());
+        const Aligned g = align_on(ids, E, block, Device::cuda());
+        const std::string what =
+            "E " + std::to_string(E) + " T " + std::to_string(T) + " block " + std::to_string(block);
+        Tensor off = to_host(g.expert_offsets), rows = to_host(g.pair_rows), sorted = to_host(g.sorted_pairs);
+        ASSERT_EQ(std::memcmp(off.raw_data(), c.expert_offsets.raw_data(), off.nbytes()), 0) << what;
+        ASSERT_EQ(std::memcmp(rows.raw_data(), c.pair_rows.raw_data(), rows.nbytes()), 0) << what;
+        const int32_t used = off.data<int32_t>()[E];
+        ASSERT_EQ(std::memcmp(sorted.raw_data(), c.sorted_pairs.raw_data(), used * sizeof(int32_t)), 0) << what;
+        for (int64_t r = used; r < sorted.numel(); ++r) ASSERT_EQ(sorted.data<int32_t>()[r], 0x7f7f7f7f) << what;
+      }
+    }
+  }
+}
+
+// CUDA moe_gemm against the CPU op on the same (dtype-rounded) values, rows < offsets[E] compared, pad rows zero.
+void check_gemm(DType dtype, int64_t T, int64_t k, int64_t E, int64_t N, int64_t K, int64_t block, bool gather,
+                uint32_t seed) {
+  Tensor ids = random_ids(T, k, E, seed);
+  const Aligned c = align_on(ids, E, block, Device::cpu());
+  const Aligned g = align_on(ids, E, block, Device::cuda());
+  const int64_t capacity = c.sorted_pairs.numel(), rows = c.expert_offsets.data<int32_t>()[E];
+  Tensor x = random_tensor({gather ? T : capacity, K}, seed + 1).to(dtype).to(DType::kF32);
+  Tensor w = random_tensor({E, N, K}, seed + 2, DType::kF32, -0.2f, 0.2f).to(dtype).to(DType::kF32);
+  Tensor ref = Tensor::empty({capacity, N}, DType::kF32);
+  ops::moe_gemm(ref, x, w, c.sorted_pairs, c.expert_offsets, gather ? k : 0, block);
+  Tensor out = poisoned_device({capacity, N}, dtype);
+  ops::moe_gemm(out, to_device(x.to(dtype)), to_device(w.to(dtype)), g.sorted_pairs, g.expert_offsets, gather ? k : 0,
+                block);
+  const std::string what = std::string(dtype_name(dtype)) + " T " + std::to_string(T) + " E " + std::to_string(E) +
+                           " N " + std::to_string(N) + " K " + std::to_string(K) + " block " + std::to_string(block) +
+                           (gather ? " gather" : " grouped");
+  Tensor got = to_host(out).slice(0, 0, rows).contiguous();
+  expect_close(got, to_doubles(ref.slice(0, 0, rows).contiguous()), gpu_testing::rounding_atol(dtype) * 4,
+               gpu_testing::rounding_rtol(dtype), what);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (c.sorted_pairs.data<int32_t>()[r] >= 0) continue;
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(testing::at(got, r * N + n), 0.0) << what << " pad row " << r;
+  }
+}
+
+TEST_F(MoeGpuTest, GroupedGemmRowWiseMatchesCpu) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t T : {1, 2, 5, 64}) {
+      check_gemm(dtype, T, 4, 16, 96, 128, 1, true, 1);
+      check_gemm(dtype, T, 4, 16, 128, 48, 1, false, 2);
+      check_gemm(dtype, T, 2, 8, 33, 21, 1, true, 3);  // odd sizes: the scalar path
+    }
+  }
+}
+
+TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {  // f32 falls back to the row-wise kernel
+    for (int64_t block : {ops::kMoeGemmSmallTileRows, ops::kMoeGemmTileRows}) {
+      for (int64_t T : {1, 17, 200, 700, 3000}) {
+        check_gemm(dtype, T, 8, 128, 192, 256, block, true, 4);
+        check_gemm(dtype, T, 8, 128, 256, 96, block, false, 5);
+        check_gemm(dtype, T, 2, 4, 100, 72, block, true, 6);  // partial column and k tiles
+      }
+    }
+  }
+}
+
+TEST_F(MoeGpuTest, CombineMatchesCpu) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t T : {1, 9, 1000}) {
+      const int64_t k = 4, E = 16, H = 320;
+      Tensor ids = random_ids(T, k, E, 9);
+      const Aligned c = align_on(ids, E, 1, Device::cpu());
+      Tensor expert_out = random_tensor({T * k, H}, 10).to(dtype).to(DType::kF32);
+      Tensor weights = random_tensor({T, k}, 11, DType::kF32, 0.f, 1.f);
+      Tensor shared = random_tensor({T, H}, 12).to(dtype).to(DType::kF32);
+      Tensor gate = random_tensor({T, 1}, 13, DType::kF32, -3.f, 3.f).to(dtype).to(DType::kF32);
+      for (int variant = 0; variant < 3; ++variant) {
+        Tensor ref = Tensor::empty({T, H}, DType::kF32);
+        ops::moe_combine(ref, expert_out, weights, c.pair_rows, variant >= 1 ? &shared : nullptr,
+                         variant == 2 ? &gate : nullptr);
+        Tensor out = poisoned_device({T, H}, dtype), dshared = to_device(shared.to(dtype));
+        Tensor dgate = to_device(gate.to(dtype));
+        ops::moe_combine(out, to_device(expert_out.to(dtype)), to_device(weights), to_device(c.pair_rows),
+                         variant >= 1 ? &dshared : nullptr, variant == 2 ? &dgate : nullptr);
+        expect_close(to_host(out), to_doubles(ref), gpu_testing::rounding_atol(dtype),
+                     gpu_testing::rounding_rtol(dtype), "combine T " + std::to_string(T));
+      }
+    }
+  }
+}
+
+// The FusedMoE chain (route -> align -> gate/up -> silu_and_mul -> down -> combine) on CUDA in bf16 vs the CPU in f32
+// on the same rounded values; the block each side uses is the one the layer picks (moe_align_block).
+TEST_F(MoeGpuTest, ChainMatchesCpu) {
+  const int64_t E = 16, k = 4, H = 256, I = 128;
+  const DType dtype = DType::kBF16;
+  Tensor w13 = random_tensor({E, 2 * I, H}, 31, DType::kF32, -0.1f, 0.1f).to(dtype).to(DType::kF32);
+  Tensor w2 = random_tensor({E, H, I}, 32, DType::kF32, -0.1f, 0.1f).to(dtype).to(DType::kF32);
+  Tensor dw13 = to_device(w13.to(dtype)), dw2 = to_device(w2.to(dtype));
+  for (int64_t T : {1, 4, 5, 17, 256, 2048}) {
+    Tensor x = random_tensor({T, H}, 33).to(dtype).to(DType::kF32);
+    Tensor logits = grid_logits(T, E, 34);
+    auto run = [&](Device device, const Tensor& xin, const Tensor& lin, const Tensor& a13, const Tensor& a2,
+                   DType act) {
+      const int64_t P = T * k, block = ops::moe_align_block(device, P, E);
+      const int64_t cap = ops::moe_align_capacity(P, E, block);
+      Tensor w = Tensor::empty({T, k}, DType::kF32, device), ids = Tensor::empty({T, k}, DType::kI32, device);
+      Tensor sorted = Tensor::empty({cap}, DType::kI32, device), rows = Tensor::empty({P}, DType::kI32, device);
+      Tensor off = Tensor::empty({E + 1}, DType::kI32, device);
+      Tensor gu = Tensor::empty({cap, 2 * I}, act, device), h = Tensor::empty({cap, I}, act, device);
+      Tensor d = Tensor::empty({cap, H}, act, device), out = Tensor::empty({T, H}, act, device);
+      ops::moe_route(w, ids, lin, ops::kMoeScoringSoftmax, 1);
+      ops::moe_align(sorted, rows, off, ids, block);
+      ops::moe_gemm(gu, xin, a13, sorted, off, k, block);
+      ops::silu_and_mul(h, gu);
+      ops::moe_gemm(d, h, a2, sorted, off, 0, block);
+      ops::moe_combine(out, d, w, rows, nullptr, nullptr);
+      return out;
+    };
+    Tensor ref = run(Device::cpu(), x, logits, w13, w2, DType::kF32);
+    Tensor got = to_host(run(Device::cuda(), to_device(x.to(dtype)), to_device(logits.to(dtype)), dw13, dw2, dtype));
+    expect_close(got, to_doubles(ref), 5e-3, 3e-2, "chain T " + std::to_string(T));
+  }
+}
+
+// --bench: the grouped GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
+// token count, beside two floors: the experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs
+// at the given matmul rate (prefill).
+int run_bench() {
+  const int64_t E = 128, k = 8, H = 2048, I = 768;
+  const DType dtype = DType::kBF16;
+  const double peak_flops = 790e12, bandwidth = 4.23e12;  // DESIGN.md's measured H200 ceilings
+  Tensor w13 = to_device(random_tensor({E, 2 * I, H}, 1, DType::kF32, -0.05f, 0.05f).to(dtype));
+  Tensor w2 = to_device(random_tensor({E, H, I}, 2, DType::kF32, -0.05f, 0.05f).to(dtype));
+  std::printf("%8s %6s %10s %12s %12s %10s %12s %10s\n", "tokens", "block", "us", "bytes floor", "us (bytes)",
+              "of floor", "TFLOP/s", "of peak");
+  for (int64_t T : {1, 4, 16, 64, 256, 2048, 8192}) {
+    const int64_t P = T * k, block = ops::moe_align_block(Device::cuda(), P, E),
+                  cap = ops::moe_align_capacity(P, E, block);
+    Tensor ids = to_device(random_ids(T, k, E, static_cast<uint32_t>(T)));
+    Tensor sorted = Tensor::empty({cap}, DType::kI32, Device::cuda()),
+           rows = Tensor::empty({P}, DType::kI32, Device::cuda());
+    Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
+    Tensor x = to_device(random_tensor({T, H}, 3).to(dtype));
+    Tensor gu = Tensor::empty({cap, 2 * I}, dtype, Device::cuda()), h = Tensor::empty({cap, I}, dtype, Device::cuda());
+    Tensor d = Tensor::empty({cap, H}, dtype, Device::cuda());
+    CHECK(cudaMemset(h.raw_data(), 0x3c, h.nbytes()) == cudaSuccess);  // bf16 0x3c3c ~ 0.0115: finite, non-zero
+    auto step = [&] {
+      ops::moe_align(sorted, rows, off, ids, block);
+      ops::moe_gemm(gu, x, w13, sorted, off, k, block);
+      ops::moe_gemm(d, h, w2, sorted, off, 0, block);
+    };
+    step();
+    gpu_testing::sync_device();
+    const int reps = 20;
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    cudaEventRecord(start, cuda::current_stream());
+    for (int i = 0; i < reps; ++i) step();
+    cudaEventRecord(stop, cuda::current_stream());
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    const double us = ms * 1e3 / reps;
+    // Experts touched: the distinct ids (random distinct per token, uniform over experts).
+    Tensor hid = to_host(ids);
+    std::vector<bool> touched(E, false);
+    for (int64_t i = 0; i < P; ++i) touched[hid.data<int32_t>()[i]] = true;
+    const double experts = static_cast<double>(std::count(touched.begin(), touched.end(), true));
+    const double bytes = experts * 3.0 * H * I * dtype_size(dtype);
+    const double floor_us = bytes / bandwidth * 1e6, flops = 2.0 * P * 3.0 * H * I;
+    std::printf("%8lld %6lld %10.1f %10.1f MB %12.1f %9.0f%% %12.1f %9.0f%%\n", static_cast<long long>(T),
+                static_cast<long long>(block), us, bytes / 1e6, floor_us, 100.0 * floor_us / us, flops / us / 1e6,
+                100.0 * flops / (us * 1e-6) / peak_flops);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace llmserve
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--bench") == 0) {
+      if (!llmserve::gpu_testing::have_cuda_device()) {
+        std::fprintf(stderr, "moe_gpu_test --bench: no CUDA device\n");
+        return 1;
+      }
+      return llmserve::run_bench();
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
