@@ -82,6 +82,9 @@ struct SamplingFlags {
   std::string logit_bias;  // JSON object {"token id": bias, ...} (OpenAI's logit_bias)
   bool ignore_eos = false, include_stop_str_in_output = false, skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
+  // Structured output (SamplingParams::structured_outputs), at most one: a JSON Schema file, a regex, choices
+  // "a,b,c".
+  std::string json_schema_file, regex, choice;
 };
 // `several_outputs`: --n and --logprobs too (generate; chat shows one reply and no logprobs, so it has neither).
 void add_sampling_flags(ArgParser &parser, SamplingFlags *f, bool several_outputs = true);

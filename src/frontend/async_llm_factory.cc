@@ -9,6 +9,7 @@ StatusOr<std::unique_ptr<AsyncLLM>> create_inproc_async_llm(CausalLM &model, con
                                                             EngineArgs args) {
   args.log_stats = true;
   ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model, args));
+  attach_grammar_compiler(tokenizer, &config);
   ASSIGN_OR_RETURN(std::unique_ptr<InprocClient> client,
                    InprocClient::create([&model, config]() -> StatusOr<EngineCoreInstance> {
                      return build_engine_core(model, config);

@@ -29,6 +29,12 @@ struct EosTokenIds {
 EosTokenIds resolve_eos_token_ids(const Tokenizer *tokenizer, const std::vector<int32_t> &model_eos_token_ids,
                                   int64_t vocab_size);
 
+// Structured output: the grammar compiler of an in-process core built from `config` (its vocabulary and EOS ids)
+// and `tokenizer`, stored in config->scheduler.grammar_compiler (so config->info() hands it to the frontend). No
+// tokenizer, or one whose vocabulary the grammar engine cannot read: no compiler (constrained requests are then
+// refused with a message saying why), logged once.
+void attach_grammar_compiler(const Tokenizer *tokenizer, EngineCoreConfig *config);
+
 // A prompt as text (needs a tokenizer) or as token ids (used when non-empty).
 struct PromptInput {
   std::string text;
@@ -64,6 +70,7 @@ class InputProcessor {
   int64_t max_model_len_;
   SchedulingPolicy policy_;
   EosTokenIds eos_;
+  std::shared_ptr<structured::GrammarCompiler> grammar_compiler_;  // null: constrained requests are refused
 };
 
 }  // namespace llmserve

@@ -326,7 +326,33 @@ class RequiredParser : public ToolCallParser {
   }
 };
 
+// A named tool_choice: the reply is the arguments object (the constraint's schema), the name is known from the start.
+class NamedParser : public ToolCallParser {
+ public:
+  explicit NamedParser(std::string function) : function_(std::move(function)) {}
+  ToolCallParse parse(std::string_view text, bool final) const override {
+    ToolCallParse out;
+    out.in_tool_calls = true;
+    ParsedToolCall call;
+    call.name = function_;
+    call.name_done = true;
+    // Leading whitespace is not part of the arguments (a prefix of them is streamed, so it is dropped from both).
+    call.arguments = std::string(text.substr(std::min(skip_ws(text, 0), text.size())));
+    call.arguments_done = final;
+    out.valid = final && nlohmann::json::parse(call.arguments, nullptr, false).is_object();
+    out.calls.push_back(std::move(call));
+    return out;
+  }
+
+ private:
+  std::string function_;
+};
+
 }  // namespace
+
+std::unique_ptr<ToolCallParser> make_named_tool_call_parser(std::string function) {
+  return std::make_unique<NamedParser>(std::move(function));
+}
 
 bool is_known_tool_call_parser(const std::string &name) {
   return name == "hermes" || name == "llama3_json" || name == "mistral";

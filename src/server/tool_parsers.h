@@ -47,6 +47,8 @@ class ToolCallParser {
 StatusOr<std::unique_ptr<ToolCallParser>> make_tool_call_parser(const std::string &name);
 // tool_choice "required": a JSON array of {"name", "parameters"} objects.
 std::unique_ptr<ToolCallParser> make_required_tool_call_parser();
+// A named tool_choice: the whole reply is the arguments of `function`.
+std::unique_ptr<ToolCallParser> make_named_tool_call_parser(std::string function);
 bool is_known_tool_call_parser(const std::string &name);
 
 // The final reading of a whole reply: content (empty when the reply was only tool calls) and complete calls.
