@@ -1,0 +1,135 @@
+// GrammarCompiler: front-end dispatch by constraint kind, lowering, and the (kind, text) cache of compiled grammars.
+// Compilation runs outside the cache lock, so different specs compile in parallel.
+#include <list>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "structured/compiled_grammar.h"
+#include "structured/ebnf_parser.h"
+#include "structured/grammar_matcher.h"
+#include "structured/json_schema_to_grammar.h"
+#include "structured/regex_to_grammar.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llmserve::structured {
+
+const char* constraint_kind_name(ConstraintSpec::Kind kind) {
+  switch (kind) {
+    case ConstraintSpec::Kind::kJsonSchema: return "json_schema";
+    case ConstraintSpec::Kind::kJsonObject: return "json_object";
+    case ConstraintSpec::Kind::kRegex: return "regex";
+    case ConstraintSpec::Kind::kChoice: return "choice";
+    case ConstraintSpec::Kind::kGrammar: return "grammar";
+  }
+  return "?";
+}
+
+struct GrammarCompiler::Impl {
+  std::shared_ptr<const TokenIndex> tokens;
+  CompilerOptions options;
+  int32_t max_cached_masks = 0;
+  std::mutex mu;
+  std::list<std::pair<std::pair<int, std::string>, std::shared_ptr<const CompiledGrammar>>> lru;  // newest first
+  std::map<std::pair<int, std::string>, decltype(lru)::iterator> by_key;
+};
+
+GrammarCompiler::GrammarCompiler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GrammarCompiler::~GrammarCompiler() = default;
+
+StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(const Tokenizer& tok, int32_t vocab_size,
+                                                                   std::vector<int32_t> eos_token_ids,
+                                                                   CompilerOptions options) {
+  auto vocab = Vocabulary::from_tokenizer(tok);
+  if (!vocab.ok()) return vocab.status();
+  return create(std::move(*vocab), vocab_size, std::move(eos_token_ids), options);
+}
+
+StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(Vocabulary vocab, int32_t vocab_size,
+                                                                   std::vector<int32_t> eos_token_ids,
+                                                                   CompilerOptions options) {
+  if (vocab_size <= 0 || vocab_size < static_cast<int32_t>(vocab.token_bytes.size())) {
+    return invalid_argument("grammar compiler: vocab_size " + std::to_string(vocab_size) +
+                            " is below the tokenizer's " + std::to_string(vocab.token_bytes.size()) + " tokens");
+  }
+  if (eos_token_ids.empty()) return invalid_argument("grammar compiler: no EOS token id");
+  for (int32_t id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return invalid_argument("grammar compiler: EOS id " + std::to_string(id) + " outside [0, vocab_size)");
+    }
+  }
+  if (options.json_max_whitespace < 0 || options.json_max_whitespace > 64) {
+    return invalid_argument("grammar compiler: json_max_whitespace must be in [0, 64]");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->tokens = std::make_shared<const TokenIndex>(vocab, vocab_size, std::move(eos_token_ids));
+  impl->options = options;
+  // Cached masks per grammar: at most ~64 MiB of them.
+  impl->max_cached_masks = std::max<int32_t>(64, static_cast<int32_t>((int64_t{64} << 20) / (4 * impl->tokens->num_words)));
+  return std::unique_ptr<GrammarCompiler>(new GrammarCompiler(std::move(impl)));
+}
+
+int32_t GrammarCompiler::vocab_size() const { return impl_->tokens->vocab_size; }
+
+namespace {
+
+StatusOr<Grammar> choice_grammar(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array() || j.empty()) {
+    return invalid_argument("choice must be a non-empty JSON array of strings");
+  }
+  Grammar g;
+  std::vector<ExprId> alts;
+  for (const auto& c : j) {
+    if (!c.is_string()) return invalid_argument("choice must be a non-empty JSON array of strings");
+    alts.push_back(g.bytes(c.get<std::string>()));
+  }
+  RuleId root = g.add_rule("root");
+  g.set_body(root, g.choice(std::move(alts)));
+  g.set_root(root);
+  return g;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const ConstraintSpec& spec) {
+  auto key = std::make_pair(static_cast<int>(spec.kind), spec.text);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->by_key.find(key);
+    if (it != impl_->by_key.end()) {
+      impl_->lru.splice(impl_->lru.begin(), impl_->lru, it->second);
+      return it->second->second;
+    }
+  }
+  StatusOr<Grammar> grammar = invalid_argument("unknown constraint kind");
+  int32_t ws = impl_->options.json_max_whitespace;
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonObject:
+      if (!spec.text.empty()) return invalid_argument("json_object takes no schema text");
+      grammar = json_object_grammar(ws);
+      break;
+    case ConstraintSpec::Kind::kJsonSchema: grammar = json_schema_to_grammar(spec.text, ws); break;
+    case ConstraintSpec::Kind::kRegex: grammar = regex_to_grammar(spec.text); break;
+    case ConstraintSpec::Kind::kChoice: grammar = choice_grammar(spec.text); break;
+    case ConstraintSpec::Kind::kGrammar: grammar = parse_ebnf(spec.text); break;
+  }
+  if (!grammar.ok()) return grammar.status();
+  auto program = lower_grammar(*grammar);
+  if (!program.ok()) return program.status();
+  auto compiled = std::make_shared<const CompiledGrammar>(spec, impl_->tokens, std::move(*program),
+                                                          impl_->max_cached_masks);
+  compiled->mask(compiled->start_state());  // the first step's mask, paid at validation time
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->by_key.find(key);
+  if (it != impl_->by_key.end()) return it->second->second;  // another thread compiled it meanwhile
+  impl_->lru.emplace_front(key, compiled);
+  impl_->by_key[key] = impl_->lru.begin();
+  while (static_cast<int32_t>(impl_->lru.size()) > std::max(1, impl_->options.max_cached_grammars)) {
+    impl_->by_key.erase(impl_->lru.back().first);
+    impl_->lru.pop_back();
+  }
+  return std::shared_ptr<const CompiledGrammar>(compiled);
+}
+
+}  // namespace llmserve::structured
