@@ -94,6 +94,8 @@ Status SamplingParams::validate(int64_t vocab_size) const {
                               "set, got " + str(so.num_constraints()) + ".");
     }
     if (so.choice && so.choice->empty()) return invalid_argument("structured_outputs: choice cannot be empty.");
+    // The grammar ends on EOS, which min_tokens would forbid: a shorter complete output could not end.
+    if (min_tokens > 0) return invalid_argument("min_tokens cannot be combined with structured output.");
   }
   return ok_status();
 }

@@ -274,8 +274,14 @@ bool Scheduler::advance_grammar(Request& req) {
     req.status = RequestStatus::kFinishedAborted;
     return true;
   }
-  if (!m.is_terminated()) return false;
-  // The grammar is complete (it accepted EOS, or nothing but EOS may follow): stop as EOS would.
+  // A complete grammar allows only EOS next: the request ends on that EOS as vLLM's does (one more step, so the
+  // reply's last token stays text and EOS is the hidden stop token). Here only an EOS the stop check let through
+  // (ignore_eos) ends it.
+  const int32_t last = req.token_ids().back();
+  const std::vector<int32_t>& stop_ids = req.all_stop_token_ids();
+  const bool eos = (req.eos_token_id() && last == *req.eos_token_id()) ||
+                   std::find(stop_ids.begin(), stop_ids.end(), last) != stop_ids.end();
+  if (!m.is_terminated() || !eos) return false;
   req.status = RequestStatus::kFinishedStopped;
   req.stop_reason = std::monostate{};
   return true;

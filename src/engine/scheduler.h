@@ -100,8 +100,8 @@ class Scheduler {
   bool check_stop(Request& req) const;
   // Structured output: the bitmasks of the constrained requests that sample in `out`'s step (after schedule()).
   void fill_grammar_bitmask(const std::vector<Request*>& sampling, SchedulerOutput& out);
-  // Advances a constrained request's matcher on its newest token; true if the request finished (grammar complete:
-  // stopped; token refused by the grammar: aborted, an engine bug made visible).
+  // Advances a constrained request's matcher on its newest token; true if the request finished (EOS accepted by a
+  // complete grammar under ignore_eos: stopped; token refused by the grammar: aborted, an engine bug made visible).
   bool advance_grammar(Request& req);
   // Drops a finished request: its blocks are freed (and the record destroyed) once no step in flight computes it.
   void retire(std::unique_ptr<Request> req);
