@@ -29,18 +29,23 @@ EosTokenIds resolve_eos_token_ids(const Tokenizer *tokenizer, const std::vector<
   return e;
 }
 
-void attach_grammar_compiler(const Tokenizer *tokenizer, EngineCoreConfig *config) {
-  if (tokenizer == nullptr) return;
-  const EosTokenIds eos = resolve_eos_token_ids(tokenizer, config->model_eos_token_ids, config->vocab_size);
+std::shared_ptr<structured::GrammarCompiler> make_grammar_compiler(const Tokenizer *tokenizer, int64_t vocab_size,
+                                                                   const std::vector<int32_t> &model_eos_token_ids) {
+  if (tokenizer == nullptr) return nullptr;
+  const EosTokenIds eos = resolve_eos_token_ids(tokenizer, model_eos_token_ids, vocab_size);
   std::vector<int32_t> eos_ids = eos.extra_eos_ids;
   if (eos.eos_token_id) eos_ids.insert(eos_ids.begin(), *eos.eos_token_id);
   StatusOr<std::unique_ptr<structured::GrammarCompiler>> compiler =
-      structured::GrammarCompiler::create(*tokenizer, static_cast<int32_t>(config->vocab_size), eos_ids);
+      structured::GrammarCompiler::create(*tokenizer, static_cast<int32_t>(vocab_size), eos_ids);
   if (!compiler.ok()) {
     LOG(WARNING) << "structured output is not available for this model: " << compiler.status().message();
-    return;
+    return nullptr;
   }
-  config->scheduler.grammar_compiler = std::move(*compiler);
+  return std::move(*compiler);
+}
+
+void attach_grammar_compiler(const Tokenizer *tokenizer, EngineCoreConfig *config) {
+  config->scheduler.grammar_compiler = make_grammar_compiler(tokenizer, config->vocab_size, config->model_eos_token_ids);
 }
 
 InputProcessor::InputProcessor(const Tokenizer *tokenizer, const EngineCoreInfo &core)
@@ -97,8 +102,8 @@ StatusOr<ProcessedRequest> InputProcessor::process(const std::string &request_id
   if (params.structured_outputs) {
     if (grammar_compiler_ == nullptr) {
       return invalid_argument(
-          "structured_outputs: constrained decoding is not available here (it needs the model's tokenizer in the "
-          "engine core: a model without a tokenizer, or --engine-process, which does not support it yet)");
+          "structured_outputs: constrained decoding is not available for this model (it needs a tokenizer whose "
+          "vocabulary the grammar engine can read)");
     }
     RETURN_IF_ERROR(make_grammar_matcher(grammar_compiler_.get(), *params.structured_outputs).status());
   }
