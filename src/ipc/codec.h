@@ -36,7 +36,7 @@ struct ShutdownCore {};
 // The wire format's version, the first element of every message. Bump it when a field is removed, renamed or
 // changes meaning or type. An added field needs no bump: older readers ignore it, and a reader that lists it
 // refuses a message without it (a clear "missing" error, never a default).
-inline constexpr int32_t kCodecVersion = 2;  // 2: SamplingParams.structured_outputs
+inline constexpr int32_t kCodecVersion = 1;
 
 using ToCoreMessage = std::variant<EngineCoreRequest, AbortRequests, FinishRequestsStopped, ShutdownCore>;
 using FromCoreMessage = std::variant<EngineCoreReady, EngineCoreFailure, EngineCoreOutputs>;
