@@ -34,7 +34,7 @@ struct SchedulerConfig {
   bool async_scheduling = false;
   // Structured output: the compiler (one per tokenizer, grammars cached) that builds the matchers of constrained
   // requests; null: such requests are refused at add_request. Shared with the frontend, which compiles at validation.
-  std::shared_ptr<structured::GrammarCompiler> grammar_compiler;
+  std::shared_ptr<structured::GrammarCompiler> grammar_compiler{};
 
   // InvalidArgument naming the field; also checks that one max_model_len request fits in the KV cache
   // (otherwise it could never run to completion and preemption would spin).
