@@ -14,8 +14,9 @@ size_t Automaton::VectorHash::operator()(const std::vector<int32_t>& v) const {
   return static_cast<size_t>(h);
 }
 
-Automaton::Automaton(const Program& program, const TokenIndex& tokens, int32_t max_cached_masks)
-    : program_(program), tokens_(tokens), max_cached_masks_(max_cached_masks) {
+Automaton::Automaton(const Program& program, const TokenIndex& tokens,
+                     std::shared_ptr<std::atomic<int64_t>> mask_budget)
+    : program_(program), tokens_(tokens), mask_budget_(std::move(mask_budget)) {
   intern({}, false);  // kDead
   std::vector<int32_t> tops;
   bool can_end = false;
@@ -23,6 +24,8 @@ Automaton::Automaton(const Program& program, const TokenIndex& tokens, int32_t m
   for (int32_t alt : program_.rule_alternatives[program_.root]) close(alt, -1, tops, can_end);
   start_ = intern(std::move(tops), can_end);
 }
+
+Automaton::~Automaton() { *mask_budget_ += cached_mask_bytes_; }
 
 int32_t Automaton::node(int32_t pos, int32_t parent) {
   uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
@@ -100,9 +103,12 @@ int32_t Automaton::walk(int32_t state, std::string_view bytes) {
 std::shared_ptr<const std::vector<uint32_t>> Automaton::mask(int32_t state) {
   if (states_[state].mask != nullptr) return states_[state].mask;
   auto m = compute_mask(state);
-  if (num_cached_masks_ < max_cached_masks_) {
+  const int64_t bytes = static_cast<int64_t>(m->size()) * 4;
+  if (mask_budget_->fetch_sub(bytes) >= bytes) {
     states_[state].mask = m;
-    ++num_cached_masks_;
+    cached_mask_bytes_ += bytes;
+  } else {
+    *mask_budget_ += bytes;
   }
   return m;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -22,7 +23,12 @@ class Automaton {
  public:
   static constexpr int32_t kDead = 0;  // the state with no stacks that cannot end: every byte is refused
 
-  Automaton(const Program& program, const TokenIndex& tokens, int32_t max_cached_masks);
+  // mask_budget: bytes of cached masks left for all grammars of a compiler; a mask that does not fit is computed
+  // each time instead of cached.
+  Automaton(const Program& program, const TokenIndex& tokens, std::shared_ptr<std::atomic<int64_t>> mask_budget);
+  ~Automaton();
+  Automaton(const Automaton&) = delete;
+  Automaton& operator=(const Automaton&) = delete;
 
   int32_t start() const { return start_; }
   // The state after `byte`, or kDead.
@@ -34,7 +40,7 @@ class Automaton {
   // The grammar can only end here (no stack left).
   bool only_end(int32_t state) const { return states_[state].nodes.empty(); }
   // [tokens.num_words] bits of the tokens allowed after `state` (EOS bits never set). Cached per state while the
-  // cache has room (max_cached_masks states); the pointer stays valid after the lock is released.
+  // budget lasts; the pointer stays valid after the lock is released.
   std::shared_ptr<const std::vector<uint32_t>> mask(int32_t state);
 
   int32_t num_states() const { return static_cast<int32_t>(states_.size()); }
@@ -62,8 +68,8 @@ class Automaton {
 
   const Program& program_;
   const TokenIndex& tokens_;
-  int32_t max_cached_masks_;
-  int32_t num_cached_masks_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> mask_budget_;
+  int64_t cached_mask_bytes_ = 0;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> node_ids_;
   std::vector<State> states_;

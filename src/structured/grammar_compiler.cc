@@ -28,7 +28,7 @@ const char* constraint_kind_name(ConstraintSpec::Kind kind) {
 struct GrammarCompiler::Impl {
   std::shared_ptr<const TokenIndex> tokens;
   CompilerOptions options;
-  int32_t max_cached_masks = 0;
+  std::shared_ptr<std::atomic<int64_t>> mask_budget;  // bytes, shared by every grammar of this compiler
   std::mutex mu;
   std::list<std::pair<std::pair<int, std::string>, std::shared_ptr<const CompiledGrammar>>> lru;  // newest first
   std::map<std::pair<int, std::string>, decltype(lru)::iterator> by_key;
@@ -64,8 +64,8 @@ StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(Vocabulary vo
   auto impl = std::make_unique<Impl>();
   impl->tokens = std::make_shared<const TokenIndex>(vocab, vocab_size, std::move(eos_token_ids));
   impl->options = options;
-  // Cached masks per grammar: at most ~64 MiB of them.
-  impl->max_cached_masks = std::max<int32_t>(64, static_cast<int32_t>((int64_t{64} << 20) / (4 * impl->tokens->num_words)));
+  if (options.mask_cache_bytes < 0) return invalid_argument("grammar compiler: mask_cache_bytes must be >= 0");
+  impl->mask_budget = std::make_shared<std::atomic<int64_t>>(options.mask_cache_bytes);
   return std::unique_ptr<GrammarCompiler>(new GrammarCompiler(std::move(impl)));
 }
 
@@ -118,7 +118,7 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const 
   auto program = lower_grammar(*grammar);
   if (!program.ok()) return program.status();
   auto compiled = std::make_shared<const CompiledGrammar>(spec, impl_->tokens, std::move(*program),
-                                                          impl_->max_cached_masks);
+                                                          impl_->mask_budget);
   compiled->mask(compiled->start_state());  // the first step's mask, paid at validation time
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->by_key.find(key);

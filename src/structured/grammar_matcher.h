@@ -37,8 +37,12 @@ struct CompilerOptions {
   // Longest run of whitespace ([ \t\n\r]) the JSON grammars (json_object, json_schema) allow between JSON tokens;
   // 0 = compact JSON (`{"a":1,"b":[2]}`), so a weak model cannot spend its budget on whitespace.
   int32_t json_max_whitespace = 0;
-  // Compiled grammars kept by (kind, text); the least recently compiled is dropped past this.
+  // Compiled grammars kept by (kind, text); the least recently used is dropped past this (requests still holding
+  // it keep it alive).
   int32_t max_cached_grammars = 256;
+  // Bytes of token masks cached across all grammars of this compiler (vocab/8 bytes each: 16 KiB at 128k); past
+  // it, masks of new states are computed on every use instead of cached.
+  int64_t mask_cache_bytes = int64_t{1} << 30;
 };
 
 // Built once per tokenizer; compile() validates and caches compiled grammars by (kind, text). Thread-safe: any

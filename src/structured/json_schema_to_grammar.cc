@@ -1,7 +1,7 @@
 // Schema walker that emits grammar rules as it goes: each subschema becomes an expression, each $ref a rule (so
 // recursive schemas work), and a schema keyword this file does not handle is an error, never silently dropped.
-// Additional properties: absent = not allowed when `properties` are declared (OpenAI strict mode's rule); an object
-// schema without `properties` takes any keys, with values of the additionalProperties schema.
+// Additional properties: absent = not allowed when `properties` are declared (OpenAI strict mode's rule, and a subset
+// of what the schema allows); `true` or a schema = extra keys after the declared ones, none equal to a declared name.
 #include "structured/json_schema_to_grammar.h"
 
 #include <cmath>
@@ -131,6 +131,62 @@ class JsonGrammarBuilder {
     ExprId member = g_.sequence({string(), ws(), lit(":"), ws(), value_expr});
     ExprId more = g_.star(g_.sequence({lit(","), ws(), member, ws()}));
     return g_.sequence({lit("{"), ws(), g_.optional(g_.sequence({member, ws(), more})), lit("}")});
+  }
+
+  // A JSON string key, written without escapes, that is none of `names` (so an extra property never repeats a
+  // declared one, whose value would then be overwritten by a value of the wrong schema).
+  ExprId key_not_in(const std::vector<std::string>& names) {
+    struct TrieNode {
+      std::map<uint32_t, int> children;
+      bool terminal = false;
+    };
+    std::vector<TrieNode> trie(1);
+    for (const std::string& name : names) {
+      std::vector<uint32_t> cps;
+      if (!plain_code_points(name, cps)) continue;  // needs an escape: never produced by an unescaped key
+      int at = 0;
+      for (uint32_t cp : cps) {
+        auto it = trie[at].children.find(cp);
+        if (it == trie[at].children.end()) {
+          trie.push_back({});
+          it = trie[at].children.emplace(cp, static_cast<int>(trie.size() - 1)).first;
+        }
+        at = it->second;
+      }
+      trie[at].terminal = true;
+    }
+    std::vector<std::pair<uint32_t, uint32_t>> specials = {{'"', '"'}, {'\\', '\\'}, {0, 0x1F}};
+    ExprId plain_tail = g_.star(g_.char_class(specials, true));
+    std::vector<RuleId> rules(trie.size());
+    for (size_t i = 0; i < trie.size(); ++i) rules[i] = g_.add_rule("key_not_in");
+    for (size_t i = 0; i < trie.size(); ++i) {
+      std::vector<ExprId> alts;
+      if (!trie[i].terminal) alts.push_back(g_.bytes(""));
+      auto excluded = specials;
+      for (auto [cp, child] : trie[i].children) {
+        std::string b;
+        append_utf8(cp, b);
+        alts.push_back(g_.sequence({g_.bytes(b), g_.ref(rules[child])}));
+        excluded.push_back({cp, cp});
+      }
+      alts.push_back(g_.sequence({g_.char_class(excluded, true), plain_tail}));
+      g_.set_body(rules[i], g_.choice(std::move(alts)));
+    }
+    return g_.sequence({lit("\""), g_.ref(rules[0]), lit("\"")});
+  }
+
+  static bool plain_code_points(const std::string& s, std::vector<uint32_t>& out) {
+    for (size_t i = 0; i < s.size();) {
+      unsigned char c = static_cast<unsigned char>(s[i]);
+      int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+      if (len == 0 || i + len > s.size()) return false;
+      uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+      for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      if (cp < 0x20 || cp == '"' || cp == '\\') return false;
+      out.push_back(cp);
+      i += len;
+    }
+    return true;
   }
 
   ExprId array_of(ExprId item, int32_t min_items, int32_t max_items) {
@@ -510,17 +566,14 @@ class SchemaConverter {
       }
     }
     bool has_props = s.contains("properties");
+    std::optional<ExprId> extra_value;  // the value schema of additional properties, if they are allowed
     if (s.contains("additionalProperties")) {
       const Json& ap = s["additionalProperties"];
-      bool none = ap.is_boolean() && !ap.get<bool>();
-      if (!none && has_props) {
-        return error(path + "/additionalProperties",
-                     "additional properties beside declared `properties` are not supported (use false)");
-      }
-      if (!none) {
+      if (!(ap.is_boolean() && !ap.get<bool>())) {
         auto v = convert(ap, path + "/additionalProperties");
         if (!v.ok()) return v.status();
-        return b_.object_of(*v);
+        if (!has_props) return b_.object_of(*v);
+        extra_value = *v;
       }
     } else if (!has_props) {
       return b_.any_object();
@@ -531,6 +584,15 @@ class SchemaConverter {
     std::vector<ExprId> first(n + 1), rest(n + 1);
     first[n] = b_.lit("");
     rest[n] = b_.lit("");
+    if (extra_value) {
+      // Extra properties after the declared ones, keys unescaped and distinct from every declared name.
+      std::vector<std::string> names;
+      for (const auto& p : props) names.push_back(p.first);
+      ExprId extra = g_.sequence({b_.key_not_in(names), b_.ws(), b_.lit(":"), b_.ws(), *extra_value, b_.ws()});
+      ExprId more = g_.star(g_.sequence({b_.lit(","), b_.ws(), extra}));
+      first[n] = g_.optional(g_.sequence({extra, more}));
+      rest[n] = more;
+    }
     for (size_t k = n; k-- > 0;) {
       ExprId member = g_.sequence({b_.lit(Json(props[k].first).dump()), b_.ws(), b_.lit(":"), b_.ws(), props[k].second,
                                    b_.ws()});

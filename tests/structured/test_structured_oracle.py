@@ -94,6 +94,9 @@ FUNCTION_SCHEMAS = [
      "required": ["emoji", "quote"], "additionalProperties": False},
     {"type": "object", "properties": {"note": {"type": ["string", "null"], "maxLength": 6}, "flag": {"type": ["boolean", "integer"]}},
      "required": ["note", "flag"], "additionalProperties": False},
+    {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string", "maxLength": 5}},
+     "required": ["id"], "additionalProperties": {"type": "boolean"}},
+    {"type": "object", "properties": {"a": {"type": "null"}}, "additionalProperties": True},
 ]
 
 SCALARS = [
@@ -126,7 +129,8 @@ def random_schema(r: random.Random, depth: int) -> dict:
                           "a b", "ünï", "quote\"d"], r.randint(0, 6))
         props = {n: random_schema(r, depth - 1) for n in names}
         required = [n for n in names if r.random() < 0.5]
-        return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+        extra = r.choice([False, False, False, True, {"type": "integer", "maximum": 9}])
+        return {"type": "object", "properties": props, "required": required, "additionalProperties": extra}
     if roll < 0.85:
         s = {"type": "array", "items": random_schema(r, depth - 1)}
         if r.random() < 0.5:
