@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "reference_recognizer.h"
 #include "structured/compiled_grammar.h"
@@ -176,6 +177,56 @@ TEST(GrammarMatcher, EosOnlyWhereTheGrammarCanEnd) {
   GrammarMatcher mc(*c);
   ASSERT_TRUE(mc.accept_token(id("no")));
   EXPECT_TRUE(mc.is_terminated());
+}
+
+// One walk's tokens and a checksum of every mask on the way.
+std::pair<std::vector<int32_t>, uint64_t> seeded_walk(const std::shared_ptr<const CompiledGrammar>& g, uint32_t seed) {
+  std::mt19937 rng(seed);
+  GrammarMatcher m(g);
+  std::vector<uint32_t> mask(m.bitmask_words());
+  std::vector<int32_t> out;
+  uint64_t sum = 0;
+  for (int step = 0; step < 40 && !m.is_terminated(); ++step) {
+    m.fill_next_token_bitmask(mask.data());
+    std::vector<int32_t> allowed;
+    for (int32_t t = 0; t < m.bitmask_words() * 32; ++t) {
+      if ((mask[t >> 5] >> (t & 31)) & 1) allowed.push_back(t);
+    }
+    for (uint32_t w : mask) sum = sum * 1000003 + w;
+    int32_t pick = allowed[rng() % allowed.size()];
+    EXPECT_TRUE(m.accept_token(pick));
+    out.push_back(pick);
+  }
+  return {out, sum};
+}
+
+// Matchers of one grammar on many threads at once (the grammar's automaton and mask cache are shared) give the
+// same walks and masks as a fresh grammar walked on one thread.
+TEST(GrammarMatcher, ConcurrentMatchersShareOneGrammar) {
+  Vocabulary vocab = small_vocab();
+  int32_t eos = static_cast<int32_t>(vocab.token_bytes.size()) - 1;
+  const ConstraintSpec spec{Kind::kJsonSchema,
+                            R"~({"type":"object","properties":{"a":{"type":"array","items":{"type":"string"}},)~"
+                            R"~("b":{"anyOf":[{"type":"number"},{"$ref":"#"}]}},"required":["a"],"additionalProperties":false})~"};
+  auto shared_compiler = GrammarCompiler::create(vocab, eos + 1, {eos});
+  auto solo_compiler = GrammarCompiler::create(vocab, eos + 1, {eos});
+  ASSERT_TRUE(shared_compiler.ok() && solo_compiler.ok());
+  constexpr int kThreads = 8, kWalks = 12;
+  std::vector<std::vector<std::pair<std::vector<int32_t>, uint64_t>>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto g = (*shared_compiler)->compile(spec);  // concurrent compiles of one spec, too
+      ASSERT_TRUE(g.ok());
+      for (int w = 0; w < kWalks; ++w) got[t].push_back(seeded_walk(*g, 100 + t * kWalks + w));
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto solo = (*solo_compiler)->compile(spec);
+  ASSERT_TRUE(solo.ok());
+  for (int t = 0; t < kThreads; ++t) {
+    for (int w = 0; w < kWalks; ++w) EXPECT_EQ(got[t][w], seeded_walk(*solo, 100 + t * kWalks + w)) << t << " " << w;
+  }
 }
 
 TEST(GrammarCompiler, CachesByKindAndText) {
