@@ -27,18 +27,24 @@ double pct(std::vector<double> v, double p) {
 
 std::string twenty_property_schema() {
   std::string props, req;
-  const char* kinds[] = {R"({"type":"string"})", R"({"type":"integer"})", R"({"type":"number"})",
-                         R"({"type":"boolean"})", R"({"enum":["red","green","blue"]})",
-                         R"({"type":"array","items":{"type":"string"},"maxItems":4})",
-                         R"({"type":["string","null"]})", R"({"type":"string","format":"date"})",
-                         R"({"type":"integer","minimum":0,"maximum":150})",
-                         R"({"type":"object","properties":{"x":{"type":"number"},"y":{"type":"number"}},"required":["x","y"],"additionalProperties":false})"};
+  const char* kinds[] = {
+      R"({"type":"string"})",
+      R"({"type":"integer"})",
+      R"({"type":"number"})",
+      R"({"type":"boolean"})",
+      R"({"enum":["red","green","blue"]})",
+      R"({"type":"array","items":{"type":"string"},"maxItems":4})",
+      R"({"type":["string","null"]})",
+      R"({"type":"string","format":"date"})",
+      R"({"type":"integer","minimum":0,"maximum":150})",
+      R"({"type":"object","properties":{"x":{"type":"number"},"y":{"type":"number"}},"required":["x","y"],"additionalProperties":false})"};
   for (int i = 0; i < 20; ++i) {
     std::string name = "field_" + std::to_string(i);
     props += (i ? "," : "") + ("\"" + name + "\":") + kinds[i % 10];
     req += (i ? "," : "") + ("\"" + name + "\"");
   }
-  return R"({"type":"object","properties":{)" + props + R"(},"required":[)" + req + R"(],"additionalProperties":false})";
+  return R"({"type":"object","properties":{)" + props + R"(},"required":[)" + req +
+         R"(],"additionalProperties":false})";
 }
 
 }  // namespace

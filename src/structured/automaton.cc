@@ -38,7 +38,9 @@ void Automaton::close(int32_t pos, int32_t parent, std::vector<int32_t>& tops, b
   if (!visited_.insert(key).second) return;  // nullable loops (`(x?)*`) reach the same configuration again
   const Program::Element& e = program_.elements[pos];
   switch (e.kind) {
-    case Program::kByteSet: tops.push_back(node(pos, parent)); return;
+    case Program::kByteSet:
+      tops.push_back(node(pos, parent));
+      return;
     case Program::kEnd:
       if (parent == -1) {
         can_end = true;

@@ -60,9 +60,9 @@ class Automaton {
     int32_t parent;  // the node below, -1 at the bottom, kUnknownCaller in context-free probes
   };
   struct State {
-    std::vector<int32_t> nodes;  // sorted node ids, each the top of one stack
-    bool can_end = false;        // a stack emptied: the grammar may end
-    bool escaped = false;        // a stack returned into kUnknownCaller (context-free probes only)
+    std::vector<int32_t> nodes;                      // sorted node ids, each the top of one stack
+    bool can_end = false;                            // a stack emptied: the grammar may end
+    bool escaped = false;                            // a stack returned into kUnknownCaller (context-free probes only)
     std::unique_ptr<std::array<int32_t, 256>> next;  // memoized transitions; -1 = not computed yet
     std::shared_ptr<const std::vector<uint32_t>> mask;
   };
@@ -96,9 +96,9 @@ class Automaton {
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> node_ids_;
   std::vector<State> states_;
-  std::unordered_map<std::vector<int32_t>, int32_t, VectorHash> state_ids_;  // key: nodes + {flags}
+  std::unordered_map<std::vector<int32_t>, int32_t, VectorHash> state_ids_;       // key: nodes + {flags}
   std::unordered_map<int32_t, std::shared_ptr<const ContextFree>> context_free_;  // by truncated top node
-  std::unordered_set<uint64_t> visited_;  // scratch for close()
+  std::unordered_set<uint64_t> visited_;                                          // scratch for close()
   int32_t start_ = kDead;
 };
 

@@ -242,12 +242,18 @@ class EbnfParser {
     char e = s_[pos_ + 1];
     pos_ += 2;
     switch (e) {
-      case 'n': return int64_t{'\n'};
-      case 'r': return int64_t{'\r'};
-      case 't': return int64_t{'\t'};
-      case 'f': return int64_t{'\f'};
-      case 'v': return int64_t{'\v'};
-      case '0': return int64_t{0};
+      case 'n':
+        return int64_t{'\n'};
+      case 'r':
+        return int64_t{'\r'};
+      case 't':
+        return int64_t{'\t'};
+      case 'f':
+        return int64_t{'\f'};
+      case 'v':
+        return int64_t{'\v'};
+      case '0':
+        return int64_t{0};
       case 'x':
       case 'u':
       case 'U': {

@@ -100,9 +100,12 @@ Status Grammar::validate() const {
   std::function<bool(ExprId)> nullable = [&](ExprId id) -> bool {
     const Expr& e = exprs_[id];
     switch (e.kind) {
-      case Expr::Kind::kBytes: return e.bytes.empty();
-      case Expr::Kind::kCharClass: return false;
-      case Expr::Kind::kRuleRef: return rule_nullable[e.rule] != 0;
+      case Expr::Kind::kBytes:
+        return e.bytes.empty();
+      case Expr::Kind::kCharClass:
+        return false;
+      case Expr::Kind::kRuleRef:
+        return rule_nullable[e.rule] != 0;
       case Expr::Kind::kSequence:
         for (ExprId c : e.children) {
           if (!nullable(c)) return false;
@@ -113,7 +116,8 @@ Status Grammar::validate() const {
           if (nullable(c)) return true;
         }
         return false;
-      case Expr::Kind::kRepeat: return e.min == 0 || nullable(e.children[0]);
+      case Expr::Kind::kRepeat:
+        return e.min == 0 || nullable(e.children[0]);
     }
     return false;
   };
@@ -130,7 +134,9 @@ Status Grammar::validate() const {
   std::function<void(ExprId, std::vector<RuleId>&)> leftmost = [&](ExprId id, std::vector<RuleId>& out) {
     const Expr& e = exprs_[id];
     switch (e.kind) {
-      case Expr::Kind::kRuleRef: out.push_back(e.rule); break;
+      case Expr::Kind::kRuleRef:
+        out.push_back(e.rule);
+        break;
       case Expr::Kind::kSequence:
         for (ExprId c : e.children) {
           leftmost(c, out);
@@ -143,7 +149,8 @@ Status Grammar::validate() const {
       case Expr::Kind::kRepeat:
         if (e.max > 0) leftmost(e.children[0], out);
         break;
-      default: break;
+      default:
+        break;
     }
   };
   for (size_t i = 0; i < rules_.size(); ++i) leftmost(rules_[i].body, left[i]);
@@ -204,7 +211,8 @@ std::string Grammar::to_string() const {
         s = e.negated ? "[^" : "[";
         for (auto [lo, hi] : e.ranges) s += lo == hi ? cp_text(lo) : cp_text(lo) + "-" + cp_text(hi);
         return s + "]";
-      case Expr::Kind::kRuleRef: return rules_[e.rule].name;
+      case Expr::Kind::kRuleRef:
+        return rules_[e.rule].name;
       case Expr::Kind::kSequence:
       case Expr::Kind::kChoice:
         s = "(";

@@ -2,7 +2,6 @@
 // Compilation runs outside the cache lock, so different specs compile in parallel.
 #include <list>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "structured/compiled_grammar.h"
@@ -16,11 +15,16 @@ namespace llmserve::structured {
 
 const char* constraint_kind_name(ConstraintSpec::Kind kind) {
   switch (kind) {
-    case ConstraintSpec::Kind::kJsonSchema: return "json_schema";
-    case ConstraintSpec::Kind::kJsonObject: return "json_object";
-    case ConstraintSpec::Kind::kRegex: return "regex";
-    case ConstraintSpec::Kind::kChoice: return "choice";
-    case ConstraintSpec::Kind::kGrammar: return "grammar";
+    case ConstraintSpec::Kind::kJsonSchema:
+      return "json_schema";
+    case ConstraintSpec::Kind::kJsonObject:
+      return "json_object";
+    case ConstraintSpec::Kind::kRegex:
+      return "regex";
+    case ConstraintSpec::Kind::kChoice:
+      return "choice";
+    case ConstraintSpec::Kind::kGrammar:
+      return "grammar";
   }
   return "?";
 }
@@ -109,16 +113,23 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const 
       if (!spec.text.empty()) return invalid_argument("json_object takes no schema text");
       grammar = json_object_grammar(ws);
       break;
-    case ConstraintSpec::Kind::kJsonSchema: grammar = json_schema_to_grammar(spec.text, ws); break;
-    case ConstraintSpec::Kind::kRegex: grammar = regex_to_grammar(spec.text); break;
-    case ConstraintSpec::Kind::kChoice: grammar = choice_grammar(spec.text); break;
-    case ConstraintSpec::Kind::kGrammar: grammar = parse_ebnf(spec.text); break;
+    case ConstraintSpec::Kind::kJsonSchema:
+      grammar = json_schema_to_grammar(spec.text, ws);
+      break;
+    case ConstraintSpec::Kind::kRegex:
+      grammar = regex_to_grammar(spec.text);
+      break;
+    case ConstraintSpec::Kind::kChoice:
+      grammar = choice_grammar(spec.text);
+      break;
+    case ConstraintSpec::Kind::kGrammar:
+      grammar = parse_ebnf(spec.text);
+      break;
   }
   if (!grammar.ok()) return grammar.status();
   auto program = lower_grammar(*grammar);
   if (!program.ok()) return program.status();
-  auto compiled = std::make_shared<const CompiledGrammar>(spec, impl_->tokens, std::move(*program),
-                                                          impl_->mask_budget);
+  auto compiled = std::make_shared<const CompiledGrammar>(spec, impl_->tokens, std::move(*program), impl_->mask_budget);
   compiled->mask(compiled->start_state());  // the first step's mask, paid at validation time
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->by_key.find(key);

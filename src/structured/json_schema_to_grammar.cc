@@ -6,11 +6,10 @@
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "structured/regex_to_grammar.h"
 
@@ -21,9 +20,9 @@ namespace {
 using Json = nlohmann::json;
 
 // Keywords that carry no constraint.
-const std::set<std::string> kAnnotations = {"title",    "description", "$schema",    "$id",       "$comment",
-                                            "default",  "examples",    "deprecated", "readOnly",  "writeOnly",
-                                            "$defs",    "definitions", "strict",     "name"};
+const std::set<std::string> kAnnotations = {"title",   "description", "$schema",    "$id",      "$comment",
+                                            "default", "examples",    "deprecated", "readOnly", "writeOnly",
+                                            "$defs",   "definitions", "strict",     "name"};
 const std::set<std::string> kObjectKeys = {"properties", "required", "additionalProperties"};
 const std::set<std::string> kArrayKeys = {"items", "minItems", "maxItems"};
 const std::set<std::string> kStringKeys = {"minLength", "maxLength", "pattern", "format"};
@@ -63,9 +62,11 @@ class JsonGrammarBuilder {
         {g_.sequence({g_.char_class({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}), hex, hex, hex}),
          g_.sequence({g_.char_class({{'d', 'd'}, {'D', 'D'}}), g_.char_class({{'0', '7'}}), hex, hex})});
     ExprId escape = g_.sequence(
-        {lit("\\"), g_.choice({g_.char_class({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'}, {'f', 'f'},
-                                              {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
-                               g_.sequence({lit("u"), not_surrogate})})});
+        {lit("\\"),
+         g_.choice(
+             {g_.char_class(
+                  {{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'}, {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+              g_.sequence({lit("u"), not_surrogate})})});
     g_.set_body(string_char_, g_.choice({g_.char_class({{'"', '"'}, {'\\', '\\'}, {0, 0x1F}}, true), escape}));
     return g_.ref(string_char_);
   }
@@ -85,11 +86,11 @@ class JsonGrammarBuilder {
     if (number_ < 0) {
       number_ = g_.add_rule("json_number");
       ExprId digits = g_.plus(g_.char_class({{'0', '9'}}));
-      g_.set_body(number_, g_.sequence({integer_unbounded(),
-                                        g_.optional(g_.sequence({lit("."), digits})),
-                                        g_.optional(g_.sequence({g_.char_class({{'e', 'e'}, {'E', 'E'}}),
-                                                                 g_.optional(g_.char_class({{'+', '+'}, {'-', '-'}})),
-                                                                 digits}))}));
+      g_.set_body(
+          number_,
+          g_.sequence({integer_unbounded(), g_.optional(g_.sequence({lit("."), digits})),
+                       g_.optional(g_.sequence({g_.char_class({{'e', 'e'}, {'E', 'E'}}),
+                                                g_.optional(g_.char_class({{'+', '+'}, {'-', '-'}})), digits}))}));
     }
     return g_.ref(number_);
   }
@@ -251,7 +252,9 @@ class IntegerRange {
     return v;
   }
 
-  ExprId digit_range(char lo, char hi) { return g_.char_class({{static_cast<uint32_t>(lo), static_cast<uint32_t>(hi)}}); }
+  ExprId digit_range(char lo, char hi) {
+    return g_.char_class({{static_cast<uint32_t>(lo), static_cast<uint32_t>(hi)}});
+  }
 
   // Decimal strings of equal length, lo <= hi.
   ExprId same_length(const std::string& lo, const std::string& hi) {
@@ -349,8 +352,8 @@ class SchemaConverter {
   Status check_keys(const Json& s, const std::string& path, const std::set<std::string>& allowed) {
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (kAnnotations.count(it.key()) || allowed.count(it.key())) continue;
-      return error(path + "/" + escape_pointer(it.key()), "unsupported keyword '" + it.key() + "'" +
-                                                              (keys_of_any_type(it.key()) ? " for this type" : ""));
+      return error(path + "/" + escape_pointer(it.key()),
+                   "unsupported keyword '" + it.key() + "'" + (keys_of_any_type(it.key()) ? " for this type" : ""));
     }
     return ok_status();
   }
@@ -428,8 +431,9 @@ class SchemaConverter {
         {"time", "TIME"},
         {"date-time", "DATE[Tt]TIME"},
         {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
-        {"email", "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
-                  "(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+"},
+        {"email",
+         "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+         "(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+"},
         {"ipv4", "OCTET\\.OCTET\\.OCTET\\.OCTET"},
     };
     auto it = kFormats.find(f);
@@ -438,8 +442,10 @@ class SchemaConverter {
     }
     // Days per month without Feb 29, so every output is a real date.
     const std::string date =
-        "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
-    const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+        "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]"
+        "))";
+    const std::string time =
+        "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
     std::string re = it->second;
     auto replace = [&](const std::string& from, const std::string& to) {
@@ -458,8 +464,9 @@ class SchemaConverter {
     double d = v.get<double>();
     if (std::abs(d) > 1e15) return error(path + "/" + key, std::string("`") + key + "` beyond +-1e15 is not supported");
     if (integer_only && d != std::floor(d)) {
-      return error(path + "/" + key, std::string("`") + key + "` must be an integer for a `number` (fractional bounds "
-                                                              "are not supported)");
+      return error(path + "/" + key, std::string("`") + key +
+                                         "` must be an integer for a `number` (fractional bounds "
+                                         "are not supported)");
     }
     return std::optional<int64_t>(static_cast<int64_t>(std::floor(d)));
   }
@@ -594,8 +601,8 @@ class SchemaConverter {
       rest[n] = more;
     }
     for (size_t k = n; k-- > 0;) {
-      ExprId member = g_.sequence({b_.lit(Json(props[k].first).dump()), b_.ws(), b_.lit(":"), b_.ws(), props[k].second,
-                                   b_.ws()});
+      ExprId member =
+          g_.sequence({b_.lit(Json(props[k].first).dump()), b_.ws(), b_.lit(":"), b_.ws(), props[k].second, b_.ws()});
       RuleId rf = g_.add_rule("obj_first"), rr = g_.add_rule("obj_rest");
       ExprId with_first = g_.sequence({member, rest[k + 1]});
       ExprId with_rest = g_.sequence({b_.lit(","), b_.ws(), member, rest[k + 1]});
@@ -632,7 +639,8 @@ class SchemaConverter {
       if (t == "null") return v.is_null();
       if (t == "boolean") return v.is_boolean();
       if (t == "string") return v.is_string();
-      if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+      if (t == "integer")
+        return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
       if (t == "number") return v.is_number();
       if (t == "array") return v.is_array();
       if (t == "object") return v.is_object();
@@ -653,7 +661,8 @@ class SchemaConverter {
     Status st = check_keys(s, path, {key});
     if (!st.ok()) return st;
     const Json& list = s[key];
-    if (!list.is_array() || list.empty()) return error(path + "/" + key, std::string("`") + key + "` must be a non-empty array");
+    if (!list.is_array() || list.empty())
+      return error(path + "/" + key, std::string("`") + key + "` must be a non-empty array");
     std::vector<ExprId> alts;
     for (size_t i = 0; i < list.size(); ++i) {
       auto e = convert(list[i], path + "/" + key + "/" + std::to_string(i));
@@ -680,7 +689,8 @@ class SchemaConverter {
     std::string ref = s["$ref"].get<std::string>();
     auto it = refs_.find(ref);
     if (it != refs_.end()) return g_.ref(it->second);
-    if (ref.empty() || ref[0] != '#') return error(path + "/$ref", "only local references ('#/...') are supported: " + ref);
+    if (ref.empty() || ref[0] != '#')
+      return error(path + "/$ref", "only local references ('#/...') are supported: " + ref);
     const Json* target = &root_;
     std::string pointer = ref.substr(1);
     if (!pointer.empty()) {
@@ -704,7 +714,6 @@ class SchemaConverter {
   std::map<std::string, RuleId> refs_;
 };
 
-
 // Rewrites the regex's expression tree into JSON string content: every character class or literal byte that JSON
 // must escape (", \, U+0000..U+001F) becomes the choice of its escape forms.
 ExprId jsonify(Grammar& g, ExprId id, std::map<ExprId, ExprId>& memo) {
@@ -714,13 +723,20 @@ ExprId jsonify(Grammar& g, ExprId id, std::map<ExprId, ExprId>& memo) {
   ExprId out = id;
   auto escape_of = [&](uint32_t cp) -> std::string {
     switch (cp) {
-      case '"': return "\\\"";
-      case '\\': return "\\\\";
-      case '\n': return "\\n";
-      case '\t': return "\\t";
-      case '\r': return "\\r";
-      case '\b': return "\\b";
-      case '\f': return "\\f";
+      case '"':
+        return "\\\"";
+      case '\\':
+        return "\\\\";
+      case '\n':
+        return "\\n";
+      case '\t':
+        return "\\t";
+      case '\r':
+        return "\\r";
+      case '\b':
+        return "\\b";
+      case '\f':
+        return "\\f";
       default: {
         char buf[8];
         snprintf(buf, sizeof(buf), "\\u%04x", cp);
@@ -781,12 +797,16 @@ ExprId jsonify(Grammar& g, ExprId id, std::map<ExprId, ExprId>& memo) {
     case Expr::Kind::kRepeat: {
       std::vector<ExprId> kids;
       for (ExprId c : e.children) kids.push_back(jsonify(g, c, memo));
-      if (e.kind == Expr::Kind::kSequence) out = g.sequence(kids);
-      else if (e.kind == Expr::Kind::kChoice) out = g.choice(kids);
-      else out = g.repeat(kids[0], e.min, e.max);
+      if (e.kind == Expr::Kind::kSequence)
+        out = g.sequence(kids);
+      else if (e.kind == Expr::Kind::kChoice)
+        out = g.choice(kids);
+      else
+        out = g.repeat(kids[0], e.min, e.max);
       break;
     }
-    case Expr::Kind::kRuleRef: break;  // regexes make no rules
+    case Expr::Kind::kRuleRef:
+      break;  // regexes make no rules
   }
   memo[id] = out;
   return out;

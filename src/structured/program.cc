@@ -150,12 +150,18 @@ class Lowering {
         }
         return;
       }
-      case Expr::Kind::kRuleRef: out.push_back({Program::kRuleRef, e.rule}); return;
+      case Expr::Kind::kRuleRef:
+        out.push_back({Program::kRuleRef, e.rule});
+        return;
       case Expr::Kind::kSequence:
         for (ExprId c : e.children) emit(c, out);
         return;
-      case Expr::Kind::kChoice: out.push_back({Program::kRuleRef, helper_rule(id)}); return;
-      case Expr::Kind::kRepeat: emit_repeat(id, e, out); return;
+      case Expr::Kind::kChoice:
+        out.push_back({Program::kRuleRef, helper_rule(id)});
+        return;
+      case Expr::Kind::kRepeat:
+        emit_repeat(id, e, out);
+        return;
     }
   }
 

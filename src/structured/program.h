@@ -39,7 +39,7 @@ StatusOr<Program> lower_grammar(const Grammar& grammar, int64_t max_elements = 4
 
 // Code point ranges -> the UTF-8 byte-range sequences that encode exactly those code points (surrogates excluded).
 // Each sequence is a list of inclusive byte ranges, one per byte.
-std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(
-    std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated);
+std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(std::vector<std::pair<uint32_t, uint32_t>> ranges,
+                                                                     bool negated);
 
 }  // namespace llmserve::structured

@@ -19,11 +19,13 @@ Vocabulary small_vocab() {
   for (int c = 0x20; c < 0x7F; ++c) v.token_bytes.push_back(std::string(1, static_cast<char>(c)));
   // Every non-ASCII byte, as byte-level and byte-fallback vocabularies have: any started character can be finished.
   for (int c = 0x80; c < 0x100; ++c) v.token_bytes.push_back(std::string(1, static_cast<char>(c)));
-  for (const char* t : {"\n", "\t", "\r", "{\"", "\":", "\",", "\"}", "},", "}}", "]}", "[{", "true", "false", "null",
-                        "nul", "12", "-0", "0.", "e+", "abc", " the", "ab", "a\"", "\\n", "\\u", "\\u00", "00e9",
-                        "12:", "2024-", "-01-", "@ex", ".com", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xC3",
-                        "\xA9", "\x82\xAC", "\xE2", "\xF0\x9F", "yes", "no", "maybe", "\"name\"", "\"age\":",
-                        "::=", "  ", "\"\"", ",\""}) {
+  for (const char* t : {"\n",    "\t",       "\r",       "{\"",  "\":",      "\",",          "\"}",
+                        "},",    "}}",       "]}",       "[{",   "true",     "false",        "null",
+                        "nul",   "12",       "-0",       "0.",   "e+",       "abc",          " the",
+                        "ab",    "a\"",      "\\n",      "\\u",  "\\u00",    "00e9",         "12:",
+                        "2024-", "-01-",     "@ex",      ".com", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
+                        "\xC3",  "\xA9",     "\x82\xAC", "\xE2", "\xF0\x9F", "yes",          "no",
+                        "maybe", "\"name\"", "\"age\":", "::=",  "  ",       "\"\"",         ",\""}) {
     v.token_bytes.push_back(std::string(t));
   }
   v.token_bytes.push_back(std::nullopt);  // a special token: never allowed
@@ -115,7 +117,8 @@ TEST(GrammarMatcher, EbnfMatchesBruteForce) {
     greeting ::= "hello" | "hi" | "yes"
     item ::= [a-c]+ | num | "(" root ")"
     num ::= "-"? [0-9]{1,3} ("." [0-9]+)?
-  )~"}, 6, 25, 1);
+  )~"},
+              6, 25, 1);
 }
 
 TEST(GrammarMatcher, NullableLoopsAndUnicodeClasses) {
@@ -127,7 +130,9 @@ TEST(GrammarMatcher, RegexMatchesBruteForce) {
   check_walks({Kind::kRegex, R"~([^"\\]{2,5}"\w+@ex\.com)~"}, 6, 20, 4);
 }
 
-TEST(GrammarMatcher, ChoiceMatchesBruteForce) { check_walks({Kind::kChoice, R"~(["yes", "no", "maybe", "nobody"])~"}, 6, 10, 5); }
+TEST(GrammarMatcher, ChoiceMatchesBruteForce) {
+  check_walks({Kind::kChoice, R"~(["yes", "no", "maybe", "nobody"])~"}, 6, 10, 5);
+}
 
 TEST(GrammarMatcher, JsonObjectMatchesBruteForce) { check_walks({Kind::kJsonObject, ""}, 8, 30, 6); }
 
@@ -143,7 +148,8 @@ TEST(GrammarMatcher, JsonSchemaMatchesBruteForce) {
     },
     "required": ["name"],
     "additionalProperties": false
-  })~"}, 8, 30, 7);
+  })~"},
+              8, 30, 7);
 }
 
 TEST(GrammarMatcher, EosOnlyWhereTheGrammarCanEnd) {
@@ -205,9 +211,10 @@ std::pair<std::vector<int32_t>, uint64_t> seeded_walk(const std::shared_ptr<cons
 TEST(GrammarMatcher, ConcurrentMatchersShareOneGrammar) {
   Vocabulary vocab = small_vocab();
   int32_t eos = static_cast<int32_t>(vocab.token_bytes.size()) - 1;
-  const ConstraintSpec spec{Kind::kJsonSchema,
-                            R"~({"type":"object","properties":{"a":{"type":"array","items":{"type":"string"}},)~"
-                            R"~("b":{"anyOf":[{"type":"number"},{"$ref":"#"}]}},"required":["a"],"additionalProperties":false})~"};
+  const ConstraintSpec spec{
+      Kind::kJsonSchema,
+      R"~({"type":"object","properties":{"a":{"type":"array","items":{"type":"string"}},)~"
+      R"~("b":{"anyOf":[{"type":"number"},{"$ref":"#"}]}},"required":["a"],"additionalProperties":false})~"};
   auto shared_compiler = GrammarCompiler::create(vocab, eos + 1, {eos});
   auto solo_compiler = GrammarCompiler::create(vocab, eos + 1, {eos});
   ASSERT_TRUE(shared_compiler.ok() && solo_compiler.ok());
@@ -240,8 +247,8 @@ TEST(GrammarCompiler, CachesByKindAndText) {
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(a->get(), b->get());
   EXPECT_NE(a->get(), c->get());
-  EXPECT_FALSE(GrammarCompiler::create(vocab, eos, {eos}).ok());   // EOS outside vocab_size
-  EXPECT_FALSE(GrammarCompiler::create(vocab, 10, {0}).ok());      // vocab_size below the tokenizer
+  EXPECT_FALSE(GrammarCompiler::create(vocab, eos, {eos}).ok());  // EOS outside vocab_size
+  EXPECT_FALSE(GrammarCompiler::create(vocab, 10, {0}).ok());     // vocab_size below the tokenizer
 }
 
 }  // namespace
