@@ -75,6 +75,7 @@ class GrammarCompiler {
 
 // Per-request state machine over a CompiledGrammar. Not thread-safe by itself (one request = one thread at a time);
 // many matchers of the same grammar may run on different threads at once (the grammar's shared caches lock).
+// Copyable: a copy continues independently from the same point (n > 1 sequences of one request).
 class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);

@@ -65,8 +65,8 @@ class Lowering {
       if (too_big_) break;
     }
     if (too_big_) {
-      return resource_exhausted("grammar too large: more than " + std::to_string(max_elements_) +
-                                " elements after expanding repetition counts");
+      return invalid_argument("grammar too large: more than " + std::to_string(max_elements_) +
+                              " elements after expanding repetition counts");
     }
     p_.root = g_.root();
     return std::move(p_);

@@ -34,7 +34,8 @@ struct Program {
   int32_t root = -1;
 };
 
-// Lowers a validated grammar. ResourceExhausted if it would exceed max_elements (huge {m,n} counts).
+// Lowers a validated grammar. InvalidArgument (a request error, not server load) if it would exceed max_elements
+// (huge or nested {m,n} counts).
 StatusOr<Program> lower_grammar(const Grammar& grammar, int64_t max_elements = 4'000'000);
 
 // Code point ranges -> the UTF-8 byte-range sequences that encode exactly those code points (surrogates excluded).

@@ -67,6 +67,15 @@ TEST(Regex, Language) {
   EXPECT_TRUE(matches(*lit, "{b{x"));
 }
 
+TEST(Lowering, RefusesGrammarsTooLargeToExpand) {
+  auto g = regex_to_grammar("((ab){1000}){3000}");
+  ASSERT_TRUE(g.ok());
+  auto p = lower_grammar(*g);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("grammar too large"), std::string::npos);
+}
+
 TEST(Regex, RefusesWhatItCannotGenerate) {
   EXPECT_EQ(error_of(regex_to_grammar("a(?=b)")), "regex error at offset 1: lookaround assertions are not supported");
   EXPECT_EQ(error_of(regex_to_grammar("a(?<!b)")), "regex error at offset 1: lookaround assertions are not supported");

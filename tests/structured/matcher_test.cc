@@ -236,6 +236,31 @@ TEST(GrammarMatcher, ConcurrentMatchersShareOneGrammar) {
   }
 }
 
+// A copied matcher (n > 1 forks) continues independently of its original.
+TEST(GrammarMatcher, CopiesAreIndependent) {
+  Vocabulary vocab = small_vocab();
+  int32_t eos = static_cast<int32_t>(vocab.token_bytes.size()) - 1;
+  auto compiler = GrammarCompiler::create(vocab, eos + 1, {eos});
+  ASSERT_TRUE(compiler.ok());
+  auto g = (*compiler)->compile({Kind::kChoice, R"~(["ab", "ac"])~"});
+  ASSERT_TRUE(g.ok());
+  auto id = [&](const std::string& s) {
+    for (size_t i = 0; i < vocab.token_bytes.size(); ++i) {
+      if (vocab.token_bytes[i] == s) return static_cast<int32_t>(i);
+    }
+    return -1;
+  };
+  GrammarMatcher a(*g);
+  ASSERT_TRUE(a.accept_token(id("a")));
+  GrammarMatcher b = a;
+  ASSERT_TRUE(a.accept_token(id("b")));
+  EXPECT_FALSE(a.accept_token(id("c")));
+  ASSERT_TRUE(b.accept_token(id("c")));
+  EXPECT_TRUE(a.is_terminated());
+  EXPECT_TRUE(b.is_terminated());
+  EXPECT_EQ(b.num_accepted_tokens(), 2);
+}
+
 TEST(GrammarCompiler, CachesByKindAndText) {
   Vocabulary vocab = small_vocab();
   int32_t eos = static_cast<int32_t>(vocab.token_bytes.size()) - 1;
