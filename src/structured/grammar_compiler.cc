@@ -30,12 +30,17 @@ const char* constraint_kind_name(ConstraintSpec::Kind kind) {
 }
 
 struct GrammarCompiler::Impl {
+  using Key = std::pair<int, std::string>;  // (kind, text); kind -1: compile_grammar()'s caller keys
+
+  std::shared_ptr<const CompiledGrammar> find(const Key& key);
+  StatusOr<std::shared_ptr<const CompiledGrammar>> build(const Key& key, ConstraintSpec spec, const Grammar& grammar);
+
   std::shared_ptr<const TokenIndex> tokens;
   CompilerOptions options;
   std::shared_ptr<std::atomic<int64_t>> mask_budget;  // bytes, shared by every grammar of this compiler
   std::mutex mu;
-  std::list<std::pair<std::pair<int, std::string>, std::shared_ptr<const CompiledGrammar>>> lru;  // newest first
-  std::map<std::pair<int, std::string>, decltype(lru)::iterator> by_key;
+  std::list<std::pair<Key, std::shared_ptr<const CompiledGrammar>>> lru;  // most recently used first
+  std::map<Key, decltype(lru)::iterator> by_key;
 };
 
 GrammarCompiler::GrammarCompiler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -96,16 +101,37 @@ StatusOr<Grammar> choice_grammar(const std::string& text) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const ConstraintSpec& spec) {
-  auto key = std::make_pair(static_cast<int>(spec.kind), spec.text);
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    auto it = impl_->by_key.find(key);
-    if (it != impl_->by_key.end()) {
-      impl_->lru.splice(impl_->lru.begin(), impl_->lru, it->second);
-      return it->second->second;
-    }
+const CompilerOptions& GrammarCompiler::options() const { return impl_->options; }
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::Impl::find(const Key& key) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_key.find(key);
+  if (it == by_key.end()) return nullptr;
+  lru.splice(lru.begin(), lru, it->second);
+  return it->second->second;
+}
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Impl::build(const Key& key, ConstraintSpec spec,
+                                                                              const Grammar& grammar) {
+  auto program = lower_grammar(grammar);
+  if (!program.ok()) return program.status();
+  auto compiled = std::make_shared<const CompiledGrammar>(std::move(spec), tokens, std::move(*program), mask_budget);
+  compiled->mask(compiled->start_state());  // the first step's mask, paid at validation time
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_key.find(key);
+  if (it != by_key.end()) return it->second->second;  // another thread compiled it meanwhile
+  lru.emplace_front(key, compiled);
+  by_key[key] = lru.begin();
+  while (static_cast<int32_t>(lru.size()) > std::max(1, options.max_cached_grammars)) {
+    by_key.erase(lru.back().first);
+    lru.pop_back();
   }
+  return std::shared_ptr<const CompiledGrammar>(compiled);
+}
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const ConstraintSpec& spec) {
+  Impl::Key key{static_cast<int>(spec.kind), spec.text};
+  if (auto hit = impl_->find(key)) return hit;
   StatusOr<Grammar> grammar = invalid_argument("unknown constraint kind");
   int32_t ws = impl_->options.json_max_whitespace;
   switch (spec.kind) {
@@ -127,20 +153,16 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const 
       break;
   }
   if (!grammar.ok()) return grammar.status();
-  auto program = lower_grammar(*grammar);
-  if (!program.ok()) return program.status();
-  auto compiled = std::make_shared<const CompiledGrammar>(spec, impl_->tokens, std::move(*program), impl_->mask_budget);
-  compiled->mask(compiled->start_state());  // the first step's mask, paid at validation time
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->by_key.find(key);
-  if (it != impl_->by_key.end()) return it->second->second;  // another thread compiled it meanwhile
-  impl_->lru.emplace_front(key, compiled);
-  impl_->by_key[key] = impl_->lru.begin();
-  while (static_cast<int32_t>(impl_->lru.size()) > std::max(1, impl_->options.max_cached_grammars)) {
-    impl_->by_key.erase(impl_->lru.back().first);
-    impl_->lru.pop_back();
-  }
-  return std::shared_ptr<const CompiledGrammar>(compiled);
+  return impl_->build(key, spec, *grammar);
+}
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile_grammar(const Grammar& grammar,
+                                                                                  const std::string& cache_key) {
+  Impl::Key key{-1, cache_key};
+  if (auto hit = impl_->find(key)) return hit;
+  Status st = grammar.validate();
+  if (!st.ok()) return st;
+  return impl_->build(key, ConstraintSpec{ConstraintSpec::Kind::kGrammar, cache_key}, grammar);
 }
 
 }  // namespace llmserve::structured

@@ -18,6 +18,8 @@ class Tokenizer;
 
 namespace llmserve::structured {
 
+class Grammar;
+
 // What a request asks for. text: the JSON schema (JSON text) / regex / EBNF grammar (GBNF-style, start rule `root`) /
 // JSON array of choice strings; empty for kJsonObject.
 struct ConstraintSpec {
@@ -64,6 +66,12 @@ class GrammarCompiler {
   // InvalidArgument naming what is wrong (unsupported keyword and its JSON path, bad regex with its offset, grammar
   // syntax error with line:column, an empty choice list); the caller prefixes the request field.
   StatusOr<std::shared_ptr<const CompiledGrammar>> compile(const ConstraintSpec& spec);
+  // A grammar the caller built from the IR (structured/grammar.h; e.g. literal tags around add_json_schema() of
+  // json_schema_to_grammar.h, for tool calls), cached under cache_key — one key per distinct grammar, in a space
+  // apart from compile()'s. InvalidArgument if it does not validate (no root, undefined or left-recursive rule).
+  StatusOr<std::shared_ptr<const CompiledGrammar>> compile_grammar(const Grammar& grammar,
+                                                                   const std::string& cache_key);
+  const CompilerOptions& options() const;
 
   int32_t vocab_size() const;
 

@@ -586,13 +586,17 @@ StatusOr<ExprId> SchemaConverter::convert_pattern(const std::string& pattern, co
   return g_.sequence({b_.lit("\""), jsonify(g_, *e, memo), b_.lit("\"")});
 }
 
-StatusOr<Grammar> json_schema_to_grammar(std::string_view schema_json, int32_t max_whitespace) {
+StatusOr<ExprId> add_json_schema(Grammar& g, std::string_view schema_json, int32_t max_whitespace) {
   Json schema = Json::parse(schema_json, nullptr, false);
   if (schema.is_discarded()) return invalid_argument("schema is not valid JSON");
+  SchemaConverter conv(g, max_whitespace, schema);
+  return conv.convert(schema, "");
+}
+
+StatusOr<Grammar> json_schema_to_grammar(std::string_view schema_json, int32_t max_whitespace) {
   Grammar g;
   RuleId root = g.add_rule("root");
-  SchemaConverter conv(g, max_whitespace, schema);
-  auto body = conv.convert(schema, "");
+  auto body = add_json_schema(g, schema_json, max_whitespace);
   if (!body.ok()) return body.status();
   g.set_body(root, *body);
   g.set_root(root);

@@ -8,6 +8,7 @@
 #include "reference_recognizer.h"
 #include "structured/compiled_grammar.h"
 #include "structured/grammar_matcher.h"
+#include "structured/json_schema_to_grammar.h"
 
 namespace llmserve::structured {
 namespace {
@@ -259,6 +260,51 @@ TEST(GrammarMatcher, CopiesAreIndependent) {
   EXPECT_TRUE(a.is_terminated());
   EXPECT_TRUE(b.is_terminated());
   EXPECT_EQ(b.num_accepted_tokens(), 2);
+}
+
+// A caller-built grammar embedding a JSON schema between literal tags (the shape of tool calls), masks vs brute
+// force through compile_grammar(); cached under its key.
+TEST(GrammarCompiler, CompilesCallerBuiltGrammars) {
+  Grammar g;
+  auto call = add_json_schema(g,
+                              R"~({"type":"object","properties":{"name":{"const":"get"},"n":{"type":"integer"}},)~"
+                              R"~("required":["name","n"],"additionalProperties":false})~",
+                              0);
+  ASSERT_TRUE(call.ok()) << call.status().to_string();
+  RuleId root = g.add_rule("root");
+  g.set_body(root, g.plus(g.sequence({g.bytes("<call>"), *call, g.bytes("</call>")})));
+  g.set_root(root);
+  Vocabulary vocab = small_vocab();
+  int32_t eos = static_cast<int32_t>(vocab.token_bytes.size()) - 1;
+  auto compiler = GrammarCompiler::create(vocab, eos + 1, {eos});
+  ASSERT_TRUE(compiler.ok());
+  auto a = (*compiler)->compile_grammar(g, "tools:get");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = (*compiler)->compile_grammar(Grammar(), "tools:get");  // cached: the key decides
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_FALSE((*compiler)->compile_grammar(Grammar(), "other").ok());  // no root
+  std::mt19937 rng(9);
+  for (int walk = 0; walk < 3; ++walk) {
+    GrammarMatcher m(*a);
+    std::string prefix;
+    std::vector<uint32_t> mask(m.bitmask_words());
+    for (int step = 0; step < 40 && !m.is_terminated(); ++step) {
+      m.fill_next_token_bitmask(mask.data());
+      ReferenceRecognizer ref((*a)->program());
+      ASSERT_TRUE(ref.feed(prefix));
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t <= eos; ++t) {
+        bool want =
+            t == eos ? ref.can_end() : vocab.token_bytes[t] && ReferenceRecognizer(ref).feed(*vocab.token_bytes[t]);
+        ASSERT_EQ(((mask[t >> 5] >> (t & 31)) & 1) != 0, want) << t << " after " << prefix;
+        if (want) allowed.push_back(t);
+      }
+      int32_t pick = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept_token(pick));
+      if (pick != eos) prefix += *vocab.token_bytes[pick];
+    }
+  }
 }
 
 TEST(GrammarCompiler, CachesByKindAndText) {
