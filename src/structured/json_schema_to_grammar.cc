@@ -200,10 +200,17 @@ class SchemaConverter {
          "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
          "(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+"},
         {"ipv4", "OCTET\\.OCTET\\.OCTET\\.OCTET"},
+        // At most 3 labels of <= 63 characters: under the 253-character limit.
+        {"hostname", "LABEL(\\.LABEL){0,2}"},
+        // scheme://host[:port][/path][?query], unreserved and sub-delimiter characters only (no % escapes).
+        {"uri",
+         "[a-z][a-z0-9+.-]{0,9}://LABEL(\\.LABEL){0,2}(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*"
+         "(\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?"},
     };
     auto it = kFormats.find(f);
     if (it == kFormats.end()) {
-      return error(path, "unsupported format '" + f + "' (supported: date, time, date-time, uuid, email, ipv4)");
+      return error(
+          path, "unsupported format '" + f + "' (supported: date, time, date-time, uuid, email, ipv4, hostname, uri)");
     }
     // Days per month without Feb 29, so every output is a real date.
     const std::string date =
@@ -219,6 +226,7 @@ class SchemaConverter {
     replace("DATE", date);
     replace("TIME", time);
     replace("OCTET", octet);
+    replace("LABEL", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?");
     return convert_pattern(re, path);
   }
 

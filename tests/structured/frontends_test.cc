@@ -104,7 +104,7 @@ TEST(JsonSchema, RefusalsNameKeywordAndPath) {
             "schema /patternProperties: unsupported keyword 'patternProperties'");
   EXPECT_EQ(
       err(R"~({"type":"array","items":{"type":"string","format":"hostname-x"}})~"),
-      "schema /items/format: unsupported format 'hostname-x' (supported: date, time, date-time, uuid, email, ipv4)");
+      "schema /items/format: unsupported format 'hostname-x' (supported: date, time, date-time, uuid, email, ipv4, hostname, uri)");
   EXPECT_EQ(err(R"~({"type":"object","properties":{"a":{"type":"string"}},"required":["b"]})~"),
             "schema /required: required property 'b' is not declared in `properties`");
   EXPECT_EQ(err(R"~({"$ref":"#/$defs/missing"})~"), "schema /$ref: reference '#/$defs/missing' does not resolve");
