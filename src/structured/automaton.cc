@@ -39,7 +39,7 @@ void Automaton::close(int32_t pos, int32_t parent, std::vector<int32_t>& tops, b
   const Program::Element& e = program_.elements[pos];
   switch (e.kind) {
     case Program::kByteSet:
-      tops.push_back(node(pos, parent));
+      if (program_.byte_sets[e.value] != ByteSet{}) tops.push_back(node(pos, parent));  // empty: a dead end
       return;
     case Program::kEnd:
       if (parent == -1) {

@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "structured/program.h"
+
 namespace llmserve::structured {
 
 namespace {
@@ -305,6 +307,7 @@ class EbnfParser {
     }
     in_string_ = true;
     ++pos_;
+    if (utf8_sequences(ranges, negated).empty()) return error(start, "character class matches nothing");
     return g_.char_class(std::move(ranges), negated);
   }
 

@@ -130,6 +130,47 @@ Status Grammar::validate() const {
       }
     }
   }
+  // Productive rules (those that derive some finite string), by fixed point: a rule that is not can never finish,
+  // and a matcher led into it would wait for ever.
+  std::vector<char> productive(rules_.size(), 0);
+  std::function<bool(ExprId)> finite = [&](ExprId id) -> bool {
+    const Expr& e = exprs_[id];
+    switch (e.kind) {
+      case Expr::Kind::kBytes:
+      case Expr::Kind::kCharClass:
+        return true;
+      case Expr::Kind::kRuleRef:
+        return productive[e.rule] != 0;
+      case Expr::Kind::kSequence:
+        for (ExprId c : e.children) {
+          if (!finite(c)) return false;
+        }
+        return true;
+      case Expr::Kind::kChoice:
+        for (ExprId c : e.children) {
+          if (finite(c)) return true;
+        }
+        return false;
+      case Expr::Kind::kRepeat:
+        return e.min == 0 || finite(e.children[0]);
+    }
+    return false;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < rules_.size(); ++i) {
+      if (!productive[i] && finite(rules_[i].body)) {
+        productive[i] = 1;
+        changed = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    if (!productive[i]) {
+      return invalid_argument("rule '" + rules_[i].name +
+                              "' can never finish: every alternative needs itself or another such rule again");
+    }
+  }
   std::vector<std::vector<RuleId>> left(rules_.size());
   std::function<void(ExprId, std::vector<RuleId>&)> leftmost = [&](ExprId id, std::vector<RuleId>& out) {
     const Expr& e = exprs_[id];

@@ -1,5 +1,6 @@
 // GrammarCompiler: front-end dispatch by constraint kind, lowering, and the (kind, text) cache of compiled grammars.
 // Compilation runs outside the cache lock, so different specs compile in parallel.
+#include <algorithm>
 #include <list>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -116,7 +117,12 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Impl::build(co
   auto program = lower_grammar(grammar);
   if (!program.ok()) return program.status();
   auto compiled = std::make_shared<const CompiledGrammar>(std::move(spec), tokens, std::move(*program), mask_budget);
-  compiled->mask(compiled->start_state());  // the first step's mask, paid at validation time
+  // The first step's mask, paid at validation time; an empty one means no output can ever be produced.
+  const int32_t start = compiled->start_state();
+  auto first = compiled->mask(start);
+  if (!compiled->can_end(start) && std::all_of(first->begin(), first->end(), [](uint32_t w) { return w == 0; })) {
+    return invalid_argument("the constraint admits no output: no token of the vocabulary can start it");
+  }
   std::lock_guard<std::mutex> lock(mu);
   auto it = by_key.find(key);
   if (it != by_key.end()) return it->second->second;  // another thread compiled it meanwhile

@@ -25,11 +25,15 @@ TEST(Ebnf, SyntaxErrorsNameLineAndColumn) {
   EXPECT_EQ(error_of(parse_ebnf("root = \"a\"")), "grammar syntax error at 1:6: expected '::=' after rule name 'root'");
   EXPECT_EQ(error_of(parse_ebnf("item ::= \"a\"")), "grammar has no rule named 'root' (the start rule)");
   EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\"{3,1}")), "grammar syntax error at 1:13: repetition {m,n} with n < m");
+  EXPECT_EQ(error_of(parse_ebnf("root ::= [^\\x00-\\U0010FFFF]")),
+            "grammar syntax error at 1:10: character class matches nothing");
+  EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\" loop\nloop ::= \"b\" loop")),
+            "rule 'root' can never finish: every alternative needs itself or another such rule again");
   EXPECT_EQ(error_of(parse_ebnf("root ::= \"\\q\"")), "grammar syntax error at 1:11: unknown escape \\q");
   EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\"\nroot ::= \"b\"")),
             "grammar syntax error at 2:1: rule 'root' is defined twice");
   EXPECT_NE(error_of(parse_ebnf("root ::= root \"a\" | \"b\"")).find("left-recursive"), std::string::npos);
-  EXPECT_NE(error_of(parse_ebnf("root ::= x\nx ::= \"\"? root")).find("left-recursive"), std::string::npos);
+  EXPECT_NE(error_of(parse_ebnf("root ::= x | \"c\"\nx ::= \"\"? root \"a\"")).find("left-recursive"), std::string::npos);
 }
 
 // Accepts `s` from the start and can end there.
@@ -102,9 +106,9 @@ TEST(JsonSchema, RefusalsNameKeywordAndPath) {
             "schema /properties/a/multipleOf: unsupported keyword 'multipleOf'");
   EXPECT_EQ(err(R"~({"type":"object","patternProperties":{}})~"),
             "schema /patternProperties: unsupported keyword 'patternProperties'");
-  EXPECT_EQ(
-      err(R"~({"type":"array","items":{"type":"string","format":"hostname-x"}})~"),
-      "schema /items/format: unsupported format 'hostname-x' (supported: date, time, date-time, uuid, email, ipv4, hostname, uri)");
+  EXPECT_EQ(err(R"~({"type":"array","items":{"type":"string","format":"hostname-x"}})~"),
+            "schema /items/format: unsupported format 'hostname-x' (supported: date, time, date-time, uuid, email, "
+            "ipv4, hostname, uri)");
   EXPECT_EQ(err(R"~({"type":"object","properties":{"a":{"type":"string"}},"required":["b"]})~"),
             "schema /required: required property 'b' is not declared in `properties`");
   EXPECT_EQ(err(R"~({"$ref":"#/$defs/missing"})~"), "schema /$ref: reference '#/$defs/missing' does not resolve");

@@ -318,6 +318,9 @@ TEST(GrammarCompiler, CachesByKindAndText) {
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(a->get(), b->get());
   EXPECT_NE(a->get(), c->get());
+  auto none = (*compiler)->compile({Kind::kRegex, R"~(\x01+)~"});  // no token of the small vocabulary holds \x01
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(), "the constraint admits no output: no token of the vocabulary can start it");
   EXPECT_FALSE(GrammarCompiler::create(vocab, eos, {eos}).ok());  // EOS outside vocab_size
   EXPECT_FALSE(GrammarCompiler::create(vocab, 10, {0}).ok());     // vocab_size below the tokenizer
 }
