@@ -4,9 +4,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -64,11 +62,13 @@ class GrammarCompiler {
   ~GrammarCompiler();
 
   // InvalidArgument naming what is wrong (unsupported keyword and its JSON path, bad regex with its offset, grammar
-  // syntax error with line:column, an empty choice list); the caller prefixes the request field.
+  // syntax error with line:column, an undefined / left-recursive / never-finishing rule, an empty choice list, a
+  // constraint no vocabulary token can start); the caller prefixes the request field.
   StatusOr<std::shared_ptr<const CompiledGrammar>> compile(const ConstraintSpec& spec);
   // A grammar the caller built from the IR (structured/grammar.h; e.g. literal tags around add_json_schema() of
   // json_schema_to_grammar.h, for tool calls), cached under cache_key — one key per distinct grammar, in a space
-  // apart from compile()'s. InvalidArgument if it does not validate (no root, undefined or left-recursive rule).
+  // apart from compile()'s. InvalidArgument as compile() (no root, undefined / left-recursive / never-finishing rule,
+  // no token can start it).
   StatusOr<std::shared_ptr<const CompiledGrammar>> compile_grammar(const Grammar& grammar,
                                                                    const std::string& cache_key);
   const CompilerOptions& options() const;
