@@ -62,7 +62,6 @@ StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(Vocabulary vo
     return invalid_argument("grammar compiler: vocab_size " + std::to_string(vocab_size) +
                             " is below the tokenizer's " + std::to_string(vocab.token_bytes.size()) + " tokens");
   }
-  if (eos_token_ids.empty()) return invalid_argument("grammar compiler: no EOS token id");
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) {
       return invalid_argument("grammar compiler: EOS id " + std::to_string(id) + " outside [0, vocab_size)");

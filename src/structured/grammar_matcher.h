@@ -50,7 +50,8 @@ struct CompilerOptions {
 class GrammarCompiler {
  public:
   // vocab_size: the model's logits width (may exceed the tokenizer's); ids past the tokenizer are never allowed.
-  // eos_token_ids: the ids that end a grammar (allowed only where the grammar can end). InvalidArgument if
+  // eos_token_ids: the ids that end a grammar (allowed only where the grammar can end; may be empty: then only
+  // is_terminated() or the length limit ends the output). InvalidArgument if
   // vocab_size < the tokenizer's size, or an EOS id is outside [0, vocab_size).
   static StatusOr<std::unique_ptr<GrammarCompiler>> create(const Tokenizer& tok, int32_t vocab_size,
                                                            std::vector<int32_t> eos_token_ids,
