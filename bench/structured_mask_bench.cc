@@ -27,18 +27,24 @@ double pct(std::vector<double> v, double p) {
 
 std::string twenty_property_schema() {
   std::string props, req;
-  const char* kinds[] = {R"({"type":"string"})", R"({"type":"integer"})", R"({"type":"number"})",
-                         R"({"type":"boolean"})", R"({"enum":["red","green","blue"]})",
-                         R"({"type":"array","items":{"type":"string"},"maxItems":4})",
-                         R"({"type":["string","null"]})", R"({"type":"string","format":"date"})",
-                         R"({"type":"integer","minimum":0,"maximum":150})",
-                         R"({"type":"object","properties":{"x":{"type":"number"},"y":{"type":"number"}},"required":["x","y"],"additionalProperties":false})"};
+  const char* kinds[] = {
+      R"({"type":"string"})",
+      R"({"type":"integer"})",
+      R"({"type":"number"})",
+      R"({"type":"boolean"})",
+      R"({"enum":["red","green","blue"]})",
+      R"({"type":"array","items":{"type":"string"},"maxItems":4})",
+      R"({"type":["string","null"]})",
+      R"({"type":"string","format":"date"})",
+      R"({"type":"integer","minimum":0,"maximum":150})",
+      R"({"type":"object","properties":{"x":{"type":"number"},"y":{"type":"number"}},"required":["x","y"],"additionalProperties":false})"};
   for (int i = 0; i < 20; ++i) {
     std::string name = "field_" + std::to_string(i);
     props += (i ? "," : "") + ("\"" + name + "\":") + kinds[i % 10];
     req += (i ? "," : "") + ("\"" + name + "\"");
   }
-  return R"({"type":"object","properties":{)" + props + R"(},"required":[)" + req + R"(],"additionalProperties":false})";
+  return R"({"type":"object","properties":{)" + props + R"(},"required":[)" + req +
+         R"(],"additionalProperties":false})";
 }
 
 }  // namespace
@@ -61,11 +67,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", compiler.status().to_string().c_str());
     return 1;
   }
-  // Floor: one bitmask copy.
+  // Floor: one bitmask copy from a pool of 256 cached masks (4 MiB: past L2, as the grammar's cached masks are).
   const int32_t words = (vocab_size + 31) / 32;
-  std::vector<uint32_t> a(words, 1), b(words);
+  std::vector<std::vector<uint32_t>> pool(256, std::vector<uint32_t>(words, 1));
+  std::vector<uint32_t> b(words);
   auto t0 = Clock::now();
   for (int i = 0; i < 10000; ++i) {
+    auto& a = pool[(i * 97) % pool.size()];
     std::memcpy(b.data(), a.data(), words * 4);
     a[i % words] ^= b[(i * 7) % words];
   }
@@ -126,6 +134,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(tokens), pct(cold, 0.5), pct(cold, 0.99), pct(warm, 0.5), pct(warm, 0.99),
                 pct(accept, 0.5), floor_us, pct(warm, 0.5) / floor_us);
   }
-  std::printf("times in microseconds per token per request; floor = one %d-byte bitmask copy\n", words * 4);
+  std::printf("times in microseconds per token per request; floor = one %d-byte bitmask copy from a 4 MiB pool\n",
+              words * 4);
   return 0;
 }

@@ -4,11 +4,11 @@
 namespace llmserve::structured {
 
 CompiledGrammar::CompiledGrammar(ConstraintSpec spec, std::shared_ptr<const TokenIndex> tokens, Program program,
-                                 int32_t max_cached_masks)
+                                 std::shared_ptr<std::atomic<int64_t>> mask_budget)
     : spec_(std::move(spec)),
       tokens_(std::move(tokens)),
       program_(std::move(program)),
-      automaton_(program_, *tokens_, max_cached_masks) {}
+      automaton_(program_, *tokens_, std::move(mask_budget)) {}
 
 int32_t CompiledGrammar::start_state() const {
   std::lock_guard<std::mutex> lock(mu_);

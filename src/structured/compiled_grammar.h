@@ -3,6 +3,7 @@
 // what a matcher keeps (state ids, mask pointers) stays valid for the grammar's life.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,7 +20,7 @@ namespace llmserve::structured {
 class CompiledGrammar {
  public:
   CompiledGrammar(ConstraintSpec spec, std::shared_ptr<const TokenIndex> tokens, Program program,
-                  int32_t max_cached_masks);
+                  std::shared_ptr<std::atomic<int64_t>> mask_budget);
 
   const ConstraintSpec& spec() const { return spec_; }
   const TokenIndex& tokens() const { return *tokens_; }

@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "structured/program.h"
+
 namespace llmserve::structured {
 
 namespace {
@@ -242,12 +244,18 @@ class EbnfParser {
     char e = s_[pos_ + 1];
     pos_ += 2;
     switch (e) {
-      case 'n': return int64_t{'\n'};
-      case 'r': return int64_t{'\r'};
-      case 't': return int64_t{'\t'};
-      case 'f': return int64_t{'\f'};
-      case 'v': return int64_t{'\v'};
-      case '0': return int64_t{0};
+      case 'n':
+        return int64_t{'\n'};
+      case 'r':
+        return int64_t{'\r'};
+      case 't':
+        return int64_t{'\t'};
+      case 'f':
+        return int64_t{'\f'};
+      case 'v':
+        return int64_t{'\v'};
+      case '0':
+        return int64_t{0};
       case 'x':
       case 'u':
       case 'U': {
@@ -299,6 +307,7 @@ class EbnfParser {
     }
     in_string_ = true;
     ++pos_;
+    if (utf8_sequences(ranges, negated).empty()) return error(start, "character class matches nothing");
     return g_.char_class(std::move(ranges), negated);
   }
 

@@ -100,9 +100,12 @@ Status Grammar::validate() const {
   std::function<bool(ExprId)> nullable = [&](ExprId id) -> bool {
     const Expr& e = exprs_[id];
     switch (e.kind) {
-      case Expr::Kind::kBytes: return e.bytes.empty();
-      case Expr::Kind::kCharClass: return false;
-      case Expr::Kind::kRuleRef: return rule_nullable[e.rule] != 0;
+      case Expr::Kind::kBytes:
+        return e.bytes.empty();
+      case Expr::Kind::kCharClass:
+        return false;
+      case Expr::Kind::kRuleRef:
+        return rule_nullable[e.rule] != 0;
       case Expr::Kind::kSequence:
         for (ExprId c : e.children) {
           if (!nullable(c)) return false;
@@ -113,7 +116,8 @@ Status Grammar::validate() const {
           if (nullable(c)) return true;
         }
         return false;
-      case Expr::Kind::kRepeat: return e.min == 0 || nullable(e.children[0]);
+      case Expr::Kind::kRepeat:
+        return e.min == 0 || nullable(e.children[0]);
     }
     return false;
   };
@@ -126,11 +130,54 @@ Status Grammar::validate() const {
       }
     }
   }
+  // Productive rules (those that derive some finite string), by fixed point: a rule that is not can never finish,
+  // and a matcher led into it would wait for ever.
+  std::vector<char> productive(rules_.size(), 0);
+  std::function<bool(ExprId)> finite = [&](ExprId id) -> bool {
+    const Expr& e = exprs_[id];
+    switch (e.kind) {
+      case Expr::Kind::kBytes:
+      case Expr::Kind::kCharClass:
+        return true;
+      case Expr::Kind::kRuleRef:
+        return productive[e.rule] != 0;
+      case Expr::Kind::kSequence:
+        for (ExprId c : e.children) {
+          if (!finite(c)) return false;
+        }
+        return true;
+      case Expr::Kind::kChoice:
+        for (ExprId c : e.children) {
+          if (finite(c)) return true;
+        }
+        return false;
+      case Expr::Kind::kRepeat:
+        return e.min == 0 || finite(e.children[0]);
+    }
+    return false;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < rules_.size(); ++i) {
+      if (!productive[i] && finite(rules_[i].body)) {
+        productive[i] = 1;
+        changed = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    if (!productive[i]) {
+      return invalid_argument("rule '" + rules_[i].name +
+                              "' can never finish: every alternative needs itself or another such rule again");
+    }
+  }
   std::vector<std::vector<RuleId>> left(rules_.size());
   std::function<void(ExprId, std::vector<RuleId>&)> leftmost = [&](ExprId id, std::vector<RuleId>& out) {
     const Expr& e = exprs_[id];
     switch (e.kind) {
-      case Expr::Kind::kRuleRef: out.push_back(e.rule); break;
+      case Expr::Kind::kRuleRef:
+        out.push_back(e.rule);
+        break;
       case Expr::Kind::kSequence:
         for (ExprId c : e.children) {
           leftmost(c, out);
@@ -143,7 +190,8 @@ Status Grammar::validate() const {
       case Expr::Kind::kRepeat:
         if (e.max > 0) leftmost(e.children[0], out);
         break;
-      default: break;
+      default:
+        break;
     }
   };
   for (size_t i = 0; i < rules_.size(); ++i) leftmost(rules_[i].body, left[i]);
@@ -204,7 +252,8 @@ std::string Grammar::to_string() const {
         s = e.negated ? "[^" : "[";
         for (auto [lo, hi] : e.ranges) s += lo == hi ? cp_text(lo) : cp_text(lo) + "-" + cp_text(hi);
         return s + "]";
-      case Expr::Kind::kRuleRef: return rules_[e.rule].name;
+      case Expr::Kind::kRuleRef:
+        return rules_[e.rule].name;
       case Expr::Kind::kSequence:
       case Expr::Kind::kChoice:
         s = "(";

@@ -1,8 +1,8 @@
 // GrammarCompiler: front-end dispatch by constraint kind, lowering, and the (kind, text) cache of compiled grammars.
 // Compilation runs outside the cache lock, so different specs compile in parallel.
+#include <algorithm>
 #include <list>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "structured/compiled_grammar.h"
@@ -16,22 +16,32 @@ namespace llmserve::structured {
 
 const char* constraint_kind_name(ConstraintSpec::Kind kind) {
   switch (kind) {
-    case ConstraintSpec::Kind::kJsonSchema: return "json_schema";
-    case ConstraintSpec::Kind::kJsonObject: return "json_object";
-    case ConstraintSpec::Kind::kRegex: return "regex";
-    case ConstraintSpec::Kind::kChoice: return "choice";
-    case ConstraintSpec::Kind::kGrammar: return "grammar";
+    case ConstraintSpec::Kind::kJsonSchema:
+      return "json_schema";
+    case ConstraintSpec::Kind::kJsonObject:
+      return "json_object";
+    case ConstraintSpec::Kind::kRegex:
+      return "regex";
+    case ConstraintSpec::Kind::kChoice:
+      return "choice";
+    case ConstraintSpec::Kind::kGrammar:
+      return "grammar";
   }
   return "?";
 }
 
 struct GrammarCompiler::Impl {
+  using Key = std::pair<int, std::string>;  // (kind, text); kind -1: compile_grammar()'s caller keys
+
+  std::shared_ptr<const CompiledGrammar> find(const Key& key);
+  StatusOr<std::shared_ptr<const CompiledGrammar>> build(const Key& key, ConstraintSpec spec, const Grammar& grammar);
+
   std::shared_ptr<const TokenIndex> tokens;
   CompilerOptions options;
-  int32_t max_cached_masks = 0;
+  std::shared_ptr<std::atomic<int64_t>> mask_budget;  // bytes, shared by every grammar of this compiler
   std::mutex mu;
-  std::list<std::pair<std::pair<int, std::string>, std::shared_ptr<const CompiledGrammar>>> lru;  // newest first
-  std::map<std::pair<int, std::string>, decltype(lru)::iterator> by_key;
+  std::list<std::pair<Key, std::shared_ptr<const CompiledGrammar>>> lru;  // most recently used first
+  std::map<Key, decltype(lru)::iterator> by_key;
 };
 
 GrammarCompiler::GrammarCompiler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -52,7 +62,6 @@ StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(Vocabulary vo
     return invalid_argument("grammar compiler: vocab_size " + std::to_string(vocab_size) +
                             " is below the tokenizer's " + std::to_string(vocab.token_bytes.size()) + " tokens");
   }
-  if (eos_token_ids.empty()) return invalid_argument("grammar compiler: no EOS token id");
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) {
       return invalid_argument("grammar compiler: EOS id " + std::to_string(id) + " outside [0, vocab_size)");
@@ -64,8 +73,8 @@ StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(Vocabulary vo
   auto impl = std::make_unique<Impl>();
   impl->tokens = std::make_shared<const TokenIndex>(vocab, vocab_size, std::move(eos_token_ids));
   impl->options = options;
-  // Cached masks per grammar: at most ~64 MiB of them.
-  impl->max_cached_masks = std::max<int32_t>(64, static_cast<int32_t>((int64_t{64} << 20) / (4 * impl->tokens->num_words)));
+  if (options.mask_cache_bytes < 0) return invalid_argument("grammar compiler: mask_cache_bytes must be >= 0");
+  impl->mask_budget = std::make_shared<std::atomic<int64_t>>(options.mask_cache_bytes);
   return std::unique_ptr<GrammarCompiler>(new GrammarCompiler(std::move(impl)));
 }
 
@@ -92,16 +101,42 @@ StatusOr<Grammar> choice_grammar(const std::string& text) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const ConstraintSpec& spec) {
-  auto key = std::make_pair(static_cast<int>(spec.kind), spec.text);
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    auto it = impl_->by_key.find(key);
-    if (it != impl_->by_key.end()) {
-      impl_->lru.splice(impl_->lru.begin(), impl_->lru, it->second);
-      return it->second->second;
-    }
+const CompilerOptions& GrammarCompiler::options() const { return impl_->options; }
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::Impl::find(const Key& key) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_key.find(key);
+  if (it == by_key.end()) return nullptr;
+  lru.splice(lru.begin(), lru, it->second);
+  return it->second->second;
+}
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::Impl::build(const Key& key, ConstraintSpec spec,
+                                                                              const Grammar& grammar) {
+  auto program = lower_grammar(grammar);
+  if (!program.ok()) return program.status();
+  auto compiled = std::make_shared<const CompiledGrammar>(std::move(spec), tokens, std::move(*program), mask_budget);
+  // The first step's mask, paid at validation time; an empty one means no output can ever be produced.
+  const int32_t start = compiled->start_state();
+  auto first = compiled->mask(start);
+  if (!compiled->can_end(start) && std::all_of(first->begin(), first->end(), [](uint32_t w) { return w == 0; })) {
+    return invalid_argument("the constraint admits no output: no token of the vocabulary can start it");
   }
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_key.find(key);
+  if (it != by_key.end()) return it->second->second;  // another thread compiled it meanwhile
+  lru.emplace_front(key, compiled);
+  by_key[key] = lru.begin();
+  while (static_cast<int32_t>(lru.size()) > std::max(1, options.max_cached_grammars)) {
+    by_key.erase(lru.back().first);
+    lru.pop_back();
+  }
+  return std::shared_ptr<const CompiledGrammar>(compiled);
+}
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const ConstraintSpec& spec) {
+  Impl::Key key{static_cast<int>(spec.kind), spec.text};
+  if (auto hit = impl_->find(key)) return hit;
   StatusOr<Grammar> grammar = invalid_argument("unknown constraint kind");
   int32_t ws = impl_->options.json_max_whitespace;
   switch (spec.kind) {
@@ -109,27 +144,30 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile(const 
       if (!spec.text.empty()) return invalid_argument("json_object takes no schema text");
       grammar = json_object_grammar(ws);
       break;
-    case ConstraintSpec::Kind::kJsonSchema: grammar = json_schema_to_grammar(spec.text, ws); break;
-    case ConstraintSpec::Kind::kRegex: grammar = regex_to_grammar(spec.text); break;
-    case ConstraintSpec::Kind::kChoice: grammar = choice_grammar(spec.text); break;
-    case ConstraintSpec::Kind::kGrammar: grammar = parse_ebnf(spec.text); break;
+    case ConstraintSpec::Kind::kJsonSchema:
+      grammar = json_schema_to_grammar(spec.text, ws);
+      break;
+    case ConstraintSpec::Kind::kRegex:
+      grammar = regex_to_grammar(spec.text);
+      break;
+    case ConstraintSpec::Kind::kChoice:
+      grammar = choice_grammar(spec.text);
+      break;
+    case ConstraintSpec::Kind::kGrammar:
+      grammar = parse_ebnf(spec.text);
+      break;
   }
   if (!grammar.ok()) return grammar.status();
-  auto program = lower_grammar(*grammar);
-  if (!program.ok()) return program.status();
-  auto compiled = std::make_shared<const CompiledGrammar>(spec, impl_->tokens, std::move(*program),
-                                                          impl_->max_cached_masks);
-  compiled->mask(compiled->start_state());  // the first step's mask, paid at validation time
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->by_key.find(key);
-  if (it != impl_->by_key.end()) return it->second->second;  // another thread compiled it meanwhile
-  impl_->lru.emplace_front(key, compiled);
-  impl_->by_key[key] = impl_->lru.begin();
-  while (static_cast<int32_t>(impl_->lru.size()) > std::max(1, impl_->options.max_cached_grammars)) {
-    impl_->by_key.erase(impl_->lru.back().first);
-    impl_->lru.pop_back();
-  }
-  return std::shared_ptr<const CompiledGrammar>(compiled);
+  return impl_->build(key, spec, *grammar);
+}
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile_grammar(const Grammar& grammar,
+                                                                                  const std::string& cache_key) {
+  Impl::Key key{-1, cache_key};
+  if (auto hit = impl_->find(key)) return hit;
+  Status st = grammar.validate();
+  if (!st.ok()) return st;
+  return impl_->build(key, ConstraintSpec{ConstraintSpec::Kind::kGrammar, cache_key}, grammar);
 }
 
 }  // namespace llmserve::structured

@@ -4,9 +4,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -17,6 +15,8 @@ class Tokenizer;
 }
 
 namespace llmserve::structured {
+
+class Grammar;
 
 // What a request asks for. text: the JSON schema (JSON text) / regex / EBNF grammar (GBNF-style, start rule `root`) /
 // JSON array of choice strings; empty for kJsonObject.
@@ -37,8 +37,12 @@ struct CompilerOptions {
   // Longest run of whitespace ([ \t\n\r]) the JSON grammars (json_object, json_schema) allow between JSON tokens;
   // 0 = compact JSON (`{"a":1,"b":[2]}`), so a weak model cannot spend its budget on whitespace.
   int32_t json_max_whitespace = 0;
-  // Compiled grammars kept by (kind, text); the least recently compiled is dropped past this.
+  // Compiled grammars kept by (kind, text); the least recently used is dropped past this (requests still holding
+  // it keep it alive).
   int32_t max_cached_grammars = 256;
+  // Bytes of token masks cached across all grammars of this compiler (vocab/8 bytes each: 16 KiB at 128k); past
+  // it, masks of new states are computed on every use instead of cached.
+  int64_t mask_cache_bytes = int64_t{1} << 30;
 };
 
 // Built once per tokenizer; compile() validates and caches compiled grammars by (kind, text). Thread-safe: any
@@ -46,7 +50,8 @@ struct CompilerOptions {
 class GrammarCompiler {
  public:
   // vocab_size: the model's logits width (may exceed the tokenizer's); ids past the tokenizer are never allowed.
-  // eos_token_ids: the ids that end a grammar (allowed only where the grammar can end). InvalidArgument if
+  // eos_token_ids: the ids that end a grammar (allowed only where the grammar can end; may be empty: then only
+  // is_terminated() or the length limit ends the output). InvalidArgument if
   // vocab_size < the tokenizer's size, or an EOS id is outside [0, vocab_size).
   static StatusOr<std::unique_ptr<GrammarCompiler>> create(const Tokenizer& tok, int32_t vocab_size,
                                                            std::vector<int32_t> eos_token_ids,
@@ -58,8 +63,16 @@ class GrammarCompiler {
   ~GrammarCompiler();
 
   // InvalidArgument naming what is wrong (unsupported keyword and its JSON path, bad regex with its offset, grammar
-  // syntax error with line:column, an empty choice list); the caller prefixes the request field.
+  // syntax error with line:column, an undefined / left-recursive / never-finishing rule, an empty choice list, a
+  // constraint no vocabulary token can start); the caller prefixes the request field.
   StatusOr<std::shared_ptr<const CompiledGrammar>> compile(const ConstraintSpec& spec);
+  // A grammar the caller built from the IR (structured/grammar.h; e.g. literal tags around add_json_schema() of
+  // json_schema_to_grammar.h, for tool calls), cached under cache_key — one key per distinct grammar, in a space
+  // apart from compile()'s. InvalidArgument as compile() (no root, undefined / left-recursive / never-finishing rule,
+  // no token can start it).
+  StatusOr<std::shared_ptr<const CompiledGrammar>> compile_grammar(const Grammar& grammar,
+                                                                   const std::string& cache_key);
+  const CompilerOptions& options() const;
 
   int32_t vocab_size() const;
 
@@ -71,6 +84,7 @@ class GrammarCompiler {
 
 // Per-request state machine over a CompiledGrammar. Not thread-safe by itself (one request = one thread at a time);
 // many matchers of the same grammar may run on different threads at once (the grammar's shared caches lock).
+// Copyable: a copy continues independently from the same point (n > 1 sequences of one request).
 class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);

@@ -1,17 +1,17 @@
 // Schema walker that emits grammar rules as it goes: each subschema becomes an expression, each $ref a rule (so
 // recursive schemas work), and a schema keyword this file does not handle is an error, never silently dropped.
-// Additional properties: absent = not allowed when `properties` are declared (OpenAI strict mode's rule); an object
-// schema without `properties` takes any keys, with values of the additionalProperties schema.
+// Additional properties: absent = not allowed when `properties` are declared (OpenAI strict mode's rule, and a subset
+// of what the schema allows); `true` or a schema = extra keys after the declared ones, none equal to a declared name.
 #include "structured/json_schema_to_grammar.h"
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "structured/json_grammar_builder.h"
 #include "structured/regex_to_grammar.h"
 
 namespace llmserve::structured {
@@ -21,9 +21,9 @@ namespace {
 using Json = nlohmann::json;
 
 // Keywords that carry no constraint.
-const std::set<std::string> kAnnotations = {"title",    "description", "$schema",    "$id",       "$comment",
-                                            "default",  "examples",    "deprecated", "readOnly",  "writeOnly",
-                                            "$defs",    "definitions", "strict",     "name"};
+const std::set<std::string> kAnnotations = {"title",   "description", "$schema",    "$id",      "$comment",
+                                            "default", "examples",    "deprecated", "readOnly", "writeOnly",
+                                            "$defs",   "definitions", "strict",     "name"};
 const std::set<std::string> kObjectKeys = {"properties", "required", "additionalProperties"};
 const std::set<std::string> kArrayKeys = {"items", "minItems", "maxItems"};
 const std::set<std::string> kStringKeys = {"minLength", "maxLength", "pattern", "format"};
@@ -42,182 +42,6 @@ std::string escape_pointer(const std::string& key) {
   }
   return out;
 }
-
-class JsonGrammarBuilder {
- public:
-  JsonGrammarBuilder(Grammar& g, int32_t max_ws) : g_(g), max_ws_(max_ws) {}
-
-  ExprId ws() {
-    if (max_ws_ <= 0) return g_.bytes("");
-    return g_.repeat(g_.char_class({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0, max_ws_);
-  }
-  ExprId lit(const std::string& s) { return g_.bytes(s); }
-
-  // One character of a JSON string's content: unescaped, or an escape (no \u surrogates, so one escape is always
-  // one character of the decoded string and lengths count the same as Python's len()).
-  ExprId string_char() {
-    if (string_char_ >= 0) return g_.ref(string_char_);
-    string_char_ = g_.add_rule("json_char");
-    ExprId hex = g_.char_class({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
-    ExprId not_surrogate = g_.choice(
-        {g_.sequence({g_.char_class({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}), hex, hex, hex}),
-         g_.sequence({g_.char_class({{'d', 'd'}, {'D', 'D'}}), g_.char_class({{'0', '7'}}), hex, hex})});
-    ExprId escape = g_.sequence(
-        {lit("\\"), g_.choice({g_.char_class({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'}, {'f', 'f'},
-                                              {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
-                               g_.sequence({lit("u"), not_surrogate})})});
-    g_.set_body(string_char_, g_.choice({g_.char_class({{'"', '"'}, {'\\', '\\'}, {0, 0x1F}}, true), escape}));
-    return g_.ref(string_char_);
-  }
-
-  ExprId string(int32_t min_len = 0, int32_t max_len = kUnbounded) {
-    if (min_len == 0 && max_len == kUnbounded) {
-      if (string_ < 0) {
-        string_ = g_.add_rule("json_string");
-        g_.set_body(string_, g_.sequence({lit("\""), g_.star(string_char()), lit("\"")}));
-      }
-      return g_.ref(string_);
-    }
-    return g_.sequence({lit("\""), g_.repeat(string_char(), min_len, max_len), lit("\"")});
-  }
-
-  ExprId number() {
-    if (number_ < 0) {
-      number_ = g_.add_rule("json_number");
-      ExprId digits = g_.plus(g_.char_class({{'0', '9'}}));
-      g_.set_body(number_, g_.sequence({integer_unbounded(),
-                                        g_.optional(g_.sequence({lit("."), digits})),
-                                        g_.optional(g_.sequence({g_.char_class({{'e', 'e'}, {'E', 'E'}}),
-                                                                 g_.optional(g_.char_class({{'+', '+'}, {'-', '-'}})),
-                                                                 digits}))}));
-    }
-    return g_.ref(number_);
-  }
-
-  ExprId integer_unbounded() {
-    if (integer_ < 0) {
-      integer_ = g_.add_rule("json_integer");
-      g_.set_body(integer_, g_.sequence({g_.optional(lit("-")), nonneg_digits()}));
-    }
-    return g_.ref(integer_);
-  }
-
-  // 0 | [1-9][0-9]*
-  ExprId nonneg_digits() {
-    return g_.choice({lit("0"), g_.sequence({g_.char_class({{'1', '9'}}), g_.star(g_.char_class({{'0', '9'}}))})});
-  }
-
-  ExprId value() {
-    if (value_ < 0) {
-      value_ = g_.add_rule("json_value");
-      RuleId object = g_.add_rule("json_object");
-      RuleId array = g_.add_rule("json_array");
-      g_.set_body(value_, g_.choice({g_.ref(object), g_.ref(array), string(), number(), lit("true"), lit("false"),
-                                     lit("null")}));
-      g_.set_body(object, object_of(value()));
-      g_.set_body(array, array_of(value(), 0, kUnbounded));
-      object_ = object;
-    }
-    return g_.ref(value_);
-  }
-
-  ExprId any_object() {
-    value();
-    return g_.ref(object_);
-  }
-
-  // "{" ws (member ws ("," ws member ws)*)? "}" with member = string ws ":" ws value_expr
-  ExprId object_of(ExprId value_expr) {
-    ExprId member = g_.sequence({string(), ws(), lit(":"), ws(), value_expr});
-    ExprId more = g_.star(g_.sequence({lit(","), ws(), member, ws()}));
-    return g_.sequence({lit("{"), ws(), g_.optional(g_.sequence({member, ws(), more})), lit("}")});
-  }
-
-  ExprId array_of(ExprId item, int32_t min_items, int32_t max_items) {
-    ExprId next = g_.sequence({lit(","), ws(), item, ws()});
-    ExprId rest = g_.repeat(next, std::max(0, min_items - 1), max_items == kUnbounded ? kUnbounded : max_items - 1);
-    ExprId items = g_.sequence({item, ws(), rest});
-    if (max_items == 0) return g_.sequence({lit("["), ws(), lit("]")});
-    return g_.sequence({lit("["), ws(), min_items > 0 ? items : g_.optional(items), lit("]")});
-  }
-
-  Grammar& g() { return g_; }
-
- private:
-  Grammar& g_;
-  int32_t max_ws_;
-  RuleId string_char_ = -1, string_ = -1, number_ = -1, integer_ = -1, value_ = -1, object_ = -1;
-};
-
-// Integers in [lo, hi] (either end may be open) as digit patterns.
-class IntegerRange {
- public:
-  explicit IntegerRange(Grammar& g) : g_(g) {}
-
-  ExprId range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
-    std::vector<ExprId> alts;
-    // Negative part: "-" then |x| in [max(1, -hi), -lo].
-    if (!lo || *lo < 0) {
-      int64_t abs_lo = hi ? std::max<int64_t>(1, -*hi) : 1;
-      std::optional<int64_t> abs_hi = lo ? std::optional<int64_t>(-*lo) : std::nullopt;
-      if (!abs_hi || abs_lo <= *abs_hi) alts.push_back(g_.sequence({g_.bytes("-"), nonneg(abs_lo, abs_hi)}));
-    }
-    if (!hi || *hi >= 0) {
-      int64_t a = lo ? std::max<int64_t>(0, *lo) : 0;
-      if (!hi || a <= *hi) alts.push_back(nonneg(a, hi));
-    }
-    return g_.choice(std::move(alts));
-  }
-
-  // [a, b] with a >= 0; b open if nullopt. No leading zeros.
-  ExprId nonneg(int64_t a, std::optional<int64_t> b) {
-    std::vector<ExprId> alts;
-    std::string as = std::to_string(a);
-    int n = static_cast<int>(as.size());
-    int max_digits = b ? static_cast<int>(std::to_string(*b).size()) : n;
-    for (int d = n; d <= max_digits; ++d) {
-      int64_t first = d == 1 ? 0 : pow10(d - 1);
-      int64_t last = pow10(d) - 1;
-      int64_t x = std::max(a, first), y = b ? std::min(*b, last) : last;
-      if (x <= y) alts.push_back(same_length(std::to_string(x), std::to_string(y)));
-    }
-    if (!b) {
-      // Every number with more digits than `a`.
-      alts.push_back(g_.sequence({g_.char_class({{'1', '9'}}), g_.repeat(g_.char_class({{'0', '9'}}), n, kUnbounded)}));
-    }
-    return g_.choice(std::move(alts));
-  }
-
- private:
-  static int64_t pow10(int d) {
-    int64_t v = 1;
-    for (int i = 0; i < d; ++i) v = v > INT64_MAX / 10 ? INT64_MAX : v * 10;
-    return v;
-  }
-
-  ExprId digit_range(char lo, char hi) { return g_.char_class({{static_cast<uint32_t>(lo), static_cast<uint32_t>(hi)}}); }
-
-  // Decimal strings of equal length, lo <= hi.
-  ExprId same_length(const std::string& lo, const std::string& hi) {
-    if (lo == hi) return g_.bytes(lo);
-    size_t n = lo.size();
-    if (n == 1) return digit_range(lo[0], hi[0]);
-    if (lo[0] == hi[0]) return g_.sequence({g_.bytes(lo.substr(0, 1)), same_length(lo.substr(1), hi.substr(1))});
-    std::string zeros(n - 1, '0'), nines(n - 1, '9');
-    if (lo.substr(1) == zeros && hi.substr(1) == nines) {
-      return g_.sequence({digit_range(lo[0], hi[0]), g_.repeat(digit_range('0', '9'), n - 1, n - 1)});
-    }
-    std::vector<ExprId> alts;
-    alts.push_back(g_.sequence({g_.bytes(lo.substr(0, 1)), same_length(lo.substr(1), nines)}));
-    if (lo[0] + 1 <= hi[0] - 1) {
-      alts.push_back(g_.sequence({digit_range(lo[0] + 1, hi[0] - 1), g_.repeat(digit_range('0', '9'), n - 1, n - 1)}));
-    }
-    alts.push_back(g_.sequence({g_.bytes(hi.substr(0, 1)), same_length(zeros, hi.substr(1))}));
-    return g_.choice(std::move(alts));
-  }
-
-  Grammar& g_;
-};
 
 class SchemaConverter {
  public:
@@ -293,8 +117,8 @@ class SchemaConverter {
   Status check_keys(const Json& s, const std::string& path, const std::set<std::string>& allowed) {
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (kAnnotations.count(it.key()) || allowed.count(it.key())) continue;
-      return error(path + "/" + escape_pointer(it.key()), "unsupported keyword '" + it.key() + "'" +
-                                                              (keys_of_any_type(it.key()) ? " for this type" : ""));
+      return error(path + "/" + escape_pointer(it.key()),
+                   "unsupported keyword '" + it.key() + "'" + (keys_of_any_type(it.key()) ? " for this type" : ""));
     }
     return ok_status();
   }
@@ -372,18 +196,28 @@ class SchemaConverter {
         {"time", "TIME"},
         {"date-time", "DATE[Tt]TIME"},
         {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
-        {"email", "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
-                  "(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+"},
+        {"email",
+         "[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+         "(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+"},
         {"ipv4", "OCTET\\.OCTET\\.OCTET\\.OCTET"},
+        // At most 3 labels of <= 63 characters: under the 253-character limit.
+        {"hostname", "LABEL(\\.LABEL){0,2}"},
+        // scheme://host[:port][/path][?query], unreserved and sub-delimiter characters only (no % escapes).
+        {"uri",
+         "[a-z][a-z0-9+.-]{0,9}://LABEL(\\.LABEL){0,2}(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*"
+         "(\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?"},
     };
     auto it = kFormats.find(f);
     if (it == kFormats.end()) {
-      return error(path, "unsupported format '" + f + "' (supported: date, time, date-time, uuid, email, ipv4)");
+      return error(
+          path, "unsupported format '" + f + "' (supported: date, time, date-time, uuid, email, ipv4, hostname, uri)");
     }
     // Days per month without Feb 29, so every output is a real date.
     const std::string date =
-        "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
-    const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+        "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]"
+        "))";
+    const std::string time =
+        "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
     std::string re = it->second;
     auto replace = [&](const std::string& from, const std::string& to) {
@@ -392,6 +226,7 @@ class SchemaConverter {
     replace("DATE", date);
     replace("TIME", time);
     replace("OCTET", octet);
+    replace("LABEL", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?");
     return convert_pattern(re, path);
   }
 
@@ -402,8 +237,9 @@ class SchemaConverter {
     double d = v.get<double>();
     if (std::abs(d) > 1e15) return error(path + "/" + key, std::string("`") + key + "` beyond +-1e15 is not supported");
     if (integer_only && d != std::floor(d)) {
-      return error(path + "/" + key, std::string("`") + key + "` must be an integer for a `number` (fractional bounds "
-                                                              "are not supported)");
+      return error(path + "/" + key, std::string("`") + key +
+                                         "` must be an integer for a `number` (fractional bounds "
+                                         "are not supported)");
     }
     return std::optional<int64_t>(static_cast<int64_t>(std::floor(d)));
   }
@@ -510,17 +346,14 @@ class SchemaConverter {
       }
     }
     bool has_props = s.contains("properties");
+    std::optional<ExprId> extra_value;  // the value schema of additional properties, if they are allowed
     if (s.contains("additionalProperties")) {
       const Json& ap = s["additionalProperties"];
-      bool none = ap.is_boolean() && !ap.get<bool>();
-      if (!none && has_props) {
-        return error(path + "/additionalProperties",
-                     "additional properties beside declared `properties` are not supported (use false)");
-      }
-      if (!none) {
+      if (!(ap.is_boolean() && !ap.get<bool>())) {
         auto v = convert(ap, path + "/additionalProperties");
         if (!v.ok()) return v.status();
-        return b_.object_of(*v);
+        if (!has_props) return b_.object_of(*v);
+        extra_value = *v;
       }
     } else if (!has_props) {
       return b_.any_object();
@@ -531,9 +364,18 @@ class SchemaConverter {
     std::vector<ExprId> first(n + 1), rest(n + 1);
     first[n] = b_.lit("");
     rest[n] = b_.lit("");
+    if (extra_value) {
+      // Extra properties after the declared ones, keys unescaped and distinct from every declared name.
+      std::vector<std::string> names;
+      for (const auto& p : props) names.push_back(p.first);
+      ExprId extra = g_.sequence({b_.key_not_in(names), b_.ws(), b_.lit(":"), b_.ws(), *extra_value, b_.ws()});
+      ExprId more = g_.star(g_.sequence({b_.lit(","), b_.ws(), extra}));
+      first[n] = g_.optional(g_.sequence({extra, more}));
+      rest[n] = more;
+    }
     for (size_t k = n; k-- > 0;) {
-      ExprId member = g_.sequence({b_.lit(Json(props[k].first).dump()), b_.ws(), b_.lit(":"), b_.ws(), props[k].second,
-                                   b_.ws()});
+      ExprId member =
+          g_.sequence({b_.lit(Json(props[k].first).dump()), b_.ws(), b_.lit(":"), b_.ws(), props[k].second, b_.ws()});
       RuleId rf = g_.add_rule("obj_first"), rr = g_.add_rule("obj_rest");
       ExprId with_first = g_.sequence({member, rest[k + 1]});
       ExprId with_rest = g_.sequence({b_.lit(","), b_.ws(), member, rest[k + 1]});
@@ -570,7 +412,8 @@ class SchemaConverter {
       if (t == "null") return v.is_null();
       if (t == "boolean") return v.is_boolean();
       if (t == "string") return v.is_string();
-      if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+      if (t == "integer")
+        return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
       if (t == "number") return v.is_number();
       if (t == "array") return v.is_array();
       if (t == "object") return v.is_object();
@@ -591,7 +434,8 @@ class SchemaConverter {
     Status st = check_keys(s, path, {key});
     if (!st.ok()) return st;
     const Json& list = s[key];
-    if (!list.is_array() || list.empty()) return error(path + "/" + key, std::string("`") + key + "` must be a non-empty array");
+    if (!list.is_array() || list.empty())
+      return error(path + "/" + key, std::string("`") + key + "` must be a non-empty array");
     std::vector<ExprId> alts;
     for (size_t i = 0; i < list.size(); ++i) {
       auto e = convert(list[i], path + "/" + key + "/" + std::to_string(i));
@@ -618,7 +462,8 @@ class SchemaConverter {
     std::string ref = s["$ref"].get<std::string>();
     auto it = refs_.find(ref);
     if (it != refs_.end()) return g_.ref(it->second);
-    if (ref.empty() || ref[0] != '#') return error(path + "/$ref", "only local references ('#/...') are supported: " + ref);
+    if (ref.empty() || ref[0] != '#')
+      return error(path + "/$ref", "only local references ('#/...') are supported: " + ref);
     const Json* target = &root_;
     std::string pointer = ref.substr(1);
     if (!pointer.empty()) {
@@ -642,7 +487,6 @@ class SchemaConverter {
   std::map<std::string, RuleId> refs_;
 };
 
-
 // Rewrites the regex's expression tree into JSON string content: every character class or literal byte that JSON
 // must escape (", \, U+0000..U+001F) becomes the choice of its escape forms.
 ExprId jsonify(Grammar& g, ExprId id, std::map<ExprId, ExprId>& memo) {
@@ -652,13 +496,20 @@ ExprId jsonify(Grammar& g, ExprId id, std::map<ExprId, ExprId>& memo) {
   ExprId out = id;
   auto escape_of = [&](uint32_t cp) -> std::string {
     switch (cp) {
-      case '"': return "\\\"";
-      case '\\': return "\\\\";
-      case '\n': return "\\n";
-      case '\t': return "\\t";
-      case '\r': return "\\r";
-      case '\b': return "\\b";
-      case '\f': return "\\f";
+      case '"':
+        return "\\\"";
+      case '\\':
+        return "\\\\";
+      case '\n':
+        return "\\n";
+      case '\t':
+        return "\\t";
+      case '\r':
+        return "\\r";
+      case '\b':
+        return "\\b";
+      case '\f':
+        return "\\f";
       default: {
         char buf[8];
         snprintf(buf, sizeof(buf), "\\u%04x", cp);
@@ -719,12 +570,16 @@ ExprId jsonify(Grammar& g, ExprId id, std::map<ExprId, ExprId>& memo) {
     case Expr::Kind::kRepeat: {
       std::vector<ExprId> kids;
       for (ExprId c : e.children) kids.push_back(jsonify(g, c, memo));
-      if (e.kind == Expr::Kind::kSequence) out = g.sequence(kids);
-      else if (e.kind == Expr::Kind::kChoice) out = g.choice(kids);
-      else out = g.repeat(kids[0], e.min, e.max);
+      if (e.kind == Expr::Kind::kSequence)
+        out = g.sequence(kids);
+      else if (e.kind == Expr::Kind::kChoice)
+        out = g.choice(kids);
+      else
+        out = g.repeat(kids[0], e.min, e.max);
       break;
     }
-    case Expr::Kind::kRuleRef: break;  // regexes make no rules
+    case Expr::Kind::kRuleRef:
+      break;  // regexes make no rules
   }
   memo[id] = out;
   return out;
@@ -739,13 +594,17 @@ StatusOr<ExprId> SchemaConverter::convert_pattern(const std::string& pattern, co
   return g_.sequence({b_.lit("\""), jsonify(g_, *e, memo), b_.lit("\"")});
 }
 
-StatusOr<Grammar> json_schema_to_grammar(std::string_view schema_json, int32_t max_whitespace) {
+StatusOr<ExprId> add_json_schema(Grammar& g, std::string_view schema_json, int32_t max_whitespace) {
   Json schema = Json::parse(schema_json, nullptr, false);
   if (schema.is_discarded()) return invalid_argument("schema is not valid JSON");
+  SchemaConverter conv(g, max_whitespace, schema);
+  return conv.convert(schema, "");
+}
+
+StatusOr<Grammar> json_schema_to_grammar(std::string_view schema_json, int32_t max_whitespace) {
   Grammar g;
   RuleId root = g.add_rule("root");
-  SchemaConverter conv(g, max_whitespace, schema);
-  auto body = conv.convert(schema, "");
+  auto body = add_json_schema(g, schema_json, max_whitespace);
   if (!body.ok()) return body.status();
   g.set_body(root, *body);
   g.set_root(root);

@@ -65,8 +65,8 @@ class Lowering {
       if (too_big_) break;
     }
     if (too_big_) {
-      return resource_exhausted("grammar too large: more than " + std::to_string(max_elements_) +
-                                " elements after expanding repetition counts");
+      return invalid_argument("grammar too large: more than " + std::to_string(max_elements_) +
+                              " elements after expanding repetition counts");
     }
     p_.root = g_.root();
     return std::move(p_);
@@ -150,12 +150,18 @@ class Lowering {
         }
         return;
       }
-      case Expr::Kind::kRuleRef: out.push_back({Program::kRuleRef, e.rule}); return;
+      case Expr::Kind::kRuleRef:
+        out.push_back({Program::kRuleRef, e.rule});
+        return;
       case Expr::Kind::kSequence:
         for (ExprId c : e.children) emit(c, out);
         return;
-      case Expr::Kind::kChoice: out.push_back({Program::kRuleRef, helper_rule(id)}); return;
-      case Expr::Kind::kRepeat: emit_repeat(id, e, out); return;
+      case Expr::Kind::kChoice:
+        out.push_back({Program::kRuleRef, helper_rule(id)});
+        return;
+      case Expr::Kind::kRepeat:
+        emit_repeat(id, e, out);
+        return;
     }
   }
 

@@ -34,12 +34,13 @@ struct Program {
   int32_t root = -1;
 };
 
-// Lowers a validated grammar. ResourceExhausted if it would exceed max_elements (huge {m,n} counts).
+// Lowers a validated grammar. InvalidArgument (a request error, not server load) if it would exceed max_elements
+// (huge or nested {m,n} counts).
 StatusOr<Program> lower_grammar(const Grammar& grammar, int64_t max_elements = 4'000'000);
 
 // Code point ranges -> the UTF-8 byte-range sequences that encode exactly those code points (surrogates excluded).
 // Each sequence is a list of inclusive byte ranges, one per byte.
-std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(
-    std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated);
+std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(std::vector<std::pair<uint32_t, uint32_t>> ranges,
+                                                                     bool negated);
 
 }  // namespace llmserve::structured

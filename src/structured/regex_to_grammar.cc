@@ -12,11 +12,11 @@ namespace {
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
 // Python's str.isspace() set: exactly what `\s` matches on str patterns.
-const Ranges kSpace = {{0x09, 0x0D}, {0x1C, 0x20}, {0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                       {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
-const Ranges kDigit = {{'0', '9'}};                                         // ASCII subset of Python's \d
-const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};      // ASCII subset of Python's \w
-const Ranges kNotDigitAscii = {{0, '0' - 1}, {'9' + 1, 0x7F}};              // subset of Python's \D
+const Ranges kSpace = {{0x09, 0x0D},     {0x1C, 0x20},     {0x85, 0x85},     {0xA0, 0xA0},     {0x1680, 0x1680},
+                       {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
+const Ranges kDigit = {{'0', '9'}};                                     // ASCII subset of Python's \d
+const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};  // ASCII subset of Python's \w
+const Ranges kNotDigitAscii = {{0, '0' - 1}, {'9' + 1, 0x7F}};          // subset of Python's \D
 const Ranges kNotWordAscii = {{0, '0' - 1}, {'9' + 1, 'A' - 1}, {'Z' + 1, '_' - 1}, {'`', '`'}, {'z' + 1, 0x7F}};
 
 Ranges complement(Ranges r) {
@@ -94,7 +94,8 @@ class RegexParser {
     auto number = [&](int64_t& v) {
       size_t s = i;
       v = 0;
-      while (i < end_ && std::isdigit(static_cast<unsigned char>(p_[i]))) v = std::min<int64_t>(v * 10 + (p_[i++] - '0'), 1 << 30);
+      while (i < end_ && std::isdigit(static_cast<unsigned char>(p_[i])))
+        v = std::min<int64_t>(v * 10 + (p_[i++] - '0'), 1 << 30);
       return i > s;
     };
     bool has_lo = number(lo);
@@ -162,23 +163,47 @@ class RegexParser {
     char e = p_[pos_++];
     is_class = true;
     switch (e) {
-      case 'd': cls = kDigit; ascii_only |= in_negated_class; return 0u;
-      case 'D': cls = kNotDigitAscii; ascii_only |= in_negated_class; return 0u;
-      case 'w': cls = kWord; ascii_only |= in_negated_class; return 0u;
-      case 'W': cls = kNotWordAscii; ascii_only |= in_negated_class; return 0u;
-      case 's': cls = kSpace; return 0u;
-      case 'S': cls = complement(kSpace); return 0u;
-      default: break;
+      case 'd':
+        cls = kDigit;
+        ascii_only |= in_negated_class;
+        return 0u;
+      case 'D':
+        cls = kNotDigitAscii;
+        ascii_only |= in_negated_class;
+        return 0u;
+      case 'w':
+        cls = kWord;
+        ascii_only |= in_negated_class;
+        return 0u;
+      case 'W':
+        cls = kNotWordAscii;
+        ascii_only |= in_negated_class;
+        return 0u;
+      case 's':
+        cls = kSpace;
+        return 0u;
+      case 'S':
+        cls = complement(kSpace);
+        return 0u;
+      default:
+        break;
     }
     is_class = false;
     switch (e) {
-      case 'n': return uint32_t{'\n'};
-      case 't': return uint32_t{'\t'};
-      case 'r': return uint32_t{'\r'};
-      case 'f': return uint32_t{'\f'};
-      case 'v': return uint32_t{'\v'};
-      case 'a': return uint32_t{'\a'};
-      case '0': return 0u;
+      case 'n':
+        return uint32_t{'\n'};
+      case 't':
+        return uint32_t{'\t'};
+      case 'r':
+        return uint32_t{'\r'};
+      case 'f':
+        return uint32_t{'\f'};
+      case 'v':
+        return uint32_t{'\v'};
+      case 'a':
+        return uint32_t{'\a'};
+      case '0':
+        return 0u;
       case 'x':
       case 'u':
       case 'U': {
@@ -192,12 +217,15 @@ class RegexParser {
           v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
         }
         if (v > 0x10FFFF) return error(start, "escape beyond U+10FFFF");
+        if (v >= 0xD800 && v <= 0xDFFF) return error(start, "surrogate code points are not supported");
         return v;
       }
       case 'b':
-      case 'B': return error(start, std::string("word-boundary assertion \\") + e + " is not supported");
+      case 'B':
+        return error(start, std::string("word-boundary assertion \\") + e + " is not supported");
       case 'A':
-      case 'Z': return error(start, std::string("anchor \\") + e + " is only supported at the pattern's ends");
+      case 'Z':
+        return error(start, std::string("anchor \\") + e + " is only supported at the pattern's ends");
       default:
         if (std::isdigit(static_cast<unsigned char>(e))) return error(start, "backreferences are not supported");
         if (std::isalpha(static_cast<unsigned char>(e))) return error(start, std::string("bad escape \\") + e);
@@ -232,7 +260,8 @@ class RegexParser {
         }
         lo = *cp;
       } else {
-        if (p_.substr(pos_, 2) == "[:" || p_.substr(pos_, 2) == "[=") return error(pos_, "POSIX classes are not supported");
+        if (p_.substr(pos_, 2) == "[:" || p_.substr(pos_, 2) == "[=")
+          return error(pos_, "POSIX classes are not supported");
         auto cp = parse_literal_cp();
         if (!cp.ok()) return cp.status();
         lo = *cp;
@@ -283,8 +312,8 @@ class RegexParser {
           std::string_view rest = p_.substr(pos_, 4);
           if (rest.substr(0, 2) == "?:") {
             pos_ += 2;
-          } else if (rest.substr(0, 3) == "?P<" || (rest.substr(0, 2) == "?<" && rest.substr(0, 3) != "?<=" &&
-                                                    rest.substr(0, 3) != "?<!")) {
+          } else if (rest.substr(0, 3) == "?P<" ||
+                     (rest.substr(0, 2) == "?<" && rest.substr(0, 3) != "?<=" && rest.substr(0, 3) != "?<!")) {
             size_t close = p_.find('>', pos_);
             if (close == std::string_view::npos || close >= end_) return error(start, "unterminated group name");
             pos_ = close + 1;
@@ -312,13 +341,19 @@ class RegexParser {
         ++pos_;
         return *inner;
       }
-      case '[': return parse_class();
-      case '.': ++pos_; return g_.char_class({{'\n', '\n'}}, true);
-      case '^': return error(start, "anchor ^ is only supported at the start of the pattern");
-      case '$': return error(start, "anchor $ is only supported at the end of the pattern");
+      case '[':
+        return parse_class();
+      case '.':
+        ++pos_;
+        return g_.char_class({{'\n', '\n'}}, true);
+      case '^':
+        return error(start, "anchor ^ is only supported at the start of the pattern");
+      case '$':
+        return error(start, "anchor $ is only supported at the end of the pattern");
       case '*':
       case '+':
-      case '?': return error(start, "nothing to repeat");
+      case '?':
+        return error(start, "nothing to repeat");
       case '{': {
         int64_t lo, hi;
         size_t save = pos_;

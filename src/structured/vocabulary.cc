@@ -123,8 +123,8 @@ StatusOr<Vocabulary> Vocabulary::from_tokenizer(const Tokenizer& tok) {
     std::string got = tok.decode(std::vector<int32_t>{*anchor, id});
     if (got != anchor_text + *b) {
       return unimplemented("constrained decoding: cannot tell the bytes of token " + std::to_string(id) + " ('" +
-                           *tok.id_to_token(id) + "'): decode gives '" + got.substr(std::min(got.size(), anchor_text.size())) +
-                           "', expected '" + *b + "'");
+                           *tok.id_to_token(id) + "'): decode gives '" +
+                           got.substr(std::min(got.size(), anchor_text.size())) + "', expected '" + *b + "'");
     }
   }
   return v;

@@ -17,17 +17,23 @@ namespace {
 std::string error_of(const StatusOr<Grammar>& g) { return g.ok() ? "OK" : g.status().message(); }
 
 TEST(Ebnf, SyntaxErrorsNameLineAndColumn) {
-  EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\"\nitem ::= [a-z\n")), "grammar syntax error at 2:10: '[' is never closed");
+  EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\"\nitem ::= [a-z\n")),
+            "grammar syntax error at 2:10: '[' is never closed");
   EXPECT_EQ(error_of(parse_ebnf("root ::= (\"a\" | \"b\"\n")), "grammar syntax error at 1:10: '(' is never closed");
   EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\" missing\n")),
             "grammar syntax error at 1:14: rule 'missing' is used but not defined");
   EXPECT_EQ(error_of(parse_ebnf("root = \"a\"")), "grammar syntax error at 1:6: expected '::=' after rule name 'root'");
   EXPECT_EQ(error_of(parse_ebnf("item ::= \"a\"")), "grammar has no rule named 'root' (the start rule)");
   EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\"{3,1}")), "grammar syntax error at 1:13: repetition {m,n} with n < m");
+  EXPECT_EQ(error_of(parse_ebnf("root ::= [^\\x00-\\U0010FFFF]")),
+            "grammar syntax error at 1:10: character class matches nothing");
+  EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\" loop\nloop ::= \"b\" loop")),
+            "rule 'root' can never finish: every alternative needs itself or another such rule again");
   EXPECT_EQ(error_of(parse_ebnf("root ::= \"\\q\"")), "grammar syntax error at 1:11: unknown escape \\q");
-  EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\"\nroot ::= \"b\"")), "grammar syntax error at 2:1: rule 'root' is defined twice");
+  EXPECT_EQ(error_of(parse_ebnf("root ::= \"a\"\nroot ::= \"b\"")),
+            "grammar syntax error at 2:1: rule 'root' is defined twice");
   EXPECT_NE(error_of(parse_ebnf("root ::= root \"a\" | \"b\"")).find("left-recursive"), std::string::npos);
-  EXPECT_NE(error_of(parse_ebnf("root ::= x\nx ::= \"\"? root")).find("left-recursive"), std::string::npos);
+  EXPECT_NE(error_of(parse_ebnf("root ::= x | \"c\"\nx ::= \"\"? root \"a\"")).find("left-recursive"), std::string::npos);
 }
 
 // Accepts `s` from the start and can end there.
@@ -65,20 +71,33 @@ TEST(Regex, Language) {
   EXPECT_TRUE(matches(*lit, "{b{x"));
 }
 
+TEST(Lowering, RefusesGrammarsTooLargeToExpand) {
+  auto g = regex_to_grammar("((ab){1000}){3000}");
+  ASSERT_TRUE(g.ok());
+  auto p = lower_grammar(*g);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("grammar too large"), std::string::npos);
+}
+
 TEST(Regex, RefusesWhatItCannotGenerate) {
   EXPECT_EQ(error_of(regex_to_grammar("a(?=b)")), "regex error at offset 1: lookaround assertions are not supported");
   EXPECT_EQ(error_of(regex_to_grammar("a(?<!b)")), "regex error at offset 1: lookaround assertions are not supported");
   EXPECT_EQ(error_of(regex_to_grammar("(a)\\1")), "regex error at offset 3: backreferences are not supported");
   EXPECT_EQ(error_of(regex_to_grammar("(?i)a")), "regex error at offset 0: inline flags like (?i) are not supported");
-  EXPECT_EQ(error_of(regex_to_grammar("a^b")), "regex error at offset 1: anchor ^ is only supported at the start of the pattern");
-  EXPECT_EQ(error_of(regex_to_grammar("a$b")), "regex error at offset 1: anchor $ is only supported at the end of the pattern");
+  EXPECT_EQ(error_of(regex_to_grammar("a^b")),
+            "regex error at offset 1: anchor ^ is only supported at the start of the pattern");
+  EXPECT_EQ(error_of(regex_to_grammar("a$b")),
+            "regex error at offset 1: anchor $ is only supported at the end of the pattern");
   EXPECT_EQ(error_of(regex_to_grammar("[a-")), "regex error at offset 0: unterminated character set");
   EXPECT_EQ(error_of(regex_to_grammar("(ab")), "regex error at offset 0: missing ), unterminated subpattern");
   EXPECT_EQ(error_of(regex_to_grammar("ab)")), "regex error at offset 2: unbalanced ')'");
   EXPECT_EQ(error_of(regex_to_grammar("*a")), "regex error at offset 0: nothing to repeat");
   EXPECT_EQ(error_of(regex_to_grammar("a**")), "regex error at offset 2: multiple repeat");
   EXPECT_EQ(error_of(regex_to_grammar("a*+")), "regex error at offset 2: possessive quantifiers are not supported");
-  EXPECT_EQ(error_of(regex_to_grammar("\\bx")), "regex error at offset 0: word-boundary assertion \\b is not supported");
+  EXPECT_EQ(error_of(regex_to_grammar("a\\ud800")), "regex error at offset 1: surrogate code points are not supported");
+  EXPECT_EQ(error_of(regex_to_grammar("\\bx")),
+            "regex error at offset 0: word-boundary assertion \\b is not supported");
 }
 
 TEST(JsonSchema, RefusalsNameKeywordAndPath) {
@@ -88,7 +107,8 @@ TEST(JsonSchema, RefusalsNameKeywordAndPath) {
   EXPECT_EQ(err(R"~({"type":"object","patternProperties":{}})~"),
             "schema /patternProperties: unsupported keyword 'patternProperties'");
   EXPECT_EQ(err(R"~({"type":"array","items":{"type":"string","format":"hostname-x"}})~"),
-            "schema /items/format: unsupported format 'hostname-x' (supported: date, time, date-time, uuid, email, ipv4)");
+            "schema /items/format: unsupported format 'hostname-x' (supported: date, time, date-time, uuid, email, "
+            "ipv4, hostname, uri)");
   EXPECT_EQ(err(R"~({"type":"object","properties":{"a":{"type":"string"}},"required":["b"]})~"),
             "schema /required: required property 'b' is not declared in `properties`");
   EXPECT_EQ(err(R"~({"$ref":"#/$defs/missing"})~"), "schema /$ref: reference '#/$defs/missing' does not resolve");
@@ -100,8 +120,6 @@ TEST(JsonSchema, RefusalsNameKeywordAndPath) {
   EXPECT_EQ(err(R"~({"type":"widget"})~"), "schema /type: unknown type 'widget'");
   EXPECT_EQ(err(R"~({"allOf":[{"type":"string"},{"maxLength":2}]})~"),
             "schema /allOf: `allOf` is supported with exactly one subschema");
-  EXPECT_EQ(err(R"~({"type":"object","properties":{"a":{}},"additionalProperties":true})~"),
-            "schema /additionalProperties: additional properties beside declared `properties` are not supported (use false)");
   EXPECT_EQ(err("{not json"), "schema is not valid JSON");
   EXPECT_EQ(err("false"), "schema /: the schema `false` matches nothing");
 }
@@ -112,7 +130,8 @@ TEST(JsonSchema, Language) {
     "properties": {"a": {"type": "integer", "exclusiveMinimum": -3, "maximum": 250},
                    "b": {"type": ["string", "null"], "maxLength": 2},
                    "c": {"type": "number", "minimum": -2, "maximum": 3}},
-    "required": ["b"], "additionalProperties": false})~", 0);
+    "required": ["b"], "additionalProperties": false})~",
+                                  0);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   for (const char* ok : {R"~({"b":null})~", R"~({"a":-2,"b":"xy"})~", R"~({"a":250,"b":"","c":2.999})~",
                          R"~({"b":"\n","c":-1.5})~", R"~({"a":0,"b":null,"c":3})~", R"~({"b":null,"c":-2})~"}) {
@@ -122,6 +141,18 @@ TEST(JsonSchema, Language) {
                           R"~({"b":null,"a":1})~", R"~({"b":null,"c":3.5})~", R"~({"b":null,"c":-2.5})~",
                           R"~({"a":01,"b":null})~", R"~({"b": null})~"}) {
     EXPECT_FALSE(matches(*g, bad)) << bad;
+  }
+  auto extra = json_schema_to_grammar(
+      R"~({"type":"object","properties":{"ab":{"type":"integer"},"\"":{"type":"null"}},"additionalProperties":{"type":"boolean"}})~",
+      0);
+  ASSERT_TRUE(extra.ok()) << extra.status().to_string();
+  for (const char* ok :
+       {R"~({})~", R"~({"ab":1,"a":true,"abc":false,"":true,"b":true})~", R"~({"\"":null,"x":true})~"}) {
+    EXPECT_TRUE(matches(*extra, ok)) << ok;
+  }
+  for (const char* bad :
+       {R"~({"ab":true})~", R"~({"ab":1,"ab":true})~", R"~({"x":true,"ab":1})~", R"~({"a\u0062":true})~"}) {
+    EXPECT_FALSE(matches(*extra, bad)) << bad;
   }
   auto ws = json_schema_to_grammar(R"~({"type":"array","items":{"type":"boolean"},"minItems":1})~", 2);
   ASSERT_TRUE(ws.ok());

@@ -5,10 +5,9 @@
 //   IN: {"tokenizer": DIR | "tiktoken": FILE, "seed": N, "walks": W, "max_tokens": M, "cases": [{"kind","text"}]}
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "structured/grammar_matcher.h"
 #include "tokenizer/tokenizer.h"

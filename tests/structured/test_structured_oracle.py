@@ -94,6 +94,11 @@ FUNCTION_SCHEMAS = [
      "required": ["emoji", "quote"], "additionalProperties": False},
     {"type": "object", "properties": {"note": {"type": ["string", "null"], "maxLength": 6}, "flag": {"type": ["boolean", "integer"]}},
      "required": ["note", "flag"], "additionalProperties": False},
+    {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string", "maxLength": 5}},
+     "required": ["id"], "additionalProperties": {"type": "boolean"}},
+    {"type": "object", "properties": {"a": {"type": "null"}}, "additionalProperties": True},
+    {"type": "object", "properties": {"url": {"type": "string", "format": "uri"}, "host": {"type": "string", "format": "hostname"}},
+     "required": ["url", "host"], "additionalProperties": False},
 ]
 
 SCALARS = [
@@ -110,7 +115,7 @@ SCALARS = [
     lambda r: {"type": "null"},
     lambda r: {"enum": r.sample(["a", "b c", "ü", 1, 2.5, True, None, "with \"quote\"", "x\\y"], r.randint(1, 4))},
     lambda r: {"const": r.choice(["fixed", 42, False, None, [1, 2], {"k": "v"}])},
-    lambda r: {"type": "string", "format": r.choice(["date", "time", "date-time", "uuid", "email", "ipv4"])},
+    lambda r: {"type": "string", "format": r.choice(["date", "time", "date-time", "uuid", "email", "ipv4", "hostname", "uri"])},
     lambda r: {"type": "string", "pattern": r.choice(["^[a-z]{2,4}$", "^\\d{3}-\\d{2}$", "^(yes|no)$", "^[A-F0-9]+$",
                                                      "^\\w+@\\w+\\.com$", "^[^\"\\\\]{1,3}$", "^a\\tb\\n?$"])},
     lambda r: {"type": r.sample(["string", "integer", "null", "boolean"], 2)},
@@ -126,7 +131,8 @@ def random_schema(r: random.Random, depth: int) -> dict:
                           "a b", "ünï", "quote\"d"], r.randint(0, 6))
         props = {n: random_schema(r, depth - 1) for n in names}
         required = [n for n in names if r.random() < 0.5]
-        return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+        extra = r.choice([False, False, False, True, {"type": "integer", "maximum": 9}])
+        return {"type": "object", "properties": props, "required": required, "additionalProperties": extra}
     if roll < 0.85:
         s = {"type": "array", "items": random_schema(r, depth - 1)}
         if r.random() < 0.5:
@@ -198,6 +204,9 @@ def check(cases: list, results: list) -> int:
 def test_random_walks_validate(tmp_path, testdata, vocab_name):
     all_schemas = schemas()
     assert len(all_schemas) >= 200
+    # Every format the converter generates is checked (jsonschema skips a format whose checker is not installed).
+    checkers = jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers
+    assert {"date", "time", "date-time", "uuid", "email", "ipv4", "hostname", "uri"} <= set(checkers)
     # Both vocabularies see the function-calling schemas; the random ones are split between them to keep CI fast.
     picked = FUNCTION_SCHEMAS + all_schemas[len(FUNCTION_SCHEMAS):][vocab_name == "phi-2"::2]
     cases = [{"kind": "json_schema", "text": json.dumps(s)} for s in picked]

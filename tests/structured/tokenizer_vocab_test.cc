@@ -75,9 +75,12 @@ TEST(Vocabulary, Tiktoken) {
   EXPECT_FALSE(Vocabulary::from_tiktoken_file("/nonexistent", 0).ok());
 }
 
-// Masks on a real 32k vocabulary at random states of random walks vs brute force over every token.
-TEST(GrammarMatcher, RealVocabularyMatchesBruteForce) {
-  auto tok = load("tinyllama-1.1b-chat-v1.0");
+// Masks on a real vocabulary (32k SentencePiece, 50k byte-level) at random states of random walks vs brute force
+// over every token.
+class RealVocabulary : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RealVocabulary, MasksMatchBruteForce) {
+  auto tok = load(GetParam());
   ASSERT_NE(tok, nullptr);
   int32_t eos = *tok->eos_token_id();
   auto compiler = GrammarCompiler::create(*tok, tok->vocab_size() + 7, {eos});
@@ -100,7 +103,7 @@ TEST(GrammarMatcher, RealVocabularyMatchesBruteForce) {
     for (int step = 0; step < 12 && !m.is_terminated(); ++step) {
       m.fill_next_token_bitmask(mask.data());
       std::vector<int32_t> allowed;
-      if (step % 4 == 0) {  // brute force at a few states only: it feeds all 32k tokens to a fresh recognizer
+      if (step % 6 == 0) {  // brute force at a few states only: it feeds every token to a fresh recognizer
         ReferenceRecognizer ref((*g)->program());
         ASSERT_TRUE(ref.feed(prefix));
         for (int32_t t = 0; t < m.bitmask_words() * 32; ++t) {
@@ -125,6 +128,11 @@ TEST(GrammarMatcher, RealVocabularyMatchesBruteForce) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GrammarMatcher, RealVocabulary, ::testing::Values("tinyllama-1.1b-chat-v1.0", "phi-2"),
+                         [](const auto& info) {
+                           return std::string(info.param).substr(0, 5) == "phi-2" ? "Phi2" : "TinyLlama";
+                         });
 
 }  // namespace
 }  // namespace llmserve::structured
