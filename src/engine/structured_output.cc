@@ -19,7 +19,7 @@ structured::ConstraintSpec to_constraint_spec(const StructuredOutputsParams &p) 
 }
 
 StatusOr<std::unique_ptr<structured::GrammarMatcher>> make_grammar_matcher(structured::GrammarCompiler *compiler,
-                                                                            const StructuredOutputsParams &params) {
+                                                                           const StructuredOutputsParams &params) {
   if (compiler == nullptr) {
     return invalid_argument(
         "structured_outputs: constrained decoding needs the model's tokenizer, and this engine has none");

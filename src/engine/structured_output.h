@@ -22,7 +22,7 @@ structured::ConstraintSpec to_constraint_spec(const StructuredOutputsParams &par
 // Compiles `params` with `compiler` (InvalidArgument "structured_outputs: <what is wrong>"; also when `compiler` is
 // null, i.e. the engine has no tokenizer to build one from) and returns a fresh matcher for it.
 StatusOr<std::unique_ptr<structured::GrammarMatcher>> make_grammar_matcher(structured::GrammarCompiler *compiler,
-                                                                            const StructuredOutputsParams &params);
+                                                                           const StructuredOutputsParams &params);
 
 // Brings `matcher` to exactly `outputs` accepted (rolls back extra tokens, accepts missing ones); false when an
 // output token is not allowed by the grammar (then the matcher holds the longest allowed prefix).

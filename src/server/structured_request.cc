@@ -221,8 +221,8 @@ Status parse_tools(const OJson &body, ToolsRequest *out) {
     } else if (c == "required") {
       out->choice = ToolChoice::kRequired;
     } else {
-      return invalid_argument("tool_choice: expected \"none\", \"auto\", \"required\" or a named function, got \"" +
-                              c + "\"");
+      return invalid_argument("tool_choice: expected \"none\", \"auto\", \"required\" or a named function, got \"" + c +
+                              "\"");
     }
   } else if (v->is_object()) {
     const OJson *type = find(*v, "type");

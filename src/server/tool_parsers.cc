@@ -119,8 +119,8 @@ CallScan scan_call_object(std::string_view s, size_t pos, bool final, std::initi
       out.call.name = name.get<std::string>();
       out.call.name_done = true;
     } else if (is_args && value_start < s.size()) {
-      out.call.arguments = std::string(s.substr(value_start, (value_end == kIncomplete ? s.size() : value_end) -
-                                                                 value_start));
+      out.call.arguments =
+          std::string(s.substr(value_start, (value_end == kIncomplete ? s.size() : value_end) - value_start));
       out.call.arguments_done = value_end != kIncomplete;
     }
     if (value_end == kIncomplete) return out;
@@ -362,8 +362,7 @@ StatusOr<std::unique_ptr<ToolCallParser>> make_tool_call_parser(const std::strin
   if (name == "hermes") return std::unique_ptr<ToolCallParser>(new HermesParser());
   if (name == "llama3_json") return std::unique_ptr<ToolCallParser>(new Llama3JsonParser());
   if (name == "mistral") return std::unique_ptr<ToolCallParser>(new MistralParser());
-  return invalid_argument("tool-call-parser: unknown parser '" + name +
-                          "' (supported: hermes, llama3_json, mistral)");
+  return invalid_argument("tool-call-parser: unknown parser '" + name + "' (supported: hermes, llama3_json, mistral)");
 }
 
 std::unique_ptr<ToolCallParser> make_required_tool_call_parser() { return std::make_unique<RequiredParser>(); }

@@ -79,7 +79,7 @@ class ToolCallStreamer {
  private:
   const ToolCallParser &parser_;
   size_t content_sent_ = 0;
-  std::vector<std::string> ids_;         // per announced call
+  std::vector<std::string> ids_;        // per announced call
   std::vector<size_t> arguments_sent_;  // bytes of each call's arguments sent
 };
 

@@ -41,21 +41,27 @@ const Tokenizer &tokenizer() {
       if (b != 1 && b != 2) vocab[utf8] = b;
     }
     auto special = [](int id, const char *content) {
-      return nlohmann::ordered_json{{"id", id},        {"content", content}, {"single_word", false},
-                                    {"lstrip", false}, {"rstrip", false},    {"normalized", false},
-                                    {"special", true}};
+      return nlohmann::ordered_json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+                                    {"rstrip", false}, {"normalized", false}, {"special", true}};
     };
     nlohmann::ordered_json j = {
         {"version", "1.0"},
         {"added_tokens", {special(1, "<s>"), special(2, "</s>")}},
         {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                           {"use_regex", true}}},
+        {"pre_tokenizer",
+         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
         {"post_processor", nullptr},
         {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-        {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                   {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                   {"byte_fallback", false}, {"vocab", vocab}, {"merges", nlohmann::ordered_json::array()}}}};
+        {"model",
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"vocab", vocab},
+          {"merges", nlohmann::ordered_json::array()}}}};
     StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::from_json(j.dump());
     CHECK(t.ok()) << t.status().to_string();
     return std::move(*t);

@@ -3,12 +3,13 @@
 // rendered reply is parsed back, and the calls must equal the ones rendered (name, arguments as JSON). Streaming: the
 // same reply fed in chunks of every size 1..9 adds up to exactly the non-streamed parse (content and each call's
 // name and arguments text). Plus plain replies, partial markers, malformed calls and the required / named forms.
+#include "server/tool_parsers.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "server/tool_parsers.h"
 #include "tokenizer/chat_template/chat_template.h"
 
 namespace llmserve::server {
@@ -60,8 +61,11 @@ std::string rendered_reply(const std::string &template_name, const OJson &calls)
   StatusOr<ChatTemplate> t = ChatTemplate::parse(read_file(template_path(template_name)));
   EXPECT_TRUE(t.ok()) << t.status().message();
   OJson messages = OJson::array({{{"role", "user"}, {"content", "What is the weather?"}}});
-  OJson ctx = {{"messages", messages}, {"tools", tools_json()}, {"add_generation_prompt", true},
-               {"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  OJson ctx = {{"messages", messages},
+               {"tools", tools_json()},
+               {"add_generation_prompt", true},
+               {"bos_token", "<s>"},
+               {"eos_token", "</s>"}};
   StatusOr<std::string> prefix = t->render(ctx);
   EXPECT_TRUE(prefix.ok()) << prefix.status().message();
   messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}});
@@ -73,7 +77,8 @@ std::string rendered_reply(const std::string &template_name, const OJson &calls)
   std::string reply = full->substr(prefix->size());
   for (const char *eot : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>"}) {
     while (!reply.empty() && std::isspace(static_cast<unsigned char>(reply.back()))) reply.pop_back();
-    if (reply.size() >= std::strlen(eot) && reply.compare(reply.size() - std::strlen(eot), std::string::npos, eot) == 0) {
+    if (reply.size() >= std::strlen(eot) &&
+        reply.compare(reply.size() - std::strlen(eot), std::string::npos, eot) == 0) {
       reply.resize(reply.size() - std::strlen(eot));
     }
   }
@@ -96,7 +101,8 @@ ToolCallResult stream(const ToolCallParser &parser, const std::string &text, siz
       out.calls[c.index].arguments += c.arguments;
     }
   };
-  for (size_t end = step; end < text.size(); end += step) apply(streamer.update(std::string_view(text).substr(0, end), false));
+  for (size_t end = step; end < text.size(); end += step)
+    apply(streamer.update(std::string_view(text).substr(0, end), false));
   apply(streamer.update(text, true));
   return out;
 }
@@ -215,7 +221,8 @@ TEST(ToolParsers, MalformedCallsFallBackToContent) {
 
 TEST(ToolParsers, RequiredAndNamedForms) {
   auto required = make_required_tool_call_parser();
-  const std::string text = R"([{"name":"get_weather","parameters":{"city":"Oslo","days":2}},{"name":"send_email","parameters":{}}])";
+  const std::string text =
+      R"([{"name":"get_weather","parameters":{"city":"Oslo","days":2}},{"name":"send_email","parameters":{}}])";
   const ToolCallResult r = parse_tool_calls(*required, text);
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
