@@ -55,8 +55,9 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   parser.add_int("input-len", &input_len, "random prompt tokens per request (default 128)");
   parser.add_int("output-len", &output_len, "max_tokens per request (default 64)");
   parser.add_float("temperature", &temperature, "sampling temperature (default 1.0, as vLLM's benchmark)");
-  parser.add_bool("ignore-eos", &ignore_eos, "generate exactly --output-len tokens (a constrained output still ends "
-                                             "when its grammar is complete)");
+  parser.add_bool("ignore-eos", &ignore_eos,
+                  "generate exactly --output-len tokens (a constrained output still ends "
+                  "when its grammar is complete)");
   SamplingFlags constraint;  // only its structured-output flags are registered here
   parser.add_string("json-schema", &constraint.json_schema_file, "constrain every output to the JSON Schema in FILE");
   parser.add_string("regex", &constraint.regex, "constrain every output to fullmatch this regex");
@@ -127,9 +128,10 @@ int run_bench_throughput(const std::vector<std::string> &args) {
       args_e.max_num_seqs, ThreadPool::global().num_threads());
   std::printf("ignore_eos: %s, temperature: %.2f\n", ignore_eos ? "true" : "false", temperature);
   if (structured->has_value()) {
-    std::printf("structured output: every request constrained; %lld of %lld outputs complete (stopped), the rest "
-                "cut by --output-len\n",
-                static_cast<long long>(num_complete), static_cast<long long>(num_prompts));
+    std::printf(
+        "structured output: every request constrained; %lld of %lld outputs complete (stopped), the rest "
+        "cut by --output-len\n",
+        static_cast<long long>(num_complete), static_cast<long long>(num_prompts));
   }
   std::printf("device: %s, KV cache: %d blocks x %d tokens = %lld tokens\n", model.device().to_string().c_str(),
               (*engine)->num_kv_blocks(), (*engine)->block_size(),

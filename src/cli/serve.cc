@@ -127,8 +127,7 @@ Status check_serve_flags(ServeFlags &f) {
     return invalid_argument("--enable-auto-tool-choice: requires --tool-call-parser (hermes, llama3_json, mistral)");
   }
   if (!f.tool_call_parser.empty() && !server::is_known_tool_call_parser(f.tool_call_parser)) {
-    return invalid_argument("--tool-call-parser '" + f.tool_call_parser +
-                            "': expected hermes, llama3_json or mistral");
+    return invalid_argument("--tool-call-parser '" + f.tool_call_parser + "': expected hermes, llama3_json or mistral");
   }
   return ok_status();
 }

@@ -90,8 +90,10 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   if (structured_outputs) {
     const StructuredOutputsParams& so = *structured_outputs;
     if (so.num_constraints() != 1) {
-      return invalid_argument("structured_outputs: exactly one of json, regex, choice, grammar, json_object must be "
-                              "set, got " + str(so.num_constraints()) + ".");
+      return invalid_argument(
+          "structured_outputs: exactly one of json, regex, choice, grammar, json_object must be "
+          "set, got " +
+          str(so.num_constraints()) + ".");
     }
     if (so.choice && so.choice->empty()) return invalid_argument("structured_outputs: choice cannot be empty.");
     // The grammar ends on EOS, which min_tokens would forbid: a shorter complete output could not end.

@@ -250,7 +250,8 @@ void Scheduler::fill_grammar_bitmask(const std::vector<Request*>& sampling, Sche
   for (Request* req : sampling) {
     // The bitmask is for the token after every output: a constrained request never has an unapplied token here
     // (EngineCore keeps steps with constrained requests synchronous), so this only checks the matcher's count.
-    CHECK_EQ(req->num_output_placeholders, 1) << req->request_id() << ": constrained request planned ahead of its tokens";
+    CHECK_EQ(req->num_output_placeholders, 1)
+        << req->request_id() << ": constrained request planned ahead of its tokens";
     const std::span<const int32_t> outputs(req->output_token_ids(), static_cast<size_t>(req->num_output_tokens()));
     if (!sync_matcher(*req->grammar_matcher, outputs)) {
       LOG(ERROR) << req->request_id() << ": an output token is not allowed by the request's grammar";

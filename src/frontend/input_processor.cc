@@ -45,7 +45,8 @@ std::shared_ptr<structured::GrammarCompiler> make_grammar_compiler(const Tokeniz
 }
 
 void attach_grammar_compiler(const Tokenizer *tokenizer, EngineCoreConfig *config) {
-  config->scheduler.grammar_compiler = make_grammar_compiler(tokenizer, config->vocab_size, config->model_eos_token_ids);
+  config->scheduler.grammar_compiler =
+      make_grammar_compiler(tokenizer, config->vocab_size, config->model_eos_token_ids);
 }
 
 InputProcessor::InputProcessor(const Tokenizer *tokenizer, const EngineCoreInfo &core)

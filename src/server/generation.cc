@@ -459,8 +459,8 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
                               : completion_logprobs(ids, lps, namer, &job.choice_offset[choice]);
         }
         OJson finish = finishing ? OJson(finish_reason_json(*o.finish_reason)) : OJson(nullptr);
-        if (streamer != nullptr && finishing) finish = tool_finish_reason(job.tool_choice, o.finish_reason,
-                                                                          streamer->num_calls());
+        if (streamer != nullptr && finishing)
+          finish = tool_finish_reason(job.tool_choice, o.finish_reason, streamer->num_calls());
         OJson c;
         if (job.chat) {
           OJson delta = OJson::object();

@@ -183,8 +183,8 @@ TEST(TokenBitmask, MatchesPerTokenReference) {
   std::mt19937 rng(17);
   std::vector<int32_t> mask(static_cast<size_t>(n * words));
   for (auto& w : mask) w = static_cast<int32_t>(rng());
-  std::fill_n(mask.begin() + 1 * words, words, -1);  // row 1: all allowed
-  std::fill_n(mask.begin() + 2 * words, words, 0);   // row 2: nothing allowed
+  std::fill_n(mask.begin() + 1 * words, words, -1);           // row 1: all allowed
+  std::fill_n(mask.begin() + 2 * words, words, 0);            // row 2: nothing allowed
   std::fill_n(mask.begin() + 4 * words + 10, words - 10, 0);  // row 4: only ids < 320 can be allowed
   std::vector<float> base = random_floats(static_cast<size_t>(n * vocab), 3);
   Tensor storage = Tensor::from_f32(std::vector<float>(static_cast<size_t>(n * (vocab + 24)), 7.f), {n, vocab + 24});

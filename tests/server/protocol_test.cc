@@ -295,10 +295,10 @@ TEST(ProtocolTest, EveryBadChatValueNamesItsParam) {
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object", "x": 1}})",
        "response_format"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})",
-       "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes",
-          "tools": [{"type": "function", "function": {"name": "f"}}]})", "tool_choice"},
+          "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice"},
       // Tools that would need tool-call parsing (tool_choice absent or "auto"), the legacy function fields and
       // non-text modalities are refused, not ignored.
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools"},
