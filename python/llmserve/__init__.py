@@ -5,7 +5,8 @@ import importlib
 
 _NAMES = {
     "LLM": ".llm", "AsyncLLM": ".async_llm", "EngineArgs": ".engine_args", "AsyncEngineArgs": ".engine_args",
-    "SamplingParams": ".sampling_params", "RequestOutputKind": ".sampling_params", "RequestOutput": ".outputs",
+    "SamplingParams": ".sampling_params", "StructuredOutputsParams": ".sampling_params",
+    "RequestOutputKind": ".sampling_params", "RequestOutput": ".outputs",
     "CompletionOutput": ".outputs", "Logprob": ".outputs", "Tokenizer": ".tokenizer",
 }
 

@@ -46,6 +46,13 @@ T value_or_raise(StatusOr<T> result) {
 }
 
 void bind_sampling_params(nb::module_ &m) {
+  nb::class_<StructuredOutputsParams>(m, "StructuredOutputsParams")
+      .def(nb::init<>())
+      .def_rw("json", &StructuredOutputsParams::json)
+      .def_rw("regex", &StructuredOutputsParams::regex)
+      .def_rw("choice", &StructuredOutputsParams::choice)
+      .def_rw("grammar", &StructuredOutputsParams::grammar)
+      .def_rw("json_object", &StructuredOutputsParams::json_object);
   nb::class_<SamplingParams>(m, "SamplingParams")
       .def(nb::init<>())
       .def_rw("n", &SamplingParams::n)
@@ -68,6 +75,7 @@ void bind_sampling_params(nb::module_ &m) {
       .def_rw("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_rw("skip_special_tokens", &SamplingParams::skip_special_tokens)
       .def_rw("spaces_between_special_tokens", &SamplingParams::spaces_between_special_tokens)
+      .def_rw("structured_outputs", &SamplingParams::structured_outputs)
       .def_ro_static("max_logprobs", &SamplingParams::kMaxLogprobs)
       .def(
           "validate", [](const SamplingParams &p, int64_t vocab_size) { raise_if_error(p.validate(vocab_size)); },

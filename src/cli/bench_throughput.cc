@@ -3,6 +3,8 @@
 // LLMEngine; prints requests/s, total tok/s and output tok/s measured from the
 // first add_request to the last finished output (model loading excluded), as
 // vLLM's throughput benchmark does; then the run's floor from rates measured after it (bench_floors.h) and the ratio.
+// --json-schema FILE (or --regex / --choice) constrains every request (structured output), so the same run with and
+// without it gives the cost of constrained decoding; the share of outputs that ended inside the constraint is printed.
 #include "cli/bench_throughput.h"
 
 #include <chrono>
@@ -53,7 +55,13 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   parser.add_int("input-len", &input_len, "random prompt tokens per request (default 128)");
   parser.add_int("output-len", &output_len, "max_tokens per request (default 64)");
   parser.add_float("temperature", &temperature, "sampling temperature (default 1.0, as vLLM's benchmark)");
-  parser.add_bool("ignore-eos", &ignore_eos, "generate exactly --output-len tokens");
+  parser.add_bool("ignore-eos", &ignore_eos,
+                  "generate exactly --output-len tokens (a constrained output still ends "
+                  "when its grammar is complete)");
+  SamplingFlags constraint;  // only its structured-output flags are registered here
+  parser.add_string("json-schema", &constraint.json_schema_file, "constrain every output to the JSON Schema in FILE");
+  parser.add_string("regex", &constraint.regex, "constrain every output to fullmatch this regex");
+  parser.add_string("choice", &constraint.choice, "constrain every output to one of these comma-separated strings");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (Status s = take_positional_model(positional, "bench throughput", &m); !s.ok()) return usage_error(s);
   if (m.model.empty() && m.config_file.empty()) {
@@ -67,7 +75,10 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   }
   if (Status s = check_model_flags(m); !s.ok()) return usage_error(s);
   if (Status s = check_engine_flags(e); !s.ok()) return usage_error(s);
-  StatusOr<LoadedModel> loaded = load_model_from_flags(m, /*need_tokenizer=*/false);
+  StatusOr<std::optional<StructuredOutputsParams>> structured = structured_outputs_from_flags(constraint);
+  if (!structured.ok()) return usage_error(structured.status());
+  // Grammars are compiled over the tokenizer's vocabulary: a constrained run needs one.
+  StatusOr<LoadedModel> loaded = load_model_from_flags(m, /*need_tokenizer=*/structured->has_value());
   if (!loaded.ok()) return fail(loaded.status());
   CausalLM &model = *loaded->model;
   const ModelConfig &c = model.config();
@@ -77,7 +88,8 @@ int run_bench_throughput(const std::vector<std::string> &args) {
     args_e.num_kv_cache_tokens =
         std::min<int64_t>(num_prompts, args_e.max_num_seqs) * (input_len + output_len + args_e.block_size);
   }
-  StatusOr<std::unique_ptr<LLMEngine>> engine = LLMEngine::create(model, nullptr, args_e);
+  StatusOr<std::unique_ptr<LLMEngine>> engine =
+      LLMEngine::create(model, structured->has_value() ? loaded->tokenizer.get() : nullptr, args_e);
   if (!engine.ok()) return fail(engine.status());
 
   std::mt19937 rng(static_cast<uint32_t>(std::max<int64_t>(0, m.seed)));
@@ -91,16 +103,19 @@ int run_bench_throughput(const std::vector<std::string> &args) {
   params.temperature = temperature;
   params.max_tokens = output_len;
   params.ignore_eos = ignore_eos;
+  params.structured_outputs = *structured;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < num_prompts; ++i) {
     if (Status s = (*engine)->add_request(std::to_string(i), prompts[i], params); !s.ok()) return fail(s);
   }
-  int64_t output_tokens = 0;
+  int64_t output_tokens = 0, num_complete = 0;
   while ((*engine)->has_unfinished()) {
     StatusOr<std::vector<RequestOutput>> outs = (*engine)->step();
     if (!outs.ok()) return fail(outs.status());
     for (const RequestOutput &o : *outs) {
-      if (o.finished) output_tokens += static_cast<int64_t>(o.outputs[0].token_ids.size());
+      if (!o.finished) continue;
+      output_tokens += static_cast<int64_t>(o.outputs[0].token_ids.size());
+      num_complete += o.outputs[0].finish_reason == FinishReason::kStop ? 1 : 0;
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -112,6 +127,12 @@ int run_bench_throughput(const std::vector<std::string> &args) {
       static_cast<long long>(num_prompts), static_cast<long long>(input_len), static_cast<long long>(output_len),
       args_e.max_num_seqs, ThreadPool::global().num_threads());
   std::printf("ignore_eos: %s, temperature: %.2f\n", ignore_eos ? "true" : "false", temperature);
+  if (structured->has_value()) {
+    std::printf(
+        "structured output: every request constrained; %lld of %lld outputs complete (stopped), the rest "
+        "cut by --output-len\n",
+        static_cast<long long>(num_complete), static_cast<long long>(num_prompts));
+  }
   std::printf("device: %s, KV cache: %d blocks x %d tokens = %lld tokens\n", model.device().to_string().c_str(),
               (*engine)->num_kv_blocks(), (*engine)->block_size(),
               static_cast<long long>((*engine)->num_kv_blocks()) * (*engine)->block_size());

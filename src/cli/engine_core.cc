@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "frontend/input_processor.h"
 
 #if LLMSERVE_WITH_ZMQ
 #include "ipc/engine_core_process.h"
@@ -37,6 +38,7 @@ int run_engine_core(const std::vector<std::string> &args) {
     engine_args.log_stats = true;  // the frontend's metrics need the core's timestamps
     EngineCoreProcessCore core;
     ASSIGN_OR_RETURN(core.config, make_engine_core_config(*loaded.model, engine_args));
+    attach_grammar_compiler(loaded.tokenizer.get(), &core.config);  // structured output: grammars compile here too
     core.instance = build_engine_core(*loaded.model, core.config);
     return core;
   });

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -200,6 +201,9 @@ void add_sampling_flags(ArgParser &parser, SamplingFlags *f, bool several_output
                   "put spaces around special tokens in the text (default)");
   parser.add_string("logit-bias", &f->logit_bias,
                     "JSON object {\"token id\": bias in [-100, 100], ...} added to the logits");
+  parser.add_string("json-schema", &f->json_schema_file, "constrain the output to the JSON Schema in this file");
+  parser.add_string("regex", &f->regex, "constrain the output to fullmatch this regular expression");
+  parser.add_string("choice", &f->choice, "constrain the output to one of these comma-separated strings");
   parser.add_float("presence-penalty", &f->presence_penalty, "[-2, 2]");
   parser.add_float("frequency-penalty", &f->frequency_penalty, "[-2, 2]");
   parser.add_float("repetition-penalty", &f->repetition_penalty,
@@ -295,6 +299,33 @@ std::optional<SamplingParams> start_sampling_command(ModelFlags *m, const Engine
   return *params;
 }
 
+// --json-schema FILE / --regex / --choice: at most one; the schema must be a JSON object (or boolean) in the file.
+StatusOr<std::optional<StructuredOutputsParams>> structured_outputs_from_flags(const SamplingFlags &f) {
+  const int given = (f.json_schema_file.empty() ? 0 : 1) + (f.regex.empty() ? 0 : 1) + (f.choice.empty() ? 0 : 1);
+  if (given == 0) return std::optional<StructuredOutputsParams>();
+  if (given > 1) return invalid_argument("--json-schema, --regex, --choice: give at most one");
+  StructuredOutputsParams so;
+  if (!f.json_schema_file.empty()) {
+    std::ifstream in(f.json_schema_file, std::ios::binary);
+    if (!in) return invalid_argument("--json-schema " + f.json_schema_file + ": cannot open");
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json schema = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    if (schema.is_discarded() || !(schema.is_object() || schema.is_boolean())) {
+      return invalid_argument("--json-schema " + f.json_schema_file + ": not a JSON object");
+    }
+    so.json = schema.dump();
+  } else if (!f.regex.empty()) {
+    so.regex = f.regex;
+  } else {
+    so.choice.emplace();
+    std::stringstream list(f.choice);
+    for (std::string item; std::getline(list, item, ',');) so.choice->push_back(item);
+    if (so.choice->empty()) return invalid_argument("--choice: give comma-separated choices");
+  }
+  return std::optional<StructuredOutputsParams>(std::move(so));
+}
+
 StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m,
                                             const SamplingParams &defaults) {
   SamplingParams p = defaults;
@@ -327,6 +358,7 @@ StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelF
   auto to_int32 = [](int64_t v) { return static_cast<int32_t>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX)); };
   if (f.logprobs != SamplingFlags::kUnset) p.logprobs = to_int32(f.logprobs);
   if (f.prompt_logprobs != SamplingFlags::kUnset) p.prompt_logprobs = to_int32(f.prompt_logprobs);
+  ASSIGN_OR_RETURN(p.structured_outputs, structured_outputs_from_flags(f));
   return p;
 }
 

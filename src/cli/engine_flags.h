@@ -91,6 +91,9 @@ struct SamplingFlags {
   std::string logit_bias;  // JSON object {"token id": bias, ...} (OpenAI's logit_bias)
   bool ignore_eos = false, include_stop_str_in_output = false, skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
+  // Structured output (SamplingParams::structured_outputs), at most one: a JSON Schema file, a regex, choices
+  // "a,b,c".
+  std::string json_schema_file, regex, choice;
 };
 // `several_outputs`: --n and --logprobs too (generate; chat shows one reply and no logprobs, so it has neither).
 void add_sampling_flags(ArgParser &parser, SamplingFlags *f, bool several_outputs = true);
@@ -101,6 +104,9 @@ void add_prompt_logprobs_flag(ArgParser &parser, SamplingFlags *f);
 StatusOr<SamplingParams> generation_defaults(const std::string &generation_config, const std::string &model_dir);
 // SamplingParams from the flags over `defaults` (validated later by LLMEngine::add_request, which names the
 // field). InvalidArgument names a malformed flag (--stop-token-ids, --logit-bias, --n).
+// --json-schema FILE / --regex / --choice as SamplingParams::structured_outputs (nullopt: none given);
+// InvalidArgument naming the flag (two given, a file that is not a JSON schema).
+StatusOr<std::optional<StructuredOutputsParams>> structured_outputs_from_flags(const SamplingFlags &f);
 StatusOr<SamplingParams> to_sampling_params(const SamplingFlags &f, const ModelFlags &m,
                                             const SamplingParams &defaults);
 // The start generate and chat share: the command line checked (a usage error: exit 2), then the model id resolved

@@ -23,6 +23,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_server.h"
+#include "server/tool_parsers.h"
 
 namespace llmserve::cli {
 namespace {
@@ -37,6 +38,8 @@ struct ServeFlags {
   int64_t port = 8000, http_threads = 2, max_in_flight_requests = 4096, max_request_body_bytes = 32 << 20;
   double request_timeout = 30.0, keep_alive_timeout = 5.0, shutdown_timeout = 10.0;
   bool disable_log_requests = false, engine_process = false;
+  bool enable_auto_tool_choice = false;  // vLLM's: tool_choice "auto" parses tool calls with tool_call_parser
+  std::string tool_call_parser;
 };
 
 // SIGINT / SIGTERM: the handler (any thread) only writes a byte to a pipe; one waiter thread reads it and
@@ -120,6 +123,12 @@ Status check_serve_flags(ServeFlags &f) {
   if (!(f.request_timeout > 0)) return invalid_argument("--request-timeout must be a positive number of seconds");
   if (!(f.keep_alive_timeout > 0)) return invalid_argument("--keep-alive-timeout must be a positive number of seconds");
   if (!(f.shutdown_timeout >= 0)) return invalid_argument("--shutdown-timeout must be a number of seconds >= 0");
+  if (f.enable_auto_tool_choice && f.tool_call_parser.empty()) {
+    return invalid_argument("--enable-auto-tool-choice: requires --tool-call-parser (hermes, llama3_json, mistral)");
+  }
+  if (!f.tool_call_parser.empty() && !server::is_known_tool_call_parser(f.tool_call_parser)) {
+    return invalid_argument("--tool-call-parser '" + f.tool_call_parser + "': expected hermes, llama3_json or mistral");
+  }
   return ok_status();
 }
 
@@ -150,6 +159,10 @@ int run_serve(const std::vector<std::string> &args) {
   parser.add_float("keep-alive-timeout", &f.keep_alive_timeout, "idle seconds before a connection is closed");
   parser.add_bool("engine-process", &f.engine_process, "run the engine core in a child process (ZMQ)");
   parser.add_float("shutdown-timeout", &f.shutdown_timeout, "seconds in-flight requests get at shutdown");
+  parser.add_bool("enable-auto-tool-choice", &f.enable_auto_tool_choice,
+                  "tool_choice \"auto\": parse tool calls out of replies (needs --tool-call-parser)");
+  parser.add_string("tool-call-parser", &f.tool_call_parser,
+                    "the model family's tool-call format: hermes (Qwen, Hermes) | llama3_json | mistral");
   if (int code = parse_or_exit_code(parser, args); code >= 0) return code;
   if (Status s = check_serve_flags(f); !s.ok()) return usage_error(s);
   LogLevel level;
@@ -185,6 +198,8 @@ int run_serve(const std::vector<std::string> &args) {
   options.log_requests = !f.disable_log_requests;
   options.max_in_flight_requests = f.max_in_flight_requests;
   options.default_params = *defaults;
+  options.enable_auto_tool_choice = f.enable_auto_tool_choice;
+  options.tool_call_parser = f.tool_call_parser;
   server::OpenAIServer api(options);
   server::HttpServer http_server(http);
   api.register_routes(http_server);

@@ -36,6 +36,9 @@ StatusOr<EngineCoreOutputs> EngineCore::step_with_batch_queue() {
   // step is launched only when nothing is in flight (it carries finished / preempted ids, and reports the final
   // outputs of requests finished from outside).
   while (batch_queue_.size() < kBatchQueueDepth) {
+    // Structured output: a constrained request's bitmask for step N+1 needs step N's token in its matcher, so while
+    // one is live the queue holds one step (the step runs as without async scheduling: no CPU/GPU overlap).
+    if (!batch_queue_.empty() && scheduler_.num_structured_requests() > 0) break;
     SchedulerOutput scheduled = scheduler_.schedule();
     const bool empty = scheduled.total_num_scheduled_tokens == 0;
     ASSIGN_OR_RETURN(ModelExecutor::StepHandle handle, executor_.execute_async(scheduled));

@@ -69,7 +69,8 @@ class EngineCore {
   // step's tokens are then lost; the core should be dropped). Under
   // SchedulerConfig::async_scheduling (vLLM's step_with_batch_queue) it keeps up
   // to two steps in flight: it launches new steps while the queue has room and
-  // the scheduler finds tokens, then returns the oldest step's outputs.
+  // the scheduler finds tokens, then returns the oldest step's outputs. While a constrained (structured-output)
+  // request is live it launches one step at a time: its grammar bitmask needs the previous step's token.
   StatusOr<EngineCoreOutputs> step();
 
   // True while a request is live, a final output is still to be reported or a step is in flight.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "engine/request_id.h"
 #include "engine/sampling_params.h"
+#include "structured/grammar_matcher.h"
 
 namespace llmserve {
 
@@ -84,6 +86,9 @@ class Request {
   std::vector<uint64_t> block_hashes;
   StopReason stop_reason;
   int64_t num_preemptions = 0;
+  // Structured output: the request's grammar state, which has accepted every output token (Scheduler); null when
+  // the request is unconstrained.
+  std::unique_ptr<structured::GrammarMatcher> grammar_matcher;
 
  private:
   friend class Scheduler;

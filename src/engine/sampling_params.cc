@@ -87,6 +87,18 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   }
   RETURN_IF_ERROR(check_logprobs("logprobs", logprobs));
   RETURN_IF_ERROR(check_logprobs("prompt_logprobs", prompt_logprobs));
+  if (structured_outputs) {
+    const StructuredOutputsParams& so = *structured_outputs;
+    if (so.num_constraints() != 1) {
+      return invalid_argument(
+          "structured_outputs: exactly one of json, regex, choice, grammar, json_object must be "
+          "set, got " +
+          str(so.num_constraints()) + ".");
+    }
+    if (so.choice && so.choice->empty()) return invalid_argument("structured_outputs: choice cannot be empty.");
+    // The grammar ends on EOS, which min_tokens would forbid: a shorter complete output could not end.
+    if (min_tokens > 0) return invalid_argument("min_tokens cannot be combined with structured output.");
+  }
   return ok_status();
 }
 

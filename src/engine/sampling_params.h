@@ -13,6 +13,21 @@
 
 namespace llmserve {
 
+// vLLM's StructuredOutputsParams: the one constraint on a request's output (exactly one field set). The engine turns
+// it into a grammar (structured/) and masks every sampled token to it; a finished output then matches it.
+struct StructuredOutputsParams {
+  std::optional<std::string> json;                 // a JSON Schema, as JSON text
+  std::optional<std::string> regex;                // the whole output fullmatches it
+  std::optional<std::vector<std::string>> choice;  // the output is one of these strings
+  std::optional<std::string> grammar;              // an EBNF / GBNF grammar (root rule `root`)
+  bool json_object = false;                        // any JSON object
+
+  int num_constraints() const {
+    return (json ? 1 : 0) + (regex ? 1 : 0) + (choice ? 1 : 0) + (grammar ? 1 : 0) + (json_object ? 1 : 0);
+  }
+  bool operator==(const StructuredOutputsParams&) const = default;
+};
+
 struct SamplingParams {
   // Largest `logprobs` / `prompt_logprobs` accepted (vLLM's default max_logprobs).
   static constexpr int32_t kMaxLogprobs = 20;
@@ -39,6 +54,8 @@ struct SamplingParams {
   std::optional<int32_t> prompt_logprobs;              // top-k logprobs per prompt token, [0, kMaxLogprobs]
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
+  // Constrained decoding (response_format, structured_outputs, guided_*, tool_choice required / named); nullopt: free.
+  std::optional<StructuredOutputsParams> structured_outputs;
 
   bool greedy() const { return temperature < kSamplingEps; }  // core/sampling_eps.h
 

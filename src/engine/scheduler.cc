@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/logging.h"
+#include "engine/structured_output.h"
 
 namespace llmserve {
 
@@ -84,7 +85,17 @@ Status Scheduler::add_request(EngineCoreRequest in) {
   if (requests_.count(in.request_id)) {
     return {StatusCode::kAlreadyExists, "request id '" + in.request_id + "' is already in use"};
   }
+  // Structured output: the grammar is compiled (or found in the compiler's cache) before anything is queued.
+  std::unique_ptr<structured::GrammarMatcher> matcher;
+  if (in.sampling_params.structured_outputs) {
+    ASSIGN_OR_RETURN(matcher,
+                     make_grammar_matcher(config_.grammar_compiler.get(), *in.sampling_params.structured_outputs));
+  }
   auto req = std::make_unique<Request>(std::move(in));  // its RequestId is the one allocation every copy shares
+  if (matcher) {
+    req->grammar_matcher = std::move(matcher);
+    ++num_structured_;
+  }
   req->max_tokens_ = requested.value_or(max_len - prompt_len);
   req->token_ids_.reserve(static_cast<size_t>(prompt_len + req->max_tokens_));
   Request* raw = req.get();
@@ -200,6 +211,7 @@ SchedulerOutput Scheduler::schedule() {
   in_flight.reserve(st.entries.size());
   out.num_scheduled_tokens.reserve(st.entries.size());
   out.scheduled_cached_reqs.reserve(st.entries.size());
+  std::vector<Request*> constrained_sampling;  // constrained requests that sample this step, in batch order
   for (auto& e : st.entries) {
     Request& req = *e.req;
     out.num_scheduled_tokens.push_back({req.request_id(), e.num_tokens});
@@ -219,13 +231,61 @@ SchedulerOutput Scheduler::schedule() {
     req.num_computed_tokens += e.num_tokens;
     req.last_scheduled_step_ = step_id;
     // Every known and owed token computed: this step samples the next one, owed until its output is applied.
-    if (req.num_computed_tokens == req.num_tokens() + req.num_output_placeholders) ++req.num_output_placeholders;
+    if (req.num_computed_tokens == req.num_tokens() + req.num_output_placeholders) {
+      ++req.num_output_placeholders;
+      if (req.grammar_matcher) constrained_sampling.push_back(&req);
+    }
   }
+  if (!constrained_sampling.empty()) fill_grammar_bitmask(constrained_sampling, out);
   CHECK_LE(out.total_num_scheduled_tokens, config_.max_num_batched_tokens);
   out.finished_req_ids = std::move(finished_req_ids_);
   finished_req_ids_.clear();
   out.preempted_req_ids = std::move(st.preempted_req_ids);
   return out;
+}
+
+void Scheduler::fill_grammar_bitmask(const std::vector<Request*>& sampling, SchedulerOutput& out) {
+  std::vector<structured::GrammarMatcher*> matchers;
+  matchers.reserve(sampling.size());
+  for (Request* req : sampling) {
+    // The bitmask is for the token after every output: a constrained request never has an unapplied token here
+    // (EngineCore keeps steps with constrained requests synchronous), so this only checks the matcher's count.
+    CHECK_EQ(req->num_output_placeholders, 1)
+        << req->request_id() << ": constrained request planned ahead of its tokens";
+    const std::span<const int32_t> outputs(req->output_token_ids(), static_cast<size_t>(req->num_output_tokens()));
+    if (!sync_matcher(*req->grammar_matcher, outputs)) {
+      LOG(ERROR) << req->request_id() << ": an output token is not allowed by the request's grammar";
+    }
+    out.structured_output_req_ids.push_back(req->request_id());
+    matchers.push_back(req->grammar_matcher.get());
+  }
+  const int32_t words = matchers.front()->bitmask_words();
+  out.grammar_bitmask_words = words;
+  out.grammar_bitmask.resize(matchers.size() * static_cast<size_t>(words));
+  fill_grammar_bitmasks(matchers, words, out.grammar_bitmask.data());
+}
+
+bool Scheduler::advance_grammar(Request& req) {
+  structured::GrammarMatcher& m = *req.grammar_matcher;
+  if (!m.accept_token(req.token_ids().back())) {
+    // The sampler only draws allowed tokens, so this is an engine bug: end the request visibly rather than emit
+    // text that breaks its constraint.
+    LOG(ERROR) << req.request_id() << ": sampled token " << req.token_ids().back()
+               << " is not allowed by the request's grammar; aborting it";
+    req.status = RequestStatus::kFinishedAborted;
+    return true;
+  }
+  // A complete grammar allows only EOS next: the request ends on that EOS as vLLM's does (one more step, so the
+  // reply's last token stays text and EOS is the hidden stop token). Here only an EOS the stop check let through
+  // (ignore_eos) ends it.
+  const int32_t last = req.token_ids().back();
+  const std::vector<int32_t>& stop_ids = req.all_stop_token_ids();
+  const bool eos = (req.eos_token_id() && last == *req.eos_token_id()) ||
+                   std::find(stop_ids.begin(), stop_ids.end(), last) != stop_ids.end();
+  if (!m.is_terminated() || !eos) return false;
+  req.status = RequestStatus::kFinishedStopped;
+  req.stop_reason = std::monostate{};
+  return true;
 }
 
 bool Scheduler::check_stop(Request& req) const {
@@ -289,6 +349,7 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
       --req.num_output_placeholders;
       o.new_token_ids.push_back(tok);
       if ((stopped = check_stop(req))) break;
+      if (req.grammar_matcher && (stopped = advance_grammar(req))) break;
     }
     if (i < runner_output.logprobs.size() && !runner_output.logprobs[i].empty()) {
       const auto& lp = runner_output.logprobs[i];
@@ -364,6 +425,10 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
 }
 
 void Scheduler::retire(std::unique_ptr<Request> req) {
+  if (req->grammar_matcher) {
+    --num_structured_;
+    req->grammar_matcher.reset();
+  }
   // A step in flight may still write its K/V (and its in-flight entry points at it): keep both until it is applied.
   if (req->last_scheduled_step_ >= num_applied_steps_) {
     draining_.push_back(std::move(req));

@@ -32,6 +32,9 @@ struct SchedulerConfig {
   // EngineCore keeps two steps in flight (schedules step N+1 while N runs); the scheduler then plans tokens whose
   // ids are not known yet (Request::num_output_placeholders) and sees stop conditions one step late.
   bool async_scheduling = false;
+  // Structured output: the compiler (one per tokenizer, grammars cached) that builds the matchers of constrained
+  // requests; null: such requests are refused at add_request. Shared with the frontend, which compiles at validation.
+  std::shared_ptr<structured::GrammarCompiler> grammar_compiler{};
 
   // InvalidArgument naming the field; also checks that one max_model_len request fits in the KV cache
   // (otherwise it could never run to completion and preemption would spin).
@@ -74,6 +77,8 @@ class Scheduler {
   bool has_work() const { return num_unfinished() > 0 || !pending_outputs_.empty(); }
   // Steps scheduled whose outputs were not applied yet.
   int64_t num_steps_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
+  // Live requests with a grammar (running or waiting): EngineCore keeps their steps synchronous.
+  int64_t num_structured_requests() const { return num_structured_; }
 
   const Request* get_request(const std::string& request_id) const;
   const std::vector<Request*>& running() const { return running_; }
@@ -93,6 +98,11 @@ class Scheduler {
   bool placeholder_is_past_the_end(const Request& req) const;
   // True if the request stopped; sets its status and stop_reason.
   bool check_stop(Request& req) const;
+  // Structured output: the bitmasks of the constrained requests that sample in `out`'s step (after schedule()).
+  void fill_grammar_bitmask(const std::vector<Request*>& sampling, SchedulerOutput& out);
+  // Advances a constrained request's matcher on its newest token; true if the request finished (EOS accepted by a
+  // complete grammar under ignore_eos: stopped; token refused by the grammar: aborted, an engine bug made visible).
+  bool advance_grammar(Request& req);
   // Drops a finished request: its blocks are freed (and the record destroyed) once no step in flight computes it.
   void retire(std::unique_ptr<Request> req);
   void release_drained();
@@ -116,6 +126,7 @@ class Scheduler {
   std::vector<EngineCoreOutput> pending_outputs_;  // final outputs of requests finished from outside
   std::unordered_map<std::string, std::vector<EngineCoreEvent>> pending_events_;
   int64_t num_preemptions_ = 0;  // since the previous stats
+  int64_t num_structured_ = 0;   // live requests with a grammar_matcher
 };
 
 }  // namespace llmserve

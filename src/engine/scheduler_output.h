@@ -48,6 +48,12 @@ struct SchedulerOutput {
   std::vector<RequestId> finished_req_ids;
   // Requests preempted by this step: the runner drops them from its batch but keeps their tokens.
   std::vector<RequestId> preempted_req_ids;
+  // Structured output (vLLM's grammar_bitmask): the constrained requests that sample this step and, row by row in
+  // that order, the tokens their grammars allow next: [structured_output_req_ids.size(), grammar_bitmask_words]
+  // uint32, bit t of word t / 32 set = token t allowed. Empty when no constrained request samples.
+  std::vector<RequestId> structured_output_req_ids;
+  std::vector<uint32_t> grammar_bitmask;
+  int32_t grammar_bitmask_words = 0;
 
   // Scheduled tokens of one request, 0 if not scheduled. Linear scan: for tests and tools.
   int64_t num_scheduled_tokens_of(const std::string& req_id) const;

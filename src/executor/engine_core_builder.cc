@@ -10,7 +10,7 @@
 namespace llmserve {
 
 EngineCoreInfo EngineCoreConfig::info() const {
-  return {vocab_size, scheduler.max_model_len, scheduler.policy, model_eos_token_ids};
+  return {vocab_size, scheduler.max_model_len, scheduler.policy, model_eos_token_ids, scheduler.grammar_compiler};
 }
 
 StatusOr<EngineCoreConfig> make_engine_core_config(CausalLM &model, const EngineArgs &args) {

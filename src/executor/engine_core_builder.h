@@ -52,6 +52,9 @@ struct EngineCoreInfo {
   int64_t max_model_len = 0;
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   std::vector<int32_t> model_eos_token_ids;  // config.json's eos_token_id (an id or a list), as given
+  // In process only (not sent by an engine process): the core's grammar compiler, which the frontend compiles
+  // constrained requests with at validation (one cache for both). Null: constrained requests are refused.
+  std::shared_ptr<structured::GrammarCompiler> grammar_compiler{};
 };
 
 // Everything the core is built from, resolved from the model's config and the args.

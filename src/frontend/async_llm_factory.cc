@@ -9,6 +9,7 @@ StatusOr<std::unique_ptr<AsyncLLM>> create_inproc_async_llm(CausalLM &model, con
                                                             EngineArgs args) {
   args.log_stats = true;
   ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model, args));
+  attach_grammar_compiler(tokenizer, &config);
   ASSIGN_OR_RETURN(std::unique_ptr<InprocClient> client,
                    InprocClient::create([&model, config]() -> StatusOr<EngineCoreInstance> {
                      return build_engine_core(model, config);
@@ -23,6 +24,8 @@ StatusOr<std::unique_ptr<AsyncLLM>> create_process_async_llm(const Tokenizer *to
                                                              const EngineProcessOptions &options) {
   EngineCoreInfo ready;
   ASSIGN_OR_RETURN(std::unique_ptr<ZmqClient> client, ZmqClient::spawn(options, &ready));
+  // The child compiles with its own compiler (engine-core loads the tokenizer); this one validates requests here.
+  ready.grammar_compiler = make_grammar_compiler(tokenizer, ready.vocab_size, ready.model_eos_token_ids);
   return make_async_llm(std::move(client), tokenizer, ready);
 }
 #else

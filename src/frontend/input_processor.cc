@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/logging.h"
+#include "engine/structured_output.h"
 #include "runtime/model_runner.h"
 #include "runtime/sampler.h"
 
@@ -27,12 +29,33 @@ EosTokenIds resolve_eos_token_ids(const Tokenizer *tokenizer, const std::vector<
   return e;
 }
 
+std::shared_ptr<structured::GrammarCompiler> make_grammar_compiler(const Tokenizer *tokenizer, int64_t vocab_size,
+                                                                   const std::vector<int32_t> &model_eos_token_ids) {
+  if (tokenizer == nullptr) return nullptr;
+  const EosTokenIds eos = resolve_eos_token_ids(tokenizer, model_eos_token_ids, vocab_size);
+  std::vector<int32_t> eos_ids = eos.extra_eos_ids;
+  if (eos.eos_token_id) eos_ids.insert(eos_ids.begin(), *eos.eos_token_id);
+  StatusOr<std::unique_ptr<structured::GrammarCompiler>> compiler =
+      structured::GrammarCompiler::create(*tokenizer, static_cast<int32_t>(vocab_size), eos_ids);
+  if (!compiler.ok()) {
+    LOG(WARNING) << "structured output is not available for this model: " << compiler.status().message();
+    return nullptr;
+  }
+  return std::move(*compiler);
+}
+
+void attach_grammar_compiler(const Tokenizer *tokenizer, EngineCoreConfig *config) {
+  config->scheduler.grammar_compiler =
+      make_grammar_compiler(tokenizer, config->vocab_size, config->model_eos_token_ids);
+}
+
 InputProcessor::InputProcessor(const Tokenizer *tokenizer, const EngineCoreInfo &core)
     : tokenizer_(tokenizer),
       vocab_size_(core.vocab_size),
       max_model_len_(core.max_model_len),
       policy_(core.scheduling_policy),
-      eos_(resolve_eos_token_ids(tokenizer, core.model_eos_token_ids, core.vocab_size)) {}
+      eos_(resolve_eos_token_ids(tokenizer, core.model_eos_token_ids, core.vocab_size)),
+      grammar_compiler_(core.grammar_compiler) {}
 
 StatusOr<ProcessedRequest> InputProcessor::process(const std::string &request_id, const PromptInput &prompt,
                                                    const SamplingParams &params, int32_t priority,
@@ -74,6 +97,16 @@ StatusOr<ProcessedRequest> InputProcessor::process(const std::string &request_id
   child.n = 1;
   if (!params.ignore_eos) {
     child.stop_token_ids.insert(child.stop_token_ids.end(), eos_.extra_eos_ids.begin(), eos_.extra_eos_ids.end());
+  }
+  // Structured output: the grammar compiles here (cached for the core's add_request), so a bad schema / regex /
+  // grammar is an error of this request before anything is scheduled.
+  if (params.structured_outputs) {
+    if (grammar_compiler_ == nullptr) {
+      return invalid_argument(
+          "structured_outputs: constrained decoding is not available for this model (it needs a tokenizer whose "
+          "vocabulary the grammar engine can read)");
+    }
+    RETURN_IF_ERROR(make_grammar_matcher(grammar_compiler_.get(), *params.structured_outputs).status());
   }
   // The sampler's own range checks, so a bad value fails here and not inside a batch with other requests.
   RETURN_IF_ERROR(Sampler::validate(to_sampling_settings(child, all_stop_token_ids(child, eos_.eos_token_id)), vocab));

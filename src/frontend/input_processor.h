@@ -29,6 +29,15 @@ struct EosTokenIds {
 EosTokenIds resolve_eos_token_ids(const Tokenizer *tokenizer, const std::vector<int32_t> &model_eos_token_ids,
                                   int64_t vocab_size);
 
+// Structured output: a grammar compiler over `tokenizer` for a model of `vocab_size` logits, whose grammars end on the
+// model's EOS ids (resolved as for requests). Null (logged) without a tokenizer, or with one whose vocabulary the
+// grammar engine cannot read: constrained requests are then refused with a message saying why.
+std::shared_ptr<structured::GrammarCompiler> make_grammar_compiler(const Tokenizer *tokenizer, int64_t vocab_size,
+                                                                   const std::vector<int32_t> &model_eos_token_ids);
+// The compiler of a core built from `config`, stored in config->scheduler.grammar_compiler (so config->info() hands
+// it to an in-process frontend: one cache for validation and the core).
+void attach_grammar_compiler(const Tokenizer *tokenizer, EngineCoreConfig *config);
+
 // A prompt as text (needs a tokenizer) or as token ids (used when non-empty).
 struct PromptInput {
   std::string text;
@@ -64,6 +73,7 @@ class InputProcessor {
   int64_t max_model_len_;
   SchedulingPolicy policy_;
   EosTokenIds eos_;
+  std::shared_ptr<structured::GrammarCompiler> grammar_compiler_;  // null: constrained requests are refused
 };
 
 }  // namespace llmserve

@@ -9,6 +9,7 @@ namespace llmserve {
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::create(CausalLM &model, const Tokenizer *tokenizer,
                                                        const EngineArgs &args) {
   ASSIGN_OR_RETURN(EngineCoreConfig config, make_engine_core_config(model, args));
+  attach_grammar_compiler(tokenizer, &config);
   EngineCoreInstance instance = build_engine_core(model, config);
   return std::unique_ptr<LLMEngine>(new LLMEngine(tokenizer, std::move(config), std::move(instance)));
 }

@@ -31,6 +31,15 @@ template <typename T>
 struct Wire;
 
 template <>
+struct Wire<StructuredOutputsParams> {
+  static constexpr const char *kName = "structured_outputs";
+  using P = StructuredOutputsParams;
+  static constexpr auto kFields =
+      std::make_tuple(field("json", &P::json), field("regex", &P::regex), field("choice", &P::choice),
+                      field("grammar", &P::grammar), field("json_object", &P::json_object));
+};
+
+template <>
 struct Wire<SamplingParams> {
   static constexpr const char *kName = "sampling_params";
   using P = SamplingParams;
@@ -43,7 +52,8 @@ struct Wire<SamplingParams> {
       field("repetition_penalty", &P::repetition_penalty), field("logit_bias", &P::logit_bias),
       field("logprobs", &P::logprobs), field("prompt_logprobs", &P::prompt_logprobs),
       field("skip_special_tokens", &P::skip_special_tokens),
-      field("spaces_between_special_tokens", &P::spaces_between_special_tokens));
+      field("spaces_between_special_tokens", &P::spaces_between_special_tokens),
+      field("structured_outputs", &P::structured_outputs));
 };
 
 template <>

@@ -36,6 +36,7 @@ void for_each_op(F&& f) {
   f(apply_penalties);
   f(apply_logit_bias);
   f(mask_tokens);
+  f(apply_token_bitmask);
   f(apply_temperature);
   f(apply_top_k_top_p_min_p);
   f(sample);

@@ -317,6 +317,11 @@ extern Op<void(Tensor& logits, const LogitBiasParams& params)> apply_logit_bias;
 // logits[r, id] = -inf for every id in row r's list (min_tokens: the stop / eos ids of rows still short of it).
 extern Op<void(Tensor& logits, const TokenLists& tokens)> mask_tokens;
 
+// Structured output: logits[r, j] = -inf unless bit (j % 32) of bitmask[r, j / 32] is set (xgrammar's layout, least
+// significant bit first); ids at or past 32 * words are disallowed. bitmask [num_reqs, words] i32 on the logits'
+// device, words >= 1 (a row of all ones leaves the logits untouched).
+extern Op<void(Tensor& logits, const Tensor& bitmask)> apply_token_bitmask;
+
 // logits[r, :] /= temperatures[r] for rows with temperature >= kSamplingEps; greedy rows are left unchanged.
 // temperatures [num_reqs] f32.
 extern Op<void(Tensor& logits, const Tensor& temperatures)> apply_temperature;

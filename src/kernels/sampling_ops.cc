@@ -106,6 +106,15 @@ void check_mask_tokens(Tensor& logits, const TokenLists& tokens) {
   check_ok(tokens.check(logits, "tokens"), op);
 }
 
+void check_apply_token_bitmask(Tensor& logits, const Tensor& bitmask) {
+  constexpr const char* op = "apply_token_bitmask";
+  check_logits(logits, op);
+  CHECK(bitmask.defined() && bitmask.dim() == 2 && bitmask.size(0) == logits.size(0) && bitmask.size(1) >= 1 &&
+        bitmask.is_contiguous() && bitmask.dtype() == DType::kI32 && bitmask.device() == logits.device())
+      << op << ": bitmask " << (bitmask.defined() ? bitmask.to_string() : "undefined")
+      << " must be a contiguous [num_reqs, words >= 1] i32 tensor on the device of logits " << logits.to_string();
+}
+
 void check_apply_temperature(Tensor& logits, const Tensor& temperatures) {
   constexpr const char* op = "apply_temperature";
   check_logits(logits, op);
@@ -150,6 +159,9 @@ decltype(apply_logit_bias) apply_logit_bias(
     check_apply_logit_bias);
 decltype(mask_tokens) mask_tokens("mask_tokens", "mask_tokens(Tensor! logits, Tensor offsets, Tensor token_ids) -> ()",
                                   check_mask_tokens);
+decltype(apply_token_bitmask) apply_token_bitmask("apply_token_bitmask",
+                                                  "apply_token_bitmask(Tensor! logits, Tensor bitmask) -> ()",
+                                                  check_apply_token_bitmask);
 decltype(apply_temperature) apply_temperature("apply_temperature",
                                               "apply_temperature(Tensor! logits, Tensor temperatures) -> ()",
                                               check_apply_temperature);

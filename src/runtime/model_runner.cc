@@ -601,6 +601,11 @@ StatusOr<ModelRunnerOutput> ModelRunner::run_step(const SchedulerOutput &schedul
   if (rows.empty()) return out;
   std::vector<SamplerRequest> sreqs(rows.size());
   bool want_logprobs = false;
+  // Structured output: the scheduler's bitmask row of each constrained request that samples now.
+  std::unordered_map<std::string_view, size_t> bitmask_row;
+  for (size_t k = 0; k < scheduler_output.structured_output_req_ids.size(); ++k) {
+    bitmask_row.emplace(scheduler_output.structured_output_req_ids[k].str(), k);
+  }
   for (size_t i = 0; i < rows.size(); ++i) {
     const RequestState &s = *reqs[rows[i]];
     const int64_t num_outputs = static_cast<int64_t>(s.token_ids.size()) - s.num_prompt_tokens;
@@ -610,6 +615,11 @@ StatusOr<ModelRunnerOutput> ModelRunner::run_step(const SchedulerOutput &schedul
     sreqs[i].step = num_outputs;
     sreqs[i].row_key = s.row_key;
     want_logprobs |= s.sampling.logprobs.has_value();
+    if (auto m = bitmask_row.find(out.req_ids[rows[i]].str()); m != bitmask_row.end()) {
+      const int32_t words = scheduler_output.grammar_bitmask_words;
+      sreqs[i].allowed_token_bitmask = scheduler_output.grammar_bitmask.data() + m->second * words;
+      sreqs[i].bitmask_words = words;
+    }
   }
   resolve_placeholders_for_penalties(reqs, rows);
   const int slot = static_cast<int>(handle % SampledIdsTransfer::kSlots);

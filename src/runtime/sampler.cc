@@ -136,6 +136,46 @@ void gather_logprobs(SamplerOutput& out, const Tensor& ids, const Tensor& raw_lo
 
 }  // namespace
 
+void Sampler::apply_bitmasks(Tensor& logits, std::span<const SamplerRequest> requests) {
+  const bool any = std::any_of(requests.begin(), requests.end(),
+                               [](const SamplerRequest& r) { return r.allowed_token_bitmask != nullptr; });
+  if (!any) return;
+  const int64_t n = static_cast<int64_t>(requests.size()), vocab = logits.size(1), words = (vocab + 31) / 32;
+  const Device dev = logits.device();
+  if (!bitmask_host_.defined() || bitmask_host_.size(0) < n || bitmask_host_.size(1) != words ||
+      !(bitmask_device_.device() == dev)) {
+    bitmask_uploaded_.synchronize();
+    const int64_t rows = std::max<int64_t>(n, bitmask_host_.defined() ? bitmask_host_.size(0) : 0);
+    if (dev.is_cpu()) {
+      bitmask_host_ = Tensor::empty({rows, words}, DType::kI32);
+      bitmask_device_ = bitmask_host_;
+    } else {
+      bitmask_host_ = Tensor::empty_pinned({rows, words}, DType::kI32);
+      bitmask_device_ = Tensor::empty({rows, words}, DType::kI32, dev);
+    }
+    bitmask_uploaded_ = Event(dev);
+  }
+  bitmask_uploaded_.synchronize();  // the previous batch's copy has read the mirror
+  uint32_t* host = reinterpret_cast<uint32_t*>(bitmask_host_.data<int32_t>());
+  for (int64_t r = 0; r < n; ++r) {
+    uint32_t* row = host + r * words;
+    const SamplerRequest& req = requests[static_cast<size_t>(r)];
+    if (req.allowed_token_bitmask == nullptr) {
+      std::fill_n(row, words, 0xFFFFFFFFu);
+      continue;
+    }
+    const int64_t given = std::min<int64_t>(words, req.bitmask_words);
+    std::copy_n(req.allowed_token_bitmask, given, row);
+    std::fill(row + given, row + words, 0u);
+  }
+  Tensor mask = bitmask_device_.slice(0, 0, n);
+  if (!dev.is_cpu()) {
+    mask.copy_from(bitmask_host_.slice(0, 0, n));
+    bitmask_uploaded_.record();
+  }
+  ops::apply_token_bitmask(logits, mask);
+}
+
 StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerRequest> requests,
                                         const Tensor* device_ids) {
   const int64_t n = static_cast<int64_t>(requests.size());
@@ -149,6 +189,8 @@ StatusOr<SamplerOutput> Sampler::sample(Tensor& logits, std::span<const SamplerR
   SamplerOutput out;
   out.sampled_token_ids = Tensor::empty({n}, DType::kI32);
   if (n == 0) return out;
+  // 0. The grammars' bitmasks.
+  apply_bitmasks(logits, requests);
   // 1. Raw logprobs, before the logits are touched.
   Tensor raw_logprobs;
   if (max_num_logprobs >= 0) {

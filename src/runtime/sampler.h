@@ -5,6 +5,8 @@
 // (SamplerParamBuffer) uploaded in at most one copy per batch.
 //
 // Order (vLLM V1 Sampler.forward with the default logprobs_mode "raw_logprobs"):
+//   0. structured output: tokens the request's grammar does not allow next -> -inf (vLLM applies the grammar
+//      bitmask to the logits before its Sampler, so the logprobs below see it too);
 //   1. logprobs = log_softmax(raw logits), before any processing, when some request asks for logprobs;
 //   2. min_tokens: the request's all_stop_token_ids -> -inf while step < min_tokens;
 //   3. logit_bias added;
@@ -54,6 +56,10 @@ struct SamplerRequest {
   // Identifies the request across calls (unique over the Sampler's life): a row whose key is the one it held last
   // call keeps its constant parameters. 0: unknown, rewritten every call.
   uint64_t row_key = 0;
+  // Structured output: the grammar's allowed-token bitmask for this token, `bitmask_words` uint32 words (bit t of
+  // word t / 32 set = token t allowed; ids past 32 * words disallowed). Null: unconstrained. Must outlive sample().
+  const uint32_t* allowed_token_bitmask = nullptr;
+  int32_t bitmask_words = 0;
 };
 
 // What sample() returns, shaped like vLLM's SamplerOutput + LogprobsTensors.
@@ -92,8 +98,16 @@ class Sampler {
   const void* params_base() const { return params_.device_base(); }
 
  private:
+  // Step 0: the constrained rows' bitmasks into one [n, ceil(vocab / 32)] i32 buffer (unconstrained rows all ones),
+  // uploaded in one copy, applied by ops::apply_token_bitmask. No-op when no row is constrained.
+  void apply_bitmasks(Tensor& logits, std::span<const SamplerRequest> requests);
+
   uint64_t seed_;
-  uint64_t num_calls_ = 0;  // batches sampled so far: advances the unseeded streams
+  uint64_t num_calls_ = 0;
+  // The bitmask buffers: a page-locked host mirror (CUDA) and its device copy, grown to the batch and kept (a fixed
+  // address while batches fit); on the CPU one buffer.
+  Tensor bitmask_host_, bitmask_device_;
+  Event bitmask_uploaded_;  // batches sampled so far: advances the unseeded streams
   Tensor raw_logprobs_;     // [capacity, vocab] scratch, reused across calls
   SamplerParamBuffer params_;
 };

@@ -11,6 +11,7 @@
 #include "server/openai_server.h"
 #include "server/responses.h"
 #include "server/sse.h"
+#include "server/tool_parsers.h"
 
 namespace llmserve::server {
 
@@ -25,6 +26,11 @@ struct OpenAIServer::Job {
   std::vector<PromptInput> prompts;
   std::string chat_echo;  // chat echo: the final message's content, sent before the reply
   int32_t chat_top_logprobs = 0;
+  // Chat tool calling: the parser of the replies (null: plain content) and the tool_choice it serves; per choice,
+  // the streaming state (stream only).
+  std::unique_ptr<ToolCallParser> tool_parser;
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::vector<std::unique_ptr<ToolCallStreamer>> tool_streamers;
 
   // Filled by the engine's output thread, drained by the handler on its strand.
   struct Queue {
@@ -61,6 +67,48 @@ std::string engine_stopped_event() {
 }
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// OpenAI's finish_reason once tool calls were parsed: "tool_calls" for tool_choice auto, and for required when the
+// reply ended normally (vLLM's rule); a named tool_choice keeps the engine's reason (OpenAI answers "stop").
+OJson tool_finish_reason(ToolChoice choice, const std::optional<FinishReason> &reason, size_t num_calls) {
+  if (!reason) return nullptr;
+  const bool tool = num_calls > 0 && (choice == ToolChoice::kAuto ||
+                                      (choice == ToolChoice::kRequired && *reason == FinishReason::kStop));
+  return tool ? OJson("tool_calls") : OJson(finish_reason_json(*reason));
+}
+
+OJson tool_calls_json(const std::vector<ParsedToolCall> &calls) {
+  OJson out = OJson::array();
+  for (const ParsedToolCall &c : calls) {
+    out.push_back({{"id", random_tool_call_id()},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+OJson tool_call_deltas_json(const std::vector<ToolCallStreamer::CallDelta> &deltas) {
+  OJson out = OJson::array();
+  for (const ToolCallStreamer::CallDelta &d : deltas) {
+    if (d.first) {
+      out.push_back({{"index", d.index},
+                     {"id", d.id},
+                     {"type", "function"},
+                     {"function", {{"name", d.name}, {"arguments", d.arguments}}}});
+    } else {
+      out.push_back({{"index", d.index}, {"function", {{"arguments", d.arguments}}}});
+    }
+  }
+  return out;
+}
+
+// A frontend error about the output constraint names the request field the constraint came from (response_format,
+// a guided_* field, tools) rather than the engine's generic "structured_outputs".
+Status name_constraint_field(const Status &s, const std::string &field) {
+  static const std::string kPrefix = "structured_outputs";
+  if (s.ok() || field.empty() || field == kPrefix || s.message().rfind(kPrefix + ":", 0) != 0) return s;
+  return Status(s.code(), field + s.message().substr(kPrefix.size()));
+}
 
 // The logprobs of the last `count` of `all_ids` (entries align with ids when logprobs were requested).
 std::vector<TokenLogprobs> tail_logprobs(const CompletionOutput &o, size_t count) {
@@ -125,6 +173,11 @@ Status OpenAIServer::submit(Job &job) {
   job.choice_finished.assign(job.num_choices(), false);
   job.choice_offset.assign(job.num_choices(), 0);
   job.choice_text_sent.assign(job.num_choices(), 0);
+  if (job.tool_parser) {
+    for (size_t c = 0; c < job.num_choices(); ++c) {
+      job.tool_streamers.push_back(std::make_unique<ToolCallStreamer>(*job.tool_parser));
+    }
+  }
   for (const std::string &stop : job.req->params.stop) job.stop_holdback = std::max(job.stop_holdback, stop.size() - 1);
   for (size_t i = 0; i < job.prompts.size(); ++i) {
     std::string engine_id = job.prompts.size() == 1 ? job.id : job.id + "-" + std::to_string(i);
@@ -210,6 +263,7 @@ awaitable<void> OpenAIServer::run_job(HttpExchange &ex, Job &job) {
       for (RequestOutput &o : items) job.num_finished += o.finished ? 1 : 0;
     }
     finish_job(job);
+    s = name_constraint_field(s, job.req->constraint_field);
     co_await ex.respond(HttpServer::error_response(http_status_of(s), s.message(), param_of(s.message())));
     co_return;
   }
@@ -274,10 +328,20 @@ awaitable<void> OpenAIServer::collect_job(HttpExchange &ex, Job &job) {
                          {"content", job.chat_echo + o.text},
                          {"refusal", nullptr},
                          {"tool_calls", OJson::array()}};
+        OJson chat_finish = finish;
+        if (job.tool_parser) {
+          ToolCallResult calls = parse_tool_calls(*job.tool_parser, o.text);
+          if (!calls.calls.empty()) {
+            const std::string content = job.chat_echo + calls.content;
+            message["content"] = content.empty() ? OJson(nullptr) : OJson(content);
+            message["tool_calls"] = tool_calls_json(calls.calls);
+          }
+          chat_finish = tool_finish_reason(job.tool_choice, o.finish_reason, calls.calls.size());
+        }
         choice = {{"index", index},
                   {"message", std::move(message)},
                   {"logprobs", std::move(logprobs)},
-                  {"finish_reason", finish},
+                  {"finish_reason", chat_finish},
                   {"stop_reason", stop_reason_json(o.stop_reason)}};
       } else {
         std::string text = o.text;
@@ -361,6 +425,15 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
         const bool finishing = o.finish_reason.has_value();
         if (!o.delta_token_ids.empty() && !job.ttft) job.ttft = job.elapsed();
         std::string text = stream_text(o, job.stop_holdback, &job.choice_text_sent[choice]);
+        // Tool calling: what the released text adds, as content and tool-call deltas (server/tool_parsers.h).
+        OJson tool_deltas = OJson::array();
+        ToolCallStreamer *streamer = job.tool_parser ? job.tool_streamers[choice].get() : nullptr;
+        if (streamer != nullptr) {
+          ToolCallStreamer::Delta d =
+              streamer->update(std::string_view(o.text).substr(0, job.choice_text_sent[choice]), finishing);
+          text = std::move(d.content);
+          tool_deltas = tool_call_deltas_json(d.calls);
+        }
         if (job.chat && !job.choice_started[choice]) {
           // The role comes first, alone (as OpenAI and vLLM send it).
           OJson delta = {{"role", "assistant"}, {"content", job.chat_echo}};
@@ -376,7 +449,7 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
         // possible stop string) reach the client with the next text, unless their logprobs must go out now. Without
         // a tokenizer no token ever has text: each token's chunk is then its only sign of progress (ITL, TPOT).
         const bool text_follows = has_tokenizer && !job.req->params.logprobs;
-        if (text.empty() && !finishing && (o.delta_token_ids.empty() || text_follows)) continue;
+        if (text.empty() && tool_deltas.empty() && !finishing && (o.delta_token_ids.empty() || text_follows)) continue;
         OJson logprobs = nullptr;
         if (job.req->params.logprobs) {
           std::vector<int32_t> ids = o.delta_token_ids;
@@ -386,10 +459,13 @@ awaitable<void> OpenAIServer::stream_job(HttpExchange &ex, Job &job) {
                               : completion_logprobs(ids, lps, namer, &job.choice_offset[choice]);
         }
         OJson finish = finishing ? OJson(finish_reason_json(*o.finish_reason)) : OJson(nullptr);
+        if (streamer != nullptr && finishing)
+          finish = tool_finish_reason(job.tool_choice, o.finish_reason, streamer->num_calls());
         OJson c;
         if (job.chat) {
           OJson delta = OJson::object();
-          if (!text.empty() || !finishing) delta["content"] = text;
+          if (!text.empty() || (!finishing && tool_deltas.empty())) delta["content"] = text;
+          if (!tool_deltas.empty()) delta["tool_calls"] = std::move(tool_deltas);
           c = {{"index", choice},
                {"delta", std::move(delta)},
                {"logprobs", std::move(logprobs)},
@@ -472,6 +548,28 @@ awaitable<void> OpenAIServer::handle_chat(HttpExchange &ex) {
     co_return;
   }
   StatusOr<ChatRequest> req = std::move(std::get<ChatRequest>(parsed));
+  // Tool calling: which parser reads the replies (vLLM's rules for "auto").
+  std::unique_ptr<ToolCallParser> tool_parser;
+  if (req->tool_choice == ToolChoice::kAuto) {
+    if (!options_.enable_auto_tool_choice || options_.tool_call_parser.empty()) {
+      co_await ex.respond(HttpServer::error_response(
+          400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+          "tool_choice"));
+      co_return;
+    }
+    StatusOr<std::unique_ptr<ToolCallParser>> p = make_tool_call_parser(options_.tool_call_parser);
+    if (!p.ok()) {
+      co_await ex.respond(HttpServer::error_response(500, p.status().message()));
+      co_return;
+    }
+    tool_parser = std::move(*p);
+    // Mistral's [TOOL_CALLS] is a special token: kept in the text so the parser sees it (as vLLM does).
+    if (tool_parser->needs_special_tokens()) req->params.skip_special_tokens = false;
+  } else if (req->tool_choice == ToolChoice::kRequired) {
+    tool_parser = make_required_tool_call_parser();
+  } else if (req->tool_choice == ToolChoice::kNamed) {
+    tool_parser = make_named_tool_call_parser(req->named_tool);
+  }
   StatusOr<std::vector<int32_t>> ids = render_chat(*req);
   if (!ids.ok()) {
     const std::string &m = ids.status().message();
@@ -485,6 +583,8 @@ awaitable<void> OpenAIServer::handle_chat(HttpExchange &ex) {
   job.model = req->model;
   job.req = &*req;
   job.chat_top_logprobs = req->params.logprobs.value_or(0);
+  job.tool_parser = std::move(tool_parser);
+  job.tool_choice = req->tool_choice;
   if (req->echo) {
     const OJson &last = req->messages.back();
     if (last.value("role", "") == "assistant" && last.contains("content") && last["content"].is_string()) {

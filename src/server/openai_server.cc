@@ -126,6 +126,19 @@ StatusOr<std::vector<int32_t>> OpenAIServer::render_chat(const ChatRequest &req)
   }
   OJson context = req.chat_template_kwargs;
   context["messages"] = req.messages;
+  // An assistant message's tool calls carry their arguments as a JSON string (OpenAI); templates render them with
+  // tojson or iterate them, so they get the object (vLLM does the same).
+  for (OJson &m : context["messages"]) {
+    auto calls = m.find("tool_calls");
+    if (m.value("role", "") != "assistant" || calls == m.end() || !calls->is_array()) continue;
+    for (OJson &call : *calls) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      OJson &args = call["function"]["arguments"];
+      if (!args.is_string()) continue;
+      OJson parsed = OJson::parse(args.get<std::string>(), nullptr, false);
+      if (parsed.is_object()) args = std::move(parsed);
+    }
+  }
   context["tools"] = req.tools;
   context["documents"] = req.documents;
   context["add_generation_prompt"] = req.add_generation_prompt;

@@ -33,6 +33,10 @@ struct ServingOptions {
   int64_t max_in_flight_requests = 4096;  // HTTP generation requests at once; more get 429
   SamplingParams default_params;          // request defaults (generation_config.json unless --generation-config vllm)
   int32_t max_n = 128;
+  // Tool calling (vLLM's --enable-auto-tool-choice / --tool-call-parser): tool_choice "auto" parses the reply with
+  // this parser (server/tool_parsers.h); without them "auto" with tools is refused.
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 class OpenAIServer {

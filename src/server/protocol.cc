@@ -164,12 +164,7 @@ Status parse_logit_bias(const Fields &f, SamplingParams *p) {
 // Fields of both endpoints that exist in this server only as "not supported": silently ignoring them would
 // change what the client gets.
 Status reject_unsupported(const OJson &body) {
-  auto format = body.find("response_format");
-  if (format != body.end() && !format->is_null() && (!format->is_object() || format->value("type", "") != "text")) {
-    return invalid_argument("response_format: only {\"type\": \"text\"} is supported");
-  }
-  for (const char *name : {"suffix", "allowed_token_ids", "truncate_prompt_tokens", "guided_json", "guided_regex",
-                           "guided_choice", "guided_grammar", "structured_outputs", "bad_words", "logits_processors"}) {
+  for (const char *name : {"suffix", "allowed_token_ids", "truncate_prompt_tokens", "bad_words", "logits_processors"}) {
     auto it = body.find(name);
     if (it != body.end() && !it->is_null()) return invalid_argument(std::string(name) + " is not supported");
   }
@@ -224,6 +219,7 @@ Status parse_common(const OJson &body, const SamplingParams &defaults, const Pro
   Fields f(body);
   SamplingParams &p = r->params;
   p = defaults;
+  RETURN_IF_ERROR(parse_output_constraint(body, &p.structured_outputs, &r->constraint_field));
   RETURN_IF_ERROR(f.read_string("model", &r->model));
   RETURN_IF_ERROR(f.read_int32("n", 1, limits.max_n, &p.n));
   if (const OJson *b = f.get("best_of")) {
@@ -449,27 +445,25 @@ StatusOr<ChatRequest> parse_chat_request(const OJson &body, const SamplingParams
     if (!v->is_object()) return type_error("chat_template_kwargs", "an object", *v);
     r.chat_template_kwargs = *v;
   }
-  if (const OJson *v = f.get("tools")) {
-    if (!v->is_array()) return type_error("tools", "a list", *v);
-    r.tools = *v;
-  }
+  ToolsRequest tools;
+  RETURN_IF_ERROR(parse_tools(body, &tools));
+  r.tools = std::move(tools.tools);
+  r.tool_choice = tools.choice;
+  r.named_tool = tools.named_function;
   if (const OJson *v = f.get("documents")) {
     if (!v->is_array()) return type_error("documents", "a list", *v);
     r.documents = *v;
   }
-  std::string tool_choice = "auto";  // OpenAI's default when tools are given
-  if (const OJson *v = f.get("tool_choice")) {
-    if (!v->is_string() || (v->get<std::string>() != "none" && v->get<std::string>() != "auto")) {
-      return invalid_argument("tool_choice: only \"none\" and \"auto\" are supported (no tool-call parser)");
+  // "required" / a named function: the output is constrained to the tool-call JSON (vLLM's schema), which leaves no
+  // room for another constraint.
+  if (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) {
+    if (r.params.structured_outputs) {
+      return invalid_argument("tool_choice: a required or named tool_choice cannot be combined with " +
+                              r.constraint_field);
     }
-    tool_choice = v->get<std::string>();
-  }
-  // With tools and tool_choice "auto" the client expects tool calls parsed out of the reply: refused until tool
-  // calling exists. "none" renders the tools into the prompt (the template's business) and parses nothing, as vLLM.
-  if (!r.tools.empty() && tool_choice != "none") {
-    return invalid_argument(
-        "tools: tool calling is not supported yet (with tool_choice \"none\" the tools are only rendered into the "
-        "prompt)");
+    ToolsRequest t{r.tools, r.tool_choice, r.named_tool};
+    r.params.structured_outputs = tool_call_constraint(t);
+    r.constraint_field = "tools";
   }
   for (const char *legacy : {"functions", "function_call"}) {
     if (f.get(legacy) != nullptr) {

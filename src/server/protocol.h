@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "engine/sampling_params.h"
 #include "frontend/input_processor.h"
+#include "server/structured_request.h"
 
 namespace llmserve::server {
 
@@ -39,6 +40,9 @@ struct GenerationRequest {
   bool prompt_logprobs_field = false;
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N"
   std::optional<bool> add_special_tokens;   // unset: the endpoint's default
+  // The field params.structured_outputs came from (response_format, structured_outputs, guided_*, tools): a compile
+  // error found later is reported under it. Empty: unconstrained.
+  std::string constraint_field;
 };
 
 struct CompletionRequest : GenerationRequest {
@@ -54,6 +58,8 @@ struct ChatRequest : GenerationRequest {
   OJson chat_template_kwargs = OJson::object();
   OJson tools = nullptr;
   OJson documents = nullptr;
+  ToolChoice tool_choice = ToolChoice::kNone;  // kRequired / kNamed set params.structured_outputs
+  std::string named_tool;                      // kNamed: the function called
 };
 
 // Parses a request body; `defaults` are the server's sampling defaults (e.g. from generation_config.json).

@@ -64,6 +64,8 @@ class Tokenizer {
   // The EOS id plus generation_config.json's eos_token_id list (deduplicated, in that order).
   std::vector<int32_t> eos_token_ids() const { return eos_ids_; }
   bool is_special(int32_t id) const { return special_ids_.count(id) != 0; }
+  // True for an id from the added tokens (special or not): its text is literal, outside the model's vocabulary.
+  bool is_added(int32_t id) const { return added_id_to_content_.count(id) != 0; }
   // True for an id whose token is "<0xXX>" when the decoder fuses byte tokens (ByteFallback).
   bool is_byte_fallback_token(int32_t id) const;
   // True if decode() would produce text for `id` (it exists and is not skipped).

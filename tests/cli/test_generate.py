@@ -110,3 +110,33 @@ def test_convert_reports_bad_checkpoint(llmserve_bin, testdata, tmp_path):
     r = run(llmserve_bin, "convert", "llama2c", "--checkpoint", str(bad), "--tokenizer",
             str(testdata / "models" / "stories260K" / "tok512.bin"), "--out", str(tmp_path / "o"), check=False)
     assert r.returncode == 1 and "bad.bin" in r.stderr
+
+
+def test_generate_structured_output_flags(llmserve_bin, tmp_path):
+    """--regex / --choice / --json-schema constrain every sample of the built-in default (random weights, temperature
+    1): finished outputs fullmatch (Python re), are one of the choices, validate (jsonschema); two at once, a file
+    that is not a schema and a bad regex are usage errors naming the flag or field."""
+    import re
+    import jsonschema
+    def outputs(*flags):
+        r = run(llmserve_bin, "generate", "--prompt", "Hi", "--max-tokens", "120", "--n", "6", "--seed", "3",
+                "--output", "json", *flags)
+        return [json.loads(line) for line in r.stdout.splitlines()]
+    for o in outputs("--regex", r"[a-z]{3}-\d{2}"):
+        assert o["finish_reason"] == "stop" and re.fullmatch(r"[a-z]{3}-\d{2}", o["text"]), o
+    for o in outputs("--choice", "red,green,blue"):
+        assert o["text"] in ("red", "green", "blue"), o
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
+                                               "ok": {"type": "boolean"}, "c": {"enum": ["a", "b"]}},
+              "required": ["n", "ok", "c"], "additionalProperties": False}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    done = [o for o in outputs("--json-schema", str(tmp_path / "s.json")) if o["finish_reason"] == "stop"]
+    assert len(done) >= 4
+    for o in done:
+        jsonschema.validate(json.loads(o["text"]), schema)
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    for flags, message in ((["--regex", "a", "--choice", "a,b"], "give at most one"),
+                           (["--json-schema", str(tmp_path / "bad.json")], "not a JSON object"),
+                           (["--regex", "(a"], "structured_outputs")):
+        r = run(llmserve_bin, "generate", "--prompt", "Hi", *flags, check=False)
+        assert r.returncode != 0 and message in r.stderr, r.stderr

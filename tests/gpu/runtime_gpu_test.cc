@@ -212,6 +212,53 @@ TEST_F(CudaRuntimeTest, SamplerOnTheDeviceMatchesTheCpuSampler) {
   }
 }
 
+// Structured output on the device: with grammar bitmasks on some rows (one narrower than the vocabulary), the device
+// Sampler gives the CPU Sampler's ids batch after batch (the mask buffer is reused and grows), and every constrained
+// id is allowed by its mask.
+TEST_F(CudaRuntimeTest, SamplerBitmaskOnTheDeviceMatchesTheCpuSampler) {
+  const int64_t v = 1000, words = (v + 31) / 32;
+  std::vector<SamplingSettings> settings(3);
+  settings[0].temperature = 0.f;
+  settings[1].temperature = 1.f;
+  settings[1].seed = 5;
+  settings[2].temperature = 0.8f;
+  settings[2].top_k = 20;
+  settings[2].seed = 6;
+  std::vector<std::vector<uint32_t>> masks(3, std::vector<uint32_t>(words));
+  uint32_t x = 12345;
+  for (auto& m : masks) {
+    for (uint32_t& w : m) {
+      x = x * 1664525u + 1013904223u;
+      w = x & (x >> 7);
+    }
+  }
+  Sampler gpu(3, 2, Device::cuda());  // capacity 2: the third row grows the buffers
+  for (int b = 0; b < 6; ++b) {
+    Tensor logits = testing_random_f32({3, v}, static_cast<uint32_t>(100 + b));
+    std::vector<SamplerRequest> requests;
+    for (size_t i = 0; i < 3; ++i) {
+      SamplerRequest r{&settings[i], {}, {}, b, i + 1};
+      if (i != 1 || b % 2 == 0) {  // row 1 alternates between constrained and free
+        r.allowed_token_bitmask = masks[i].data();
+        r.bitmask_words = i == 2 ? 20 : static_cast<int32_t>(words);  // row 2: ids >= 640 disallowed
+      }
+      requests.push_back(r);
+    }
+    Tensor on_device = logits.to(Device::cuda());
+    StatusOr<SamplerOutput> got = gpu.sample(on_device, requests);
+    Sampler cpu(3);
+    StatusOr<SamplerOutput> want = cpu.sample(logits, requests);
+    ASSERT_TRUE(got.ok() && want.ok());
+    for (int64_t r = 0; r < 3; ++r) {
+      const int32_t id = got->sampled_token_ids.data<int32_t>()[r];
+      EXPECT_EQ(id, want->sampled_token_ids.data<int32_t>()[r]) << "batch " << b << " row " << r;
+      if (requests[r].allowed_token_bitmask != nullptr) {
+        EXPECT_TRUE(id < 32 * requests[r].bitmask_words && ((masks[r][id / 32] >> (id % 32)) & 1u)) << id;
+      }
+    }
+  }
+}
+
 TEST_F(CudaRuntimeTest, DeviceCopyRejectsDtypeChange) {
   const Tensor dev = Tensor::zeros({4}, DType::kF32, Device::cuda());
   Tensor host = Tensor::empty({4}, DType::kBF16);

@@ -72,6 +72,15 @@ SamplingParams random_params(Gen &g) {
   p.prompt_logprobs = g.opt<int32_t>(static_cast<int32_t>(g.i(INT32_MIN, INT32_MAX)));
   p.skip_special_tokens = g.b();
   p.spaces_between_special_tokens = g.b();
+  if (g.b()) {  // structured output: each optional field set or not at random (the wire does not check "exactly one")
+    StructuredOutputsParams so;
+    if (g.b()) so.json = g.s();
+    if (g.b()) so.regex = g.s();
+    if (g.b()) so.choice = std::vector<std::string>{g.s(), g.s()};
+    if (g.b()) so.grammar = g.s();
+    so.json_object = g.b();
+    p.structured_outputs = so;
+  }
   return p;
 }
 
@@ -144,6 +153,7 @@ void expect_params_eq(const SamplingParams &a, const SamplingParams &b) {
   EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
   EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
   EXPECT_EQ(a.spaces_between_special_tokens, b.spaces_between_special_tokens);
+  EXPECT_EQ(a.structured_outputs, b.structured_outputs);
 }
 
 void expect_logprobs_eq(const std::vector<TokenLogprobs> &a, const std::vector<TokenLogprobs> &b) {
@@ -474,7 +484,8 @@ TEST(CodecTest, EveryStructIsAMapOfItsFieldNames) {
                                                    "logprobs",
                                                    "prompt_logprobs",
                                                    "skip_special_tokens",
-                                                   "spaces_between_special_tokens"}));
+                                                   "spaces_between_special_tokens",
+                                                   "structured_outputs"}));
   h = raw(encode_message(ToCoreMessage(AbortRequests{{"a"}})));
   EXPECT_EQ(keys(h.get().via.array.ptr[2]), (Names{"request_ids"}));
   h = raw(encode_message(ToCoreMessage(FinishRequestsStopped{{{"a", "s"}}})));

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "kernels/ops.h"
@@ -172,6 +173,36 @@ TEST(LogitBiasAndMask, AddAndMaskPerRow) {
   EXPECT_EQ(row(logits, 0), (std::vector<float>{10.f, -kInf, 2.f, 1.5f}));
   EXPECT_EQ(row(logits, 1), (std::vector<float>{-kInf, 5.f, 5.f, -kInf}));
   EXPECT_EQ(row(logits, 2), (std::vector<float>{1.f, 1.f, 1.75f, 1.f}));
+}
+
+// The bitmask against a per-token reference on random rows and masks of a vocabulary that is not a multiple of 32,
+// with rows of all ones (untouched), all zeros (everything -inf), a short mask (ids past 32 * words disallowed) and
+// strided logits rows.
+TEST(TokenBitmask, MatchesPerTokenReference) {
+  const int64_t n = 6, vocab = 1000, words = (vocab + 31) / 32;
+  std::mt19937 rng(17);
+  std::vector<int32_t> mask(static_cast<size_t>(n * words));
+  for (auto& w : mask) w = static_cast<int32_t>(rng());
+  std::fill_n(mask.begin() + 1 * words, words, -1);           // row 1: all allowed
+  std::fill_n(mask.begin() + 2 * words, words, 0);            // row 2: nothing allowed
+  std::fill_n(mask.begin() + 4 * words + 10, words - 10, 0);  // row 4: only ids < 320 can be allowed
+  std::vector<float> base = random_floats(static_cast<size_t>(n * vocab), 3);
+  Tensor storage = Tensor::from_f32(std::vector<float>(static_cast<size_t>(n * (vocab + 24)), 7.f), {n, vocab + 24});
+  Tensor logits = storage.slice(1, 0, vocab);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(base.data() + r * vocab, vocab, logits.data<float>() + r * (vocab + 24));
+  ops::apply_token_bitmask(logits, Tensor::from_i32(mask, {n, words}));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < vocab; ++j) {
+      const uint32_t word = static_cast<uint32_t>(mask[r * words + j / 32]);
+      const float want = (word >> (j % 32)) & 1u ? base[r * vocab + j] : -kInf;
+      ASSERT_EQ(logits.data<float>()[r * (vocab + 24) + j], want) << "row " << r << " token " << j;
+    }
+    for (int64_t j = vocab; j < vocab + 24; ++j) ASSERT_EQ(storage.data<float>()[r * (vocab + 24) + j], 7.f);
+  }
+  // A bitmask narrower than the vocabulary: ids at or past 32 * words are disallowed.
+  Tensor narrow = rows({std::vector<float>(40, 1.f)});
+  ops::apply_token_bitmask(narrow, Tensor::from_i32({-1}, {1, 1}));
+  for (int64_t j = 0; j < 40; ++j) EXPECT_EQ(narrow.data<float>()[j], j < 32 ? 1.f : -kInf) << j;
 }
 
 TEST(Temperature, DividesSamplingRowsOnly) {

@@ -210,3 +210,36 @@ except KeyboardInterrupt:
     assert "usable 3" in run.stdout, run.stdout + run.stderr
     seconds = float(run.stdout.split("interrupted after ")[1].split()[0])
     assert seconds < 2.0  # the abort is prompt: one engine step after the signal
+
+
+def test_structured_outputs(llm):
+    """vLLM's StructuredOutputsParams through LLM.generate: regex outputs fullmatch (Python re), choices are one of the
+    choices, JSON-schema outputs validate (jsonschema), n > 1 samples each constrained; a bad regex or two constraints
+    are ValueErrors naming structured_outputs."""
+    import re
+
+    import jsonschema
+    from llmserve import StructuredOutputsParams
+    regex = r"[a-c]{2,4}-\d{1,2}"
+    outs = llm.generate(["one", "two"], SamplingParams(max_tokens=60, seed=1, n=3,
+                                                       structured_outputs=StructuredOutputsParams(regex=regex)),
+                        use_tqdm=False)
+    for o in outs:
+        assert len(o.outputs) == 3
+        for c in o.outputs:
+            assert c.finish_reason == "stop" and re.fullmatch(regex, c.text), c.text
+    [o] = llm.generate("pick", SamplingParams(max_tokens=20, seed=2, n=4, structured_outputs=StructuredOutputsParams(
+        choice=["alpha", "beta"])), use_tqdm=False)
+    assert all(c.text in ("alpha", "beta") for c in o.outputs)
+    schema = {"type": "object", "properties": {"k": {"enum": ["x", "y"]}, "v": {"type": "integer", "maximum": 50}},
+              "required": ["k", "v"], "additionalProperties": False}
+    [o] = llm.generate("json", SamplingParams(max_tokens=80, seed=3, n=4, structured_outputs=StructuredOutputsParams(
+        json=schema)), use_tqdm=False)
+    done = [c for c in o.outputs if c.finish_reason == "stop"]
+    assert done
+    for c in done:
+        jsonschema.validate(json.loads(c.text), schema)
+    with pytest.raises(ValueError, match="structured_outputs"):
+        StructuredOutputsParams(regex="a", choice=["b"])
+    with pytest.raises(ValueError, match="structured_outputs"):
+        llm.generate("x", SamplingParams(structured_outputs=StructuredOutputsParams(regex="(a")), use_tqdm=False)

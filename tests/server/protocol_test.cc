@@ -159,7 +159,7 @@ TEST(ProtocolTest, ChatFieldsMapToTheRequest) {
       {"role": "assistant", "content": "partial"}],
       "max_completion_tokens": 12, "max_tokens": 99, "logprobs": true, "top_logprobs": 3,
       "add_generation_prompt": false, "continue_final_message": true, "chat_template": "{{ 1 }}",
-      "chat_template_kwargs": {"enable_thinking": false}, "tools": [{"type": "function"}], "documents": [],
+      "chat_template_kwargs": {"enable_thinking": false}, "tools": [{"type": "function", "function": {"name": "f"}}], "documents": [],
       "tool_choice": "none", "response_format": {"type": "text"}, "modalities": ["text"], "echo": true,
       "stream": false})");
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -251,8 +251,13 @@ TEST(ProtocolTest, EveryBadCompletionValueNamesItsParam) {
       {R"({"prompt": "x", "add_special_tokens": 1})", "add_special_tokens"},
       {R"({"prompt": "x", "suffix": "s"})", "suffix"},
       {R"({"prompt": "x", "use_beam_search": true})", "use_beam_search"},
-      {R"({"prompt": "x", "guided_json": {}})", "guided_json"},
-      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},  // refused, not ignored
+      {R"({"prompt": "x", "guided_json": 3})", "guided_json"},
+      {R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format"},  // refused, not ignored
+      {R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})", "guided_choice"},
+      {R"({"prompt": "x", "structured_outputs": {"regex": "a", "json": {}}})", "structured_outputs"},
+      {R"({"prompt": "x", "structured_outputs": {"backend": "xgrammar"}})", "structured_outputs"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})",
+       "response_format"},
   };
   for (const BadCase &c : cases) {
     auto r = completion(c.json);
@@ -287,8 +292,13 @@ TEST(ProtocolTest, EveryBadChatValueNamesItsParam) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "documents": "d"})", "documents"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object", "x": 1}})",
        "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes",
+          "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice"},
       // Tools that would need tool-call parsing (tool_choice absent or "auto"), the legacy function fields and
       // non-text modalities are refused, not ignored.
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools"},

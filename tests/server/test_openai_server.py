@@ -58,18 +58,20 @@ def test_streams_carry_no_empty_text_mid_stream(client):
 def test_fields_needing_missing_features_are_refused(client):
     messages = [{"role": "user", "content": "hi"}]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
-    for extra in ({"tools": tools}, {"tools": tools, "tool_choice": "auto"}, {"functions": [{"name": "f"}]},
-                  {"modalities": ["text", "audio"]}, {"response_format": {"type": "json_object"}}):
+    # Tools with tool_choice "auto" (the default with tools) need --enable-auto-tool-choice (vLLM's 400).
+    for extra, param in (({"tools": tools}, "tool_choice"), ({"tools": tools, "tool_choice": "auto"}, "tool_choice"),
+                         ({"functions": [{"name": "f"}]}, "functions"), ({"modalities": ["text", "audio"]}, "modalities"),
+                         ({"response_format": {"type": "json_schema"}}, "response_format")):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="default", messages=messages, max_tokens=2, extra_body=extra)
-        assert e.value.body["param"] == next(iter(extra)), e.value.body
+        assert e.value.body["param"] == param, e.value.body
     # tool_choice "none": the tools only reach the template, nothing is parsed (vLLM's behaviour): served.
     r = client.chat.completions.create(model="default", messages=messages, max_tokens=2, tools=tools,
                                        tool_choice="none")
     assert not r.choices[0].message.tool_calls  # [] as vLLM sends it
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model="default", prompt="x", max_tokens=2,
-                                  extra_body={"response_format": {"type": "json_object"}})
+                                  extra_body={"response_format": {"type": "xml"}})
     assert e.value.body["param"] == "response_format"
 
 

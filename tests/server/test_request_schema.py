@@ -26,7 +26,9 @@ COMMON = {"model": "default", "n": 1, "temperature": 0.5, "top_p": 0.9, "seed": 
           "repetition_penalty": 1.1, "min_tokens": 1, "stop_token_ids": [7], "ignore_eos": True,
           "include_stop_str_in_output": True, "skip_special_tokens": False, "spaces_between_special_tokens": False,
           "prompt_logprobs": 1, "priority": 0, "return_tokens_as_token_ids": True, "add_special_tokens": True,
-          "use_beam_search": False, "stream_options": None, "response_format": {"type": "text"}, "echo": False}
+          "use_beam_search": False, "stream_options": None, "response_format": {"type": "text"}, "echo": False,
+          "guided_json": {"type": "object"}, "guided_regex": "x", "guided_choice": ["a", "b"],
+          "guided_grammar": 'root ::= "a"', "structured_outputs": {"regex": "x"}}
 HONOURED = {
     "completions": {**COMMON, "prompt": "hi", "max_tokens": 2, "logprobs": 1, "best_of": 1},
     "chat": {**COMMON, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "max_completion_tokens": 2,

@@ -276,6 +276,26 @@ void mask_tokens(Tensor& logits, const ops::TokenLists& tokens) {
   }
 }
 
+void apply_token_bitmask(Tensor& logits, const Tensor& bitmask) {
+  const int64_t n = logits.size(0), vocab = logits.size(1), words = bitmask.size(1);
+  const int64_t covered = std::min(vocab, words * 32);
+  parallel_for(n, rows_per_chunk(vocab), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* x = row_ptr<float>(logits, r);
+      const uint32_t* mask = reinterpret_cast<const uint32_t*>(bitmask.data<int32_t>()) + r * words;
+      for (int64_t w = 0; w * 32 < covered; ++w) {
+        const uint32_t bits = mask[w];
+        if (bits == 0xFFFFFFFFu) continue;  // the common case of a wide grammar state: nothing to clear
+        const int64_t last = std::min<int64_t>(32, covered - w * 32);
+        for (int64_t b = 0; b < last; ++b) {
+          if (!((bits >> b) & 1u)) x[w * 32 + b] = kNegInf;
+        }
+      }
+      for (int64_t j = covered; j < vocab; ++j) x[j] = kNegInf;
+    }
+  });
+}
+
 void apply_temperature(Tensor& logits, const Tensor& temperatures) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   const float* temperature = temperatures.data<float>();
@@ -362,6 +382,7 @@ void register_sampling_kernels() {
   ops::apply_penalties.register_kernel(DeviceType::kCPU, apply_penalties);
   ops::apply_logit_bias.register_kernel(DeviceType::kCPU, apply_logit_bias);
   ops::mask_tokens.register_kernel(DeviceType::kCPU, mask_tokens);
+  ops::apply_token_bitmask.register_kernel(DeviceType::kCPU, apply_token_bitmask);
   ops::apply_temperature.register_kernel(DeviceType::kCPU, apply_temperature);
   ops::apply_top_k_top_p_min_p.register_kernel(DeviceType::kCPU, apply_top_k_top_p_min_p);
   ops::sample.register_kernel(DeviceType::kCPU, sample);

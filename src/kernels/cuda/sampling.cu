@@ -90,6 +90,17 @@ __global__ void mask_kernel(float* logits, int64_t stride, int64_t vocab, const 
   for (int i = b + threadIdx.x; i < e; i += blockDim.x) x[checked_id(ids[i], vocab)] = -INFINITY;
 }
 
+// One thread per logit: a grid of (rows, vocab / threads); a thread reads its word (cached: the 32 threads of a warp
+// read the same one) and clears its logit when the bit is off.
+__global__ void token_bitmask_kernel(float* logits, int64_t stride, int64_t vocab, const uint32_t* bitmask,
+                                     int64_t words) {
+  const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (j >= vocab) return;
+  const int64_t w = j >> 5;
+  const bool allowed = w < words && ((bitmask[blockIdx.x * words + w] >> (j & 31)) & 1u);
+  if (!allowed) logits[blockIdx.x * stride + j] = -INFINITY;
+}
+
 __global__ void temperature_kernel(float* logits, int64_t stride, int64_t vocab, const float* temperatures) {
   const float t = temperatures[blockIdx.x];
   if (!(t >= ops::kSamplingEps) || t == 1.f) return;  // greedy (NaN too) or a no-op, as on the CPU
@@ -435,6 +446,16 @@ void mask_tokens(Tensor& logits, const ops::TokenLists& tokens) {
   check_launch("mask_kernel");
 }
 
+void apply_token_bitmask(Tensor& logits, const Tensor& bitmask) {
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  if (n == 0 || vocab == 0) return;
+  dim3 grid(static_cast<unsigned>(n), ceil_div(vocab, kListThreads));
+  token_bitmask_kernel<<<grid, kListThreads, 0, stream()>>>(logits.data<float>(), logits.stride(0), vocab,
+                                                            reinterpret_cast<const uint32_t*>(bitmask.data<int32_t>()),
+                                                            bitmask.size(1));
+  check_launch("token_bitmask_kernel");
+}
+
 void apply_temperature(Tensor& logits, const Tensor& temperatures) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   if (n == 0 || vocab == 0) return;
@@ -480,6 +501,7 @@ void register_sampling_kernels() {
   ops::apply_penalties.register_kernel(DeviceType::kCUDA, apply_penalties);
   ops::apply_logit_bias.register_kernel(DeviceType::kCUDA, apply_logit_bias);
   ops::mask_tokens.register_kernel(DeviceType::kCUDA, mask_tokens);
+  ops::apply_token_bitmask.register_kernel(DeviceType::kCUDA, apply_token_bitmask);
   ops::apply_temperature.register_kernel(DeviceType::kCUDA, apply_temperature);
   ops::apply_top_k_top_p_min_p.register_kernel(DeviceType::kCUDA, apply_top_k_top_p_min_p);
   ops::sample.register_kernel(DeviceType::kCUDA, sample);
