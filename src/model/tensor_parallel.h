@@ -12,7 +12,8 @@ namespace llmserve {
 
 // InvalidArgument unless: tp >= 1; num_attention_heads % tp == 0; num_key_value_heads % tp == 0 when there are at
 // least tp of them, else tp % num_key_value_heads == 0 (each kv head replicated tp / kv times); intermediate_size
-// % tp == 0. The vocabulary needs no rule: it is padded to a multiple of tp.
+// % tp == 0; no mixture-of-experts layers when tp > 1 (their experts are not sharded). The vocabulary needs no rule:
+// it is padded to a multiple of tp.
 Status check_tensor_parallel_size(const ModelConfig& config, int64_t tensor_parallel_size);
 
 // Heads of `total` held by each of `tp` ranks: total / tp, or 1 (replicated) when total < tp.
