@@ -149,8 +149,10 @@ TopK top_of(const Generation& g) {
 // largest distance its row shows). f32: as the CPU. bf16 checkpoints run in f32: 1e-3 once the fixtures carry
 // float32 rotary frequencies (make_fixtures.py after issue 21), 3e-2 for older fixtures (their own rotary error
 // reaches 2.8e-2). bf16 on the GPU: 0.2, see the header (to re-derive from the regenerated fixtures' distances).
+// Mixture-of-experts models in bf16: 0.4 — their router scores bf16 hidden states, and a near-tied expert choice that
+// flips moves a logprob further (largest distance 0.23, qwen2_moe_shared_f32 on an H200, 2026-11-26).
 constexpr float kGpuF32Tolerance = 1e-3f, kGpuBf16WidenedTolerance = 1e-3f, kGpuBf16LegacyTolerance = 3e-2f,
-                kGpuBf16Tolerance = 2e-1f;
+                kGpuBf16Tolerance = 2e-1f, kGpuBf16MoeTolerance = 4e-1f;
 
 void compare_fixture_on_gpu(const std::string& name, DType dtype) {
   const std::string dir = testing::fixtures_dir() + "/" + name;
@@ -158,7 +160,9 @@ void compare_fixture_on_gpu(const std::string& name, DType dtype) {
   const nlohmann::json expected = nlohmann::json::parse(in);
   const bool bf16_fixture = expected["weights_dtype"] == "bfloat16";
   const bool exact_rotary = expected.value("rotary_inv_freq", "") == "float32";
-  const float tolerance = dtype == DType::kBF16 ? kGpuBf16Tolerance
+  StatusOr<ModelConfig> config = load_model_config(dir);
+  ASSERT_TRUE(config.ok()) << name;
+  const float tolerance = dtype == DType::kBF16 ? (config->moe ? kGpuBf16MoeTolerance : kGpuBf16Tolerance)
                           : bf16_fixture        ? (exact_rotary ? kGpuBf16WidenedTolerance : kGpuBf16LegacyTolerance)
                                                 : kGpuF32Tolerance;
   SCOPED_TRACE(name + " on cuda as " + std::string(dtype_name(dtype)));

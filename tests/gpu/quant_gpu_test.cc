@@ -30,7 +30,10 @@ using testing::to_doubles;
 
 class CudaQuantTest : public gpu_testing::GpuTest {};
 
-// |gpu - cpu| <= rtol(bf16) |cpu| + 1e-3 + 2e-6 * magnitude, elementwise (magnitude: sum of |products|).
+// |gpu - cpu| <= rtol(bf16) |cpu| + 1e-3 + 2e-3 * magnitude, elementwise (magnitude: sum of |products|). 2e-3 ~ 2^-9:
+// the tensor-core paths round every product's operand to bf16 (W4A16 above m = 16 dequantizes to bf16) or keep
+// ~14-bit partial sums (Hopper's FP8 MMA); on an H200 they differed from the f32 reference by up to 0.026 on
+// cancelling sums (2026-11-26) while a wrong scale, zero or permutation is off by the order of the magnitude itself.
 void expect_close_to(const Tensor& gpu, const Tensor& cpu, const std::vector<double>& magnitude,
                      const std::string& what) {
   const std::vector<double> g = to_doubles(gpu), c = to_doubles(cpu);
@@ -38,7 +41,7 @@ void expect_close_to(const Tensor& gpu, const Tensor& cpu, const std::vector<dou
   int64_t bad = 0;
   size_t worst = 0;
   for (size_t i = 0; i < g.size(); ++i) {
-    const double tol = 1.6e-2 * std::abs(c[i]) + 1e-3 + 2e-6 * magnitude[i];
+    const double tol = 1.6e-2 * std::abs(c[i]) + 1e-3 + 2e-3 * magnitude[i];
     if (!(std::abs(g[i] - c[i]) <= tol)) {
       if (bad++ == 0) worst = i;
     }
