@@ -17,9 +17,17 @@ def rand(*shape, device="cpu", dtype=torch.float32):
     return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
 
 
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def check(op, args, ref_outputs, atol=1e-4, rtol=1e-4):
     """opcheck on copies, then the op itself, comparing its written arguments with the reference's."""
-    torch.library.opcheck(op, [a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    utils = {}
+    # torch 2.11's schema check compares arguments with CPU arithmetic that float8 lacks ("mul_cpu_reduced_float"
+    # not implemented): on float8 arguments only the fake-tensor, autograd-registration and AOT tests run.
+    if any(isinstance(a, torch.Tensor) and a.dtype in FLOAT8 for a in args):
+        utils = {"test_utils": ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")}
+    torch.library.opcheck(op, [a.clone() if isinstance(a, torch.Tensor) else a for a in args], **utils)
     op(*args)
     for got, want in ref_outputs(args):
         torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
