@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/pre_tokenizer.h"
+
 namespace llmserve::cli {
 
 std::string builtin_default_config_json() {
@@ -31,21 +33,9 @@ const char *builtin_default_chat_template() {
 }
 
 std::string builtin_default_tokenizer_json() {
-  // GPT-2's byte -> printable character map: printable Latin-1 bytes map to themselves, the rest to U+0100+.
+  // One token per byte, spelled with GPT-2's printable stand-ins (the ByteLevel pre-tokenizer's own table).
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  int next_code = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    const int code = printable ? b : next_code++;
-    std::string utf8;
-    if (code < 0x80) {
-      utf8 = std::string(1, static_cast<char>(code));
-    } else {
-      utf8 += static_cast<char>(0xc0 | (code >> 6));
-      utf8 += static_cast<char>(0x80 | (code & 0x3f));
-    }
-    vocab[utf8] = b;
-  }
+  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
   auto special = [](int id, const char* content) {
     return nlohmann::ordered_json{{"id", id},         {"content", content}, {"single_word", false},
                                   {"lstrip", false},  {"rstrip", false},    {"normalized", false},

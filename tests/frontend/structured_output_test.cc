@@ -12,6 +12,7 @@
 
 #include "frontend/llm_engine.h"
 #include "test_models.h"
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llmserve {
@@ -27,18 +28,8 @@ CausalLM &model() {
 const Tokenizer &tokenizer() {
   static std::unique_ptr<Tokenizer> tok = [] {
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-    int next_code = 256;
     for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      const int code = printable ? b : next_code++;
-      std::string utf8;
-      if (code < 0x80) {
-        utf8 = std::string(1, static_cast<char>(code));
-      } else {
-        utf8 += static_cast<char>(0xc0 | (code >> 6));
-        utf8 += static_cast<char>(0x80 | (code & 0x3f));
-      }
-      if (b != 1 && b != 2) vocab[utf8] = b;
+      if (b != 1 && b != 2) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
     }
     auto special = [](int id, const char *content) {
       return nlohmann::ordered_json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
