@@ -82,8 +82,10 @@ class LLM:
         try:
             for (text, token_ids), p in zip(items, params):
                 rid = str(next(self._counter))
-                self._engine.add_request(rid, text if not token_ids else "", token_ids, p._c)
+                # Listed before it is added: a Ctrl-C raised as add_request returns must still abort it (aborting an
+                # id the engine never got is a no-op), or the drain below would run it to completion.
                 ids.append(rid)
+                self._engine.add_request(rid, text if not token_ids else "", token_ids, p._c)
         except BaseException:
             self._abort_and_drain(ids, set())
             raise
