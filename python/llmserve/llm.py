@@ -79,6 +79,10 @@ class LLM:
     def _run_locked(self, items: list[tuple[Optional[str], list[int]]], params: list[SamplingParams],
                     use_tqdm: bool) -> list[RequestOutput]:
         ids: list[str] = []
+        results: dict[str, RequestOutput] = {}
+        bar = None
+        # One guarded region from the first add to the last output: a Ctrl-C raised anywhere in it (Python raises it
+        # at the first bytecode after the C++ call it arrived in) aborts what is left and keeps the engine usable.
         try:
             for (text, token_ids), p in zip(items, params):
                 rid = str(next(self._counter))
@@ -86,14 +90,9 @@ class LLM:
                 # id the engine never got is a no-op), or the drain below would run it to completion.
                 ids.append(rid)
                 self._engine.add_request(rid, text if not token_ids else "", token_ids, p._c)
-        except BaseException:
-            self._abort_and_drain(ids, set())
-            raise
-        index = {rid: i for i, rid in enumerate(ids)}
-        results: dict[str, RequestOutput] = {}
-        bar = progress_bar(len(ids), use_tqdm and len(ids) > 0)
-        decode = self._token_decoder()
-        try:
+            index = {rid: i for i, rid in enumerate(ids)}
+            bar = progress_bar(len(ids), use_tqdm and len(ids) > 0)
+            decode = self._token_decoder()
             while len(results) < len(ids):
                 for out in self._engine.step_finished():
                     i = index[out.request_id]
@@ -101,11 +100,12 @@ class LLM:
                     results[out.request_id] = convert_request_output(
                         out, items[i][0], p.logprobs is not None, p.prompt_logprobs is not None, decode)
                     bar.update(1)
-        except BaseException:  # KeyboardInterrupt included: abort what is left, keep the engine usable
+        except BaseException:  # KeyboardInterrupt included
             self._abort_and_drain(ids, results)
             raise
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
         return [results[rid] for rid in ids]
 
     def _abort_and_drain(self, ids: list[str], done: Any) -> None:
