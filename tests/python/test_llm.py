@@ -193,6 +193,8 @@ def test_real_ctrl_c_during_generate(tmp_path):
     script.write_text("""
 import os, signal, threading, time
 from llmserve import LLM, SamplingParams
+# As at a terminal: a runner started in the background (`cmd &`) passes SIGINT on as ignored, and Python then keeps it so.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 llm = LLM(num_threads=2, kv_cache_tokens=16384)
 threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 start = time.monotonic()
@@ -209,9 +211,7 @@ except KeyboardInterrupt:
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert "usable 3" in run.stdout, run.stdout + run.stderr
     seconds = float(run.stdout.split("interrupted after ")[1].split()[0])
-    # The abort does not wait for the batch (512 x 480 tokens: minutes on the CPU); a loose bound, not a speed
-    # measurement (a loaded CI machine once took over 2 s).
-    assert seconds < 30.0
+    assert seconds < 2.0  # the abort is prompt: one engine step after the signal
 
 
 def test_structured_outputs(llm):
