@@ -121,8 +121,10 @@ void add_engine_flags(ArgParser &parser, EngineFlags *f) {
   parser.add_bool("trust-remote-code", &v.trust_remote_code,
                   "vLLM's flag, accepted: no code from a checkpoint ever runs here");
   parser.add_string("kv-cache-dtype", &v.kv_cache_dtype, "vLLM's flag: auto only (the model's dtype)");
-  parser.add_bool("enable-auto-tool-choice", &v.enable_auto_tool_choice, "vLLM's flag: tool calling is not built yet");
-  parser.add_string("tool-call-parser", &v.tool_call_parser, "vLLM's flag: tool calling is not built yet");
+  parser.add_bool("enable-auto-tool-choice", &v.enable_auto_tool_choice,
+                  "vLLM's flag: tool calls are parsed by `llmserve serve` only (refused here)");
+  parser.add_string("tool-call-parser", &v.tool_call_parser,
+                    "vLLM's flag: tool calls are parsed by `llmserve serve` only (refused here)");
 }
 
 void add_cuda_graph_flags(ArgParser &parser, EngineFlags *f) {
@@ -542,7 +544,8 @@ Status check_vllm_compat_flags(const VllmCompatFlags &v) {
   }
   if (v.enable_auto_tool_choice || !v.tool_call_parser.empty()) {
     const char *flag = v.enable_auto_tool_choice ? "--enable-auto-tool-choice" : "--tool-call-parser";
-    return invalid_argument(std::string(flag) + ": tool calling is not built yet");
+    return invalid_argument(std::string(flag) + ": tool calls are parsed by `llmserve serve` only; this command "
+                            "does not parse them");
   }
   if (v.pipeline_parallel_size || v.data_parallel_size || v.trust_remote_code) {
     LOG(INFO) << "vLLM flags accepted, changing nothing here: parallel sizes of 1 are the only setting; "

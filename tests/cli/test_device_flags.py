@@ -21,8 +21,8 @@ FIXTURE = "tests/fixtures/models/llama_gqa_f32"
     (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8: an FP8 KV cache is not built yet"),
     (["--kv-cache-dtype", "int4"], "--kv-cache-dtype 'int4': expected auto"),
     (["--quantization", "gguf"], "--quantization gguf: not supported (supported: fp8, compressed-tensors, gptq, awq)"),
-    (["--enable-auto-tool-choice"], "--enable-auto-tool-choice: tool calling is not built yet"),
-    (["--tool-call-parser", "hermes"], "--tool-call-parser: tool calling is not built yet"),
+    (["--enable-auto-tool-choice"], "--enable-auto-tool-choice: tool calls are parsed by `llmserve serve` only"),
+    (["--tool-call-parser", "hermes"], "--tool-call-parser: tool calls are parsed by `llmserve serve` only"),
 ])
 def test_generate_rejects_bad_device_flags(llmserve_bin, args, message):
     r = run(llmserve_bin, "generate", "--model", FIXTURE, "--prompt-ids", "1,2", "--max-tokens", "2", *args,
