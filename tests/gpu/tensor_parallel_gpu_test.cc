@@ -140,31 +140,6 @@ std::vector<EngineCoreRequest> requests(const std::vector<std::vector<int32_t>>&
   return reqs;
 }
 
-// vLLM's rule between two runs (as tests/runtime/tensor_parallel_test.cc).
-void expect_same_by_rule(const testing::CoreRun& want, const testing::CoreRun& got, float tolerance,
-                         const std::string& label) {
-  ASSERT_EQ(want.results.size(), got.results.size());
-  for (const auto& [id, a] : want.results) {
-    const testing::CoreResult& b = got.results.at(id);
-    ASSERT_EQ(a.token_ids.size(), b.token_ids.size()) << label << " " << id;
-    for (size_t j = 0; j < a.token_ids.size(); ++j) {
-      const TokenLogprobs &la = a.logprobs.at(j), &lb = b.logprobs.at(j);
-      for (size_t x = 0; x < la.token_ids.size(); ++x) {
-        for (size_t y = 0; y < lb.token_ids.size(); ++y) {
-          if (la.token_ids[x] == lb.token_ids[y]) {
-            EXPECT_NEAR(la.logprobs[x], lb.logprobs[y], tolerance) << label << " " << id << " step " << j;
-          }
-        }
-      }
-      if (a.token_ids[j] == b.token_ids[j]) continue;
-      auto in = [](int32_t t, const TokenLogprobs& l) {
-        return std::find(l.token_ids.begin(), l.token_ids.end(), t) != l.token_ids.end();
-      };
-      EXPECT_TRUE(in(a.token_ids[j], lb) && in(b.token_ids[j], la)) << label << " " << id << " diverges at " << j;
-      break;
-    }
-  }
-}
 
 TEST_F(NcclOneGpuTest, OneRankWrapperEqualsThePlainModel) {
   const auto prompts = testing::random_prompts(3, 2, 30, 256, 3);
@@ -174,7 +149,7 @@ TEST_F(NcclOneGpuTest, OneRankWrapperEqualsThePlainModel) {
     const testing::CoreRun a = testing::run_engine_core(*plain, requests(prompts, 10, 5));
     const testing::CoreRun b = testing::run_engine_core(*wrapped, requests(prompts, 10, 5));
     for (const auto& [id, r] : a.results) EXPECT_EQ(b.results.at(id).token_ids, r.token_ids) << name << " " << id;
-    expect_same_by_rule(a, b, 1e-5f, name);
+    testing::expect_same_by_rule(a, b, 1e-5f, name);
   }
 }
 
@@ -247,7 +222,7 @@ TEST_F(NcclTwoGpuTest, TwoRanksEqualOneOnEveryFixture) {
       const testing::CoreRun want = testing::run_engine_core(*one, requests(prompts, 16, 5));
       one.reset();
       std::unique_ptr<CausalLM> two = load(name, 2, dtype, false);
-      expect_same_by_rule(want, testing::run_engine_core(*two, requests(prompts, 16, 5)),
+      testing::expect_same_by_rule(want, testing::run_engine_core(*two, requests(prompts, 16, 5)),
                           dtype == DType::kF32 ? 1e-3f : 0.2f, name + (dtype == DType::kF32 ? " f32" : " bf16"));
     }
   }

@@ -88,32 +88,6 @@ TEST(TensorParallel, Bf16WidenedAndPromptLogprobsMatchTransformers) {
   }
 }
 
-// vLLM's rule between two runs of the same prompts: equal ids, or at the first divergence each side's token in the
-// other's top-k (then stop); the shared top-k tokens' logprobs within `tolerance` up to there.
-void expect_same_by_rule(const testing::CoreRun& want, const testing::CoreRun& got, float tolerance,
-                         const std::string& label) {
-  ASSERT_EQ(want.results.size(), got.results.size());
-  for (const auto& [id, a] : want.results) {
-    const testing::CoreResult& b = got.results.at(id);
-    ASSERT_EQ(a.token_ids.size(), b.token_ids.size()) << label << " " << id;
-    for (size_t j = 0; j < a.token_ids.size(); ++j) {
-      const TokenLogprobs &la = a.logprobs.at(j), &lb = b.logprobs.at(j);
-      for (size_t x = 0; x < la.token_ids.size(); ++x) {
-        for (size_t y = 0; y < lb.token_ids.size(); ++y) {
-          if (la.token_ids[x] == lb.token_ids[y]) {
-            EXPECT_NEAR(la.logprobs[x], lb.logprobs[y], tolerance) << label << " " << id << " step " << j;
-          }
-        }
-      }
-      if (a.token_ids[j] == b.token_ids[j]) continue;
-      auto in = [](int32_t t, const TokenLogprobs& l) {
-        return std::find(l.token_ids.begin(), l.token_ids.end(), t) != l.token_ids.end();
-      };
-      EXPECT_TRUE(in(a.token_ids[j], lb) && in(b.token_ids[j], la)) << label << " " << id << " diverges at " << j;
-      break;
-    }
-  }
-}
 
 std::vector<EngineCoreRequest> logprob_requests(const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
   std::vector<EngineCoreRequest> reqs;
@@ -132,7 +106,7 @@ TEST(TensorParallel, EngineOutputsEqualOneRank) {
     for (int64_t tp : {2, 4}) {
       if (!heads_allow(name, tp)) continue;  // the mixture-of-experts fixtures run on one rank only
       std::unique_ptr<CausalLM> model = load_tp(name, tp);
-      expect_same_by_rule(one, testing::run_engine_core(*model, logprob_requests(f.prompts, 12)), f.tolerance,
+      testing::expect_same_by_rule(one, testing::run_engine_core(*model, logprob_requests(f.prompts, 12)), f.tolerance,
                           name + " tp " + std::to_string(tp));
     }
   }

@@ -2,6 +2,8 @@
 // EngineCore + ModelRunner driver.
 #include "test_models.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -139,6 +141,30 @@ std::vector<std::vector<int32_t>> random_prompts(int count, int min_len, int max
     for (int32_t& id : p) id = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(vocab - 1))(rng);
   }
   return prompts;
+}
+
+void expect_same_by_rule(const CoreRun& want, const CoreRun& got, float tolerance, const std::string& label) {
+  ASSERT_EQ(want.results.size(), got.results.size());
+  for (const auto& [id, a] : want.results) {
+    const CoreResult& b = got.results.at(id);
+    ASSERT_EQ(a.token_ids.size(), b.token_ids.size()) << label << " " << id;
+    for (size_t j = 0; j < a.token_ids.size(); ++j) {
+      const TokenLogprobs &la = a.logprobs.at(j), &lb = b.logprobs.at(j);
+      for (size_t x = 0; x < la.token_ids.size(); ++x) {
+        for (size_t y = 0; y < lb.token_ids.size(); ++y) {
+          if (la.token_ids[x] == lb.token_ids[y]) {
+            EXPECT_NEAR(la.logprobs[x], lb.logprobs[y], tolerance) << label << " " << id << " step " << j;
+          }
+        }
+      }
+      if (a.token_ids[j] == b.token_ids[j]) continue;
+      auto in = [](int32_t t, const TokenLogprobs& l) {
+        return std::find(l.token_ids.begin(), l.token_ids.end(), t) != l.token_ids.end();
+      };
+      EXPECT_TRUE(in(a.token_ids[j], lb) && in(b.token_ids[j], la)) << label << " " << id << " diverges at " << j;
+      break;
+    }
+  }
 }
 
 }  // namespace llmserve::testing

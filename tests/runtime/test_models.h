@@ -53,6 +53,10 @@ struct CoreRun {
 // Runs `requests` (added at once, in order) to completion through EngineCore over a ModelRunner.
 CoreRun run_engine_core(CausalLM& model, std::vector<EngineCoreRequest> requests, const CoreRunOptions& options = {});
 
+// vLLM's rule between two runs of the same prompts (gtest expectations): equal ids, or at the first divergence each
+// side's token in the other's top-k (then stop); the shared top-k tokens' logprobs within `tolerance` up to there.
+void expect_same_by_rule(const CoreRun& want, const CoreRun& got, float tolerance, const std::string& label);
+
 // A greedy request (temperature 0, ignore_eos) for run_engine_core.
 EngineCoreRequest greedy_request(std::string id, std::vector<int32_t> prompt, int64_t max_tokens);
 
