@@ -243,31 +243,14 @@ class EbnfParser {
     if (pos_ + 1 >= s_.size()) return error(start, "escape at the end of the text");
     char e = s_[pos_ + 1];
     pos_ += 2;
+    if (const int32_t control = control_escape(e, /*bell=*/false); control >= 0) return int64_t{control};
     switch (e) {
-      case 'n':
-        return int64_t{'\n'};
-      case 'r':
-        return int64_t{'\r'};
-      case 't':
-        return int64_t{'\t'};
-      case 'f':
-        return int64_t{'\f'};
-      case 'v':
-        return int64_t{'\v'};
-      case '0':
-        return int64_t{0};
       case 'x':
       case 'u':
       case 'U': {
         int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-        uint32_t v = 0;
-        for (int i = 0; i < digits; ++i) {
-          if (pos_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[pos_]))) {
-            return error(start, std::string("expected ") + std::to_string(digits) + " hex digits after \\" + e);
-          }
-          char h = s_[pos_++];
-          v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
-        }
+        const int64_t v = read_hex_digits(s_, &pos_, digits);
+        if (v < 0) return error(start, std::string("expected ") + std::to_string(digits) + " hex digits after \\" + e);
         if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return error(start, "escape is not a Unicode scalar value");
         if (e == 'x' && v >= 0x80 && in_string_) return int64_t{0x100000000ll} + v;
         return static_cast<int64_t>(v);

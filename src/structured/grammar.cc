@@ -2,6 +2,7 @@
 // Left recursion is refused here because the recognizer expands rules top-down and would never stop.
 #include "structured/grammar.h"
 
+#include <cctype>
 #include <functional>
 
 namespace llmserve::structured {
@@ -271,6 +272,39 @@ std::string Grammar::to_string() const {
   std::string out;
   for (const Rule& r : rules_) out += r.name + " ::= " + (r.body >= 0 ? print(r.body) : "<undefined>") + "\n";
   return out;
+}
+
+int32_t control_escape(char e, bool bell) {
+  switch (e) {
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    case 'f':
+      return '\f';
+    case 'v':
+      return '\v';
+    case '0':
+      return 0;
+    case 'a':
+      return bell ? '\a' : -1;
+    default:
+      return -1;
+  }
+}
+
+int64_t read_hex_digits(std::string_view text, size_t* pos, int digits) {
+  int64_t v = 0;
+  for (int i = 0; i < digits; ++i) {
+    if (*pos + i >= text.size()) return -1;
+    const char h = text[*pos + i];
+    if (!std::isxdigit(static_cast<unsigned char>(h))) return -1;
+    v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+  }
+  *pos += digits;
+  return v;
 }
 
 }  // namespace llmserve::structured

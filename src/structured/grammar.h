@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -80,5 +81,11 @@ class Grammar {
 
 // Appends the UTF-8 encoding of code point cp.
 void append_utf8(uint32_t cp, std::string& out);
+
+// Escapes both front ends (GBNF, regex) spell alike. The code point of a one-letter control escape (\n \r \t \f \v
+// \0, and \a where `bell`), or -1 for any other letter.
+int32_t control_escape(char e, bool bell);
+// `digits` hex digits at text[*pos] as a number, *pos moved past them; -1 (and *pos unchanged) if fewer follow.
+int64_t read_hex_digits(std::string_view text, size_t* pos, int digits);
 
 }  // namespace llmserve::structured

@@ -189,36 +189,16 @@ class RegexParser {
         break;
     }
     is_class = false;
+    if (const int32_t control = control_escape(e, /*bell=*/true); control >= 0) return static_cast<uint32_t>(control);
     switch (e) {
-      case 'n':
-        return uint32_t{'\n'};
-      case 't':
-        return uint32_t{'\t'};
-      case 'r':
-        return uint32_t{'\r'};
-      case 'f':
-        return uint32_t{'\f'};
-      case 'v':
-        return uint32_t{'\v'};
-      case 'a':
-        return uint32_t{'\a'};
-      case '0':
-        return 0u;
       case 'x':
       case 'u':
       case 'U': {
-        int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-        uint32_t v = 0;
-        for (int i = 0; i < digits; ++i) {
-          if (pos_ >= end_ || !std::isxdigit(static_cast<unsigned char>(p_[pos_]))) {
-            return error(start, std::string("incomplete escape \\") + e);
-          }
-          char h = p_[pos_++];
-          v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
-        }
+        const int64_t v = read_hex_digits(p_.substr(0, end_), &pos_, e == 'x' ? 2 : e == 'u' ? 4 : 8);
+        if (v < 0) return error(start, std::string("incomplete escape \\") + e);
         if (v > 0x10FFFF) return error(start, "escape beyond U+10FFFF");
         if (v >= 0xD800 && v <= 0xDFFF) return error(start, "surrogate code points are not supported");
-        return v;
+        return static_cast<uint32_t>(v);
       }
       case 'b':
       case 'B':
