@@ -38,6 +38,13 @@ class ModelExecutor {
   // The output of `handle`, which must be the oldest outstanding step (CHECKed).
   virtual StatusOr<ModelRunnerOutput> wait(StepHandle handle);
 
+  // Deferred sampling (structured output under async scheduling, vLLM's sample_tokens): an executor that can run a
+  // step's forward before its grammar bitmask is known says so here. execute_async() of a SchedulerOutput marked
+  // grammar_bitmask_deferred then launches the forward only, and sample_deferred() — given the same step with its
+  // bitmask filled, before that step is waited for — launches its sampling. The default executor cannot.
+  virtual bool can_defer_sampling() const { return false; }
+  virtual Status sample_deferred(StepHandle handle, const SchedulerOutput &scheduler_output);
+
  private:
   std::deque<StatusOr<ModelRunnerOutput>> finished_;  // the default execute_async's results, oldest first
   StepHandle next_handle_ = 0;
@@ -69,13 +76,18 @@ class EngineCore {
   // step's tokens are then lost; the core should be dropped). Under
   // SchedulerConfig::async_scheduling (vLLM's step_with_batch_queue) it keeps up
   // to two steps in flight: it launches new steps while the queue has room and
-  // the scheduler finds tokens, then returns the oldest step's outputs. While a constrained (structured-output)
-  // request is live it launches one step at a time: its grammar bitmask needs the previous step's token.
+  // the scheduler finds tokens, then returns the oldest step's outputs. A constrained (structured-output) request's
+  // bitmask needs its previous token: a step planned while that token is in flight has its forward launched, then
+  // the previous step applied, then its bitmask filled and its sampling launched (vLLM's deferred sample_tokens),
+  // so the masks are computed while the GPU runs the forward. An executor that cannot defer sampling gets one step
+  // at a time while a constrained request is live.
   StatusOr<EngineCoreOutputs> step();
 
   // True while a request is live, a final output is still to be reported or a step is in flight.
   bool has_work() const { return scheduler_.has_work() || !batch_queue_.empty(); }
   const Scheduler &scheduler() const { return scheduler_; }
+  // Steps whose sampling waited for their grammar bitmask while their forward ran (tests: the overlap happened).
+  int64_t num_deferred_samples() const { return num_deferred_samples_; }
 
  private:
   static constexpr size_t kBatchQueueDepth = 2;
@@ -84,12 +96,17 @@ class EngineCore {
     ModelExecutor::StepHandle handle;
   };
   StatusOr<EngineCoreOutputs> step_with_batch_queue();
-  // Waits for the oldest queued step and applies its output.
+  // Launches steps while the queue has room (an empty step ends it, and so does a step whose sampling waits for
+  // its bitmask).
+  Status fill_batch_queue();
+  // Waits for the oldest queued step and applies its output; then, if the step behind it waits for its bitmask,
+  // fills that and launches its sampling.
   StatusOr<EngineCoreOutputs> apply_oldest();
 
   Scheduler scheduler_;
   ModelExecutor &executor_;
   std::deque<InFlightStep> batch_queue_;  // launched steps, oldest first (async scheduling only)
+  int64_t num_deferred_samples_ = 0;
 };
 
 }  // namespace llmserve

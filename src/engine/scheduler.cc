@@ -236,7 +236,17 @@ SchedulerOutput Scheduler::schedule() {
       if (req.grammar_matcher) constrained_sampling.push_back(&req);
     }
   }
-  if (!constrained_sampling.empty()) fill_grammar_bitmask(constrained_sampling, out);
+  // A constrained request whose previous token is still in flight (a second placeholder) cannot have its bitmask
+  // yet: the step's sampling waits for it (fill_deferred_grammar_bitmask), its forward does not.
+  const bool defer = std::any_of(constrained_sampling.begin(), constrained_sampling.end(),
+                                 [](const Request* r) { return r->num_output_placeholders > 1; });
+  CHECK(deferred_bitmask_reqs_.empty()) << "a step was scheduled before the previous one's bitmask was filled";
+  if (defer) {
+    out.grammar_bitmask_deferred = true;
+    deferred_bitmask_reqs_ = std::move(constrained_sampling);
+  } else if (!constrained_sampling.empty()) {
+    fill_grammar_bitmask(constrained_sampling, out);
+  }
   CHECK_LE(out.total_num_scheduled_tokens, config_.max_num_batched_tokens);
   out.finished_req_ids = std::move(finished_req_ids_);
   finished_req_ids_.clear();
@@ -244,12 +254,23 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
+void Scheduler::fill_deferred_grammar_bitmask(SchedulerOutput& out) {
+  CHECK(out.grammar_bitmask_deferred) << "the step's bitmask was not deferred";
+  CHECK_EQ(num_applied_steps_ + 1, num_scheduled_steps_) << "a deferred bitmask needs every earlier step applied";
+  std::vector<Request*> sampling = std::move(deferred_bitmask_reqs_);
+  deferred_bitmask_reqs_.clear();
+  out.grammar_bitmask_deferred = false;
+  // Finished (retired: no matcher), aborted or preempted since: the token this step samples for it is dropped.
+  std::erase_if(sampling, [](const Request* r) { return r->status != RequestStatus::kRunning || !r->grammar_matcher; });
+  if (!sampling.empty()) fill_grammar_bitmask(sampling, out);
+}
+
 void Scheduler::fill_grammar_bitmask(const std::vector<Request*>& sampling, SchedulerOutput& out) {
   std::vector<structured::GrammarMatcher*> matchers;
   matchers.reserve(sampling.size());
   for (Request* req : sampling) {
-    // The bitmask is for the token after every output: a constrained request never has an unapplied token here
-    // (EngineCore keeps steps with constrained requests synchronous), so this only checks the matcher's count.
+    // The bitmask is for the token after every output: only this step's own token may be unapplied (a deferred
+    // bitmask is filled once the previous step is), so this only checks the matcher's count.
     CHECK_EQ(req->num_output_placeholders, 1)
         << req->request_id() << ": constrained request planned ahead of its tokens";
     const std::span<const int32_t> outputs(req->output_token_ids(), static_cast<size_t>(req->num_output_tokens()));

@@ -77,8 +77,13 @@ class Scheduler {
   bool has_work() const { return num_unfinished() > 0 || !pending_outputs_.empty(); }
   // Steps scheduled whose outputs were not applied yet.
   int64_t num_steps_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
-  // Live requests with a grammar (running or waiting): EngineCore keeps their steps synchronous.
+  // Live requests with a grammar (running or waiting). An executor that cannot defer sampling gets their steps
+  // one at a time (EngineCore).
   int64_t num_structured_requests() const { return num_structured_; }
+  // Structured output under async scheduling: the bitmask of `out` (the newest scheduled step, marked
+  // grammar_bitmask_deferred by schedule()) once every step before it is applied, so each matcher has accepted its
+  // request's tokens. Requests finished since `out` was scheduled get no row (their token is dropped).
+  void fill_deferred_grammar_bitmask(SchedulerOutput& out);
 
   const Request* get_request(const std::string& request_id) const;
   const std::vector<Request*>& running() const { return running_; }
@@ -98,7 +103,8 @@ class Scheduler {
   bool placeholder_is_past_the_end(const Request& req) const;
   // True if the request stopped; sets its status and stop_reason.
   bool check_stop(Request& req) const;
-  // Structured output: the bitmasks of the constrained requests that sample in `out`'s step (after schedule()).
+  // Structured output: the bitmasks of the constrained requests that sample in `out`'s step (after schedule(), or
+  // deferred); each must have every output applied. Rows of requests no longer running are left out.
   void fill_grammar_bitmask(const std::vector<Request*>& sampling, SchedulerOutput& out);
   // Advances a constrained request's matcher on its newest token; true if the request finished (EOS accepted by a
   // complete grammar under ignore_eos: stopped; token refused by the grammar: aborted, an engine bug made visible).
@@ -127,6 +133,9 @@ class Scheduler {
   std::unordered_map<std::string, std::vector<EngineCoreEvent>> pending_events_;
   int64_t num_preemptions_ = 0;  // since the previous stats
   int64_t num_structured_ = 0;   // live requests with a grammar_matcher
+  // The constrained requests that sample in the newest step, when its bitmask was deferred (batch order); a pointer
+  // stays valid until that step is applied, as in_flight_'s.
+  std::vector<Request*> deferred_bitmask_reqs_;
 };
 
 }  // namespace llmserve

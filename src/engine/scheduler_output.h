@@ -54,6 +54,11 @@ struct SchedulerOutput {
   std::vector<RequestId> structured_output_req_ids;
   std::vector<uint32_t> grammar_bitmask;
   int32_t grammar_bitmask_words = 0;
+  // Async scheduling (vLLM's pending_structured_output_tokens): a constrained request samples this step while its
+  // previous token is still in flight, so the bitmask is not known yet. The step's forward may run; its sampling
+  // waits for Scheduler::fill_deferred_grammar_bitmask (after the previous step is applied) and
+  // ModelExecutor::sample_deferred. The three fields above are empty until then.
+  bool grammar_bitmask_deferred = false;
 
   // Scheduled tokens of one request, 0 if not scheduled. Linear scan: for tests and tools.
   int64_t num_scheduled_tokens_of(const std::string& req_id) const;

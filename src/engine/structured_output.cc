@@ -37,7 +37,8 @@ bool sync_matcher(structured::GrammarMatcher &matcher, std::span<const int32_t> 
   const int64_t want = static_cast<int64_t>(outputs.size());
   if (accepted == want) return true;
   // Cheapest correct path: a matcher ahead of the request (a dropped in-flight token) rolls back; one behind accepts
-  // the missing outputs. Neither happens in the synchronous constrained path; both keep it correct if it does.
+  // the missing outputs. Neither happens when bitmasks are filled after the previous step is applied (as both the
+  // immediate and the deferred path do); both keep it correct if it does.
   if (accepted > want) {
     matcher.rollback(static_cast<int32_t>(accepted - want));
     return true;

@@ -495,6 +495,8 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput &schedule
 StatusOr<ModelExecutor::StepHandle> ModelRunner::execute_async(const SchedulerOutput &scheduler_output) {
   // Two slots of device ids: a third step would overwrite ids nobody collected.
   CHECK_LT(outstanding_.size(), static_cast<size_t>(SampledIdsTransfer::kSlots)) << "at most two steps outstanding";
+  // The next step's inputs read this one's sampled ids: it is sampled before another is launched.
+  CHECK(!pending_sample_) << "step launched while step " << pending_sample_->handle << " waits for its sampling";
   const StepHandle handle = next_step_handle_++;
   OutstandingStep step{handle, ModelRunnerOutput{}, {}};
   step.output = run_step(scheduler_output, handle, &step.on_device);
@@ -504,6 +506,7 @@ StatusOr<ModelExecutor::StepHandle> ModelRunner::execute_async(const SchedulerOu
 
 StatusOr<ModelRunnerOutput> ModelRunner::wait(StepHandle handle) {
   CHECK(!outstanding_.empty() && outstanding_.front().handle == handle) << "wait(" << handle << ") out of order";
+  CHECK(!pending_sample_ || pending_sample_->handle != handle) << "step " << handle << " waited for before sampling";
   OutstandingStep step = std::move(outstanding_.front());
   outstanding_.pop_front();
   StatusOr<ModelRunnerOutput> out = std::move(step.output);
@@ -598,7 +601,33 @@ StatusOr<ModelRunnerOutput> ModelRunner::run_step(const SchedulerOutput &schedul
   if (any_prompt_logprobs) compute_prompt_logprobs(logits, num_rows, reqs, ranges, out);
   for (size_t r = 0; r < num_reqs; ++r) reqs[r]->num_computed_tokens += num_new[r];
   Tensor to_sample = any_prompt_logprobs ? logits.slice(0, 0, num_rows) : logits;
-  if (rows.empty()) return out;
+  if (scheduler_output.grammar_bitmask_deferred) {
+    pending_sample_ = PendingSample{handle, std::move(reqs), std::move(rows), std::move(to_sample)};
+    return out;
+  }
+  RETURN_IF_ERROR(sample_rows(scheduler_output, handle, reqs, rows, to_sample, out, on_device));
+  return out;
+}
+
+Status ModelRunner::sample_deferred(StepHandle handle, const SchedulerOutput &scheduler_output) {
+  CHECK(pending_sample_ && pending_sample_->handle == handle) << "step " << handle << " has no deferred sampling";
+  CHECK(!outstanding_.empty() && outstanding_.back().handle == handle);
+  PendingSample pending = std::move(*pending_sample_);
+  pending_sample_.reset();
+  OutstandingStep &step = outstanding_.back();
+  if (!step.output.ok()) return ok_status();  // wait() reports the forward's error
+  running_step_ = handle;
+  Status sampled =
+      sample_rows(scheduler_output, handle, pending.reqs, pending.rows, pending.logits, *step.output, &step.on_device);
+  if (!sampled.ok()) step.output = sampled;
+  return ok_status();
+}
+
+Status ModelRunner::sample_rows(const SchedulerOutput &scheduler_output, StepHandle handle,
+                                const std::vector<RequestState *> &reqs, const std::vector<size_t> &rows,
+                                Tensor &to_sample, ModelRunnerOutput &out, std::vector<DeviceSampledId> *on_device) {
+  if (rows.empty()) return ok_status();
+  const size_t num_reqs = reqs.size();
   std::vector<SamplerRequest> sreqs(rows.size());
   bool want_logprobs = false;
   // Structured output: the scheduler's bitmask row of each constrained request that samples now.
@@ -653,7 +682,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::run_step(const SchedulerOutput &schedul
     lp.sampled_token_rank = sampled.sampled_token_ranks.data<int32_t>()[i];
     out.logprobs[rows[i]].push_back(std::move(lp));
   }
-  return out;
+  return ok_status();
 }
 
 }  // namespace llmserve

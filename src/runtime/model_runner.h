@@ -85,6 +85,11 @@ class ModelRunner : public ModelExecutor {
   // between drops it from the runner's state as the scheduler drops it from the request.
   StatusOr<StepHandle> execute_async(const SchedulerOutput &scheduler_output) override;
   StatusOr<ModelRunnerOutput> wait(StepHandle handle) override;
+  // Deferred sampling (ModelExecutor): a step marked grammar_bitmask_deferred runs its forward in execute_async and
+  // keeps its logits; sample_deferred samples them with the bitmask (on CUDA, queued behind the forward). No step is
+  // launched in between (CHECKed): the next step's inputs read these ids.
+  bool can_defer_sampling() const override { return true; }
+  Status sample_deferred(StepHandle handle, const SchedulerOutput &scheduler_output) override;
 
   // The capacities the persistent buffers were sized for: the config's, with zeros resolved and each bounded by the
   // KV cache (every scheduled token writes its own slot, every request schedules >= 1 token and holds distinct blocks).
@@ -143,9 +148,21 @@ class ModelRunner : public ModelExecutor {
     StatusOr<ModelRunnerOutput> output;
     std::vector<DeviceSampledId> on_device;  // empty when the ids came back within the step
   };
+  // A step whose forward ran and whose sampling waits for its grammar bitmask (sample_deferred).
+  struct PendingSample {
+    StepHandle handle;
+    std::vector<RequestState *> reqs;  // the step's batch (stable: nothing is erased before the step is sampled)
+    std::vector<size_t> rows;          // the batch rows that sample
+    Tensor logits;                     // their logits, rows in `rows` order
+  };
   static constexpr int32_t kPlaceholderId = -1;  // a token id the host does not know yet
   StatusOr<ModelRunnerOutput> run_step(const SchedulerOutput &scheduler_output, StepHandle handle,
                                        std::vector<DeviceSampledId> *on_device);
+  // Samples `rows` of the batch `reqs` from `to_sample` (edited in place) with the step's bitmask rows, appends the
+  // ids (or placeholders, with their `on_device` entries) to the requests and fills `out`'s ids and logprobs.
+  Status sample_rows(const SchedulerOutput &scheduler_output, StepHandle handle, const std::vector<RequestState *> &reqs,
+                     const std::vector<size_t> &rows, Tensor &to_sample, ModelRunnerOutput &out,
+                     std::vector<DeviceSampledId> *on_device);
   // Writes the ids of `step` (waiting for its copy) into the requests' token lists and, with `out`, its output.
   void collect_device_ids(const OutstandingStep &step, ModelRunnerOutput *out);
   // Before sampling rows whose penalties read output ids: the previous step's ids, if still on the device.
@@ -212,6 +229,7 @@ class ModelRunner : public ModelExecutor {
   StepHandle next_step_handle_ = 0;
   StepHandle running_step_ = -1;             // the step run_step is building
   std::deque<OutstandingStep> outstanding_;  // launched, not waited for; oldest first
+  std::optional<PendingSample> pending_sample_;  // the newest outstanding step, while its sampling is deferred
   // CUDA only: the sampled ids' device buffers and host copies, and the placeholder scatter's (position, row) pairs
   // with their page-locked staging and device buffers.
   std::unique_ptr<SampledIdsTransfer> sampled_ids_;

@@ -1,7 +1,7 @@
 // Structured output through LLMEngine on the CPU (real ModelRunner, Sampler and grammar engine over a byte tokenizer
 // on the llama_gqa_f32 fixture, sampled at temperature 1): constrained requests (regex, choice, JSON schema,
 // json_object, n > 1) mixed with unconstrained ones, under chunked prefill, prefix caching, preemption storms and async
-// scheduling. Oracles: std::regex / nlohmann / the choice list on every finished output; seeded unconstrained requests
+// scheduling (deferred sampling: the forward runs before the bitmask is known). Oracles: std::regex / nlohmann / the choice list on every finished output; seeded unconstrained requests
 // give the same tokens with or without constrained neighbours (the mask never leaks to another row); async equals
 // sync; no KV block is left behind.
 #include <gtest/gtest.h>
@@ -154,7 +154,9 @@ int check_constrained(const std::map<std::string, RequestOutput> &done) {
           EXPECT_LE(v["n"].get<int64_t>(), 500);
           EXPECT_TRUE(v["tag"] == "x" || v["tag"] == "yy") << o.text;
           EXPECT_TRUE(v["ok"].is_boolean()) << o.text;
-          if (v.contains("list")) EXPECT_LE(v["list"].size(), 3u) << o.text;
+          if (v.contains("list")) {
+            EXPECT_LE(v["list"].size(), 3u) << o.text;
+          }
           for (auto it = v.begin(); it != v.end(); ++it) {
             EXPECT_TRUE(it.key() == "n" || it.key() == "tag" || it.key() == "ok" || it.key() == "list") << o.text;
           }
@@ -200,7 +202,11 @@ TEST(StructuredOutput, PreemptionAsyncAndPrefixCachingKeepTheConstraints) {
     auto async = make_engine(true, args);
     const auto a = run(*async, workload(true));
     EXPECT_GE(check_constrained(a), 9);
-    // Seeded sampling: the constrained steps run synchronously under async scheduling, so every output is the same.
+    // The constrained steps overlapped: their forward ran before the previous step was applied, their sampling
+    // waited for the bitmask.
+    EXPECT_GT(async->core().num_deferred_samples(), 0);
+    EXPECT_EQ(sync->core().num_deferred_samples(), 0);
+    // Seeded sampling: the sampled ids do not depend on when the bitmask arrived, so every output is the same.
     for (const auto &[id, r] : s) {
       ASSERT_EQ(r.outputs.size(), a.at(id).outputs.size()) << id;
       for (size_t k = 0; k < r.outputs.size(); ++k) EXPECT_EQ(r.outputs[k].text, a.at(id).outputs[k].text) << id;

@@ -28,10 +28,14 @@ def oracle():
     return mod
 
 
-@pytest.fixture(scope="module")
-def server(llmserve_bin):
+# Both schedulers: under async scheduling a constrained step's forward runs before its bitmask is known (deferred
+# sampling), which must not change what the grammar allows.
+@pytest.fixture(scope="module", params=["sync", "async"])
+def server(llmserve_bin, request):
+    scheduling = ["--async-scheduling"] if request.param == "async" else ["--no-async-scheduling"]
     s = ServerProcess(llmserve_bin, "--max-num-seqs", "64", "--kv-cache-tokens", "65536", "--seed", "7",
-                      "--served-model-name", "default", "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+                      "--served-model-name", "default", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                      *scheduling)
     yield s
     assert s.stop() == 0, s.log_text()[-3000:]
 
