@@ -3,6 +3,7 @@
 #include "engine/structured_output.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
@@ -50,25 +51,38 @@ bool sync_matcher(structured::GrammarMatcher &matcher, std::span<const int32_t> 
 }
 
 void fill_grammar_bitmasks(std::span<structured::GrammarMatcher *const> matchers, int32_t words, uint32_t *bitmask) {
-  const int64_t n = static_cast<int64_t>(matchers.size());
-  auto fill = [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      uint32_t *row = bitmask + r * words;
-      const int32_t own = std::min(words, matchers[static_cast<size_t>(r)]->bitmask_words());
-      if (own < matchers[static_cast<size_t>(r)]->bitmask_words()) {
-        std::vector<uint32_t> full(static_cast<size_t>(matchers[static_cast<size_t>(r)]->bitmask_words()));
-        matchers[static_cast<size_t>(r)]->fill_next_token_bitmask(full.data());
-        std::copy_n(full.data(), own, row);
-      } else {
-        matchers[static_cast<size_t>(r)]->fill_next_token_bitmask(row);
-      }
-      std::fill(row + own, row + words, 0u);
+  auto fill_row = [&](size_t r) {
+    structured::GrammarMatcher &m = *matchers[r];
+    uint32_t *row = bitmask + static_cast<int64_t>(r) * words;
+    const int32_t own = std::min(words, m.bitmask_words());
+    if (own < m.bitmask_words()) {
+      std::vector<uint32_t> full(static_cast<size_t>(m.bitmask_words()));
+      m.fill_next_token_bitmask(full.data());
+      std::copy_n(full.data(), own, row);
+    } else {
+      m.fill_next_token_bitmask(row);
+    }
+    std::fill(row + own, row + words, 0u);
+  };
+  // Matchers of one grammar take its lock for every mask: spread over threads they would only queue on it (a
+  // contended mutex per row costs more than the row's copy). So one task per grammar, its rows in order; different
+  // grammars in parallel.
+  std::vector<std::vector<size_t>> groups;
+  std::unordered_map<const structured::CompiledGrammar *, size_t> group_of;
+  for (size_t r = 0; r < matchers.size(); ++r) {
+    auto [it, added] = group_of.emplace(matchers[r]->grammar(), groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(r);
+  }
+  auto fill_groups = [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      for (size_t r : groups[static_cast<size_t>(g)]) fill_row(r);
     }
   };
-  if (n <= 1) {
-    fill(0, n);
+  if (groups.size() <= 1) {
+    fill_groups(0, static_cast<int64_t>(groups.size()));
   } else {
-    parallel_for(n, 1, fill);
+    parallel_for(static_cast<int64_t>(groups.size()), 1, fill_groups);
   }
 }
 

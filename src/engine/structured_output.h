@@ -29,7 +29,8 @@ StatusOr<std::unique_ptr<structured::GrammarMatcher>> make_grammar_matcher(struc
 bool sync_matcher(structured::GrammarMatcher &matcher, std::span<const int32_t> outputs);
 
 // Fills rows [0, matchers.size()) of `bitmask` ([rows, words] uint32, row-major): each matcher's next-token bitmask,
-// zero past its own bitmask_words(). Rows are spread over the global thread pool when there are several.
+// zero past its own bitmask_words(). Rows of different grammars are filled in parallel on the global thread pool,
+// the rows of one grammar on one thread (they share its lock).
 void fill_grammar_bitmasks(std::span<structured::GrammarMatcher *const> matchers, int32_t words, uint32_t *bitmask);
 
 }  // namespace llmserve

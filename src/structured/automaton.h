@@ -51,9 +51,11 @@ class Automaton {
  private:
   static constexpr int32_t kUnknownCaller = -2;  // parent of a context-free probe: the rule's caller is unknown
   // Frames of a stack top a context-free entry covers. One frame leaves every token that finishes the innermost
-  // rule uncertain (inside a JSON string: every token longer than one character); four cover a string inside an
-  // object member, so only tokens that also close the enclosing containers stay uncertain.
-  static constexpr int kContextDepth = 4;
+  // rule uncertain (inside a JSON string: every token longer than one character); three cover a string inside an
+  // object member, so only tokens that also close the enclosing object stay uncertain. A fourth frame would tell
+  // apart the copies of an item rule that minItems / maxItems expand into (records.json's 40 records: 2.6x the
+  // cold mask time, same masks, measured with the Mistral vocabulary; bench/RESULTS.md, issue 17).
+  static constexpr int kContextDepth = 3;
 
   struct Node {
     int32_t pos;     // a kByteSet element (top of stack) or a return position (below the top)

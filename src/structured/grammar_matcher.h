@@ -104,6 +104,8 @@ class GrammarMatcher {
   void reset();
   // Tokens accepted since the start (after rollbacks).
   int32_t num_accepted_tokens() const { return static_cast<int32_t>(history_.size()) - 1; }
+  // The grammar it walks (matchers of one grammar share its lock: callers batch them on one thread).
+  const CompiledGrammar *grammar() const { return grammar_.get(); }
 
  private:
   std::shared_ptr<const CompiledGrammar> grammar_;
