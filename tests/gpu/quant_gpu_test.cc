@@ -3,8 +3,8 @@
 // per-channel, group-128 x block-128; int8 per-token x per-channel), each case also through the fallbacks forced by
 // LLMSERVE_SCALED_MM_FORCE_FALLBACK (1: unit-scaled cuBLASLt GEMMs + epilogues, 2: the tiled kernel; the op logs the
 // path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n), and w4a16_linear (GEMV for
-// m <= 16, dequantize + cuBLASLt above; with and without the act-order permutation), m from 1 to 8192 with odd m,
-// NaN-poisoned outputs. The GEMVs' own branches: every m in 1..16 (one and two 8-token tiles), n not a multiple of
+// m <= 32, dequantize + cuBLASLt above; with and without the act-order permutation), m from 1 to 8192 with odd m,
+// NaN-poisoned outputs. The GEMVs' own branches: every m up to their limit (1, 2, 4 8-token tiles), n not a multiple of
 // the 16-row tile, k with a partial last 128-column block, one and eight warps per tile, bias absent / f32 / 16-bit.
 // Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
 // `--bench`: each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in the same process.
@@ -241,7 +241,7 @@ void run_w4a16(const W4Case& c, uint32_t seed) {
 
 TEST_F(CudaQuantTest, W4A16MatchesCpu) {
   uint32_t seed = 1000;
-  for (int64_t m : {1, 2, 3, 8, 13, 16, 17, 300, 8192}) {
+  for (int64_t m : {1, 2, 3, 8, 13, 16, 17, 32, 33, 300, 8192}) {  // <= 32: the GEMV; above: dequantize + cuBLASLt
     for (bool permuted : {false, true}) {
       run_w4a16({m, 264, 512, 4, permuted}, seed += 10);  // group 128
       run_w4a16({m, 96, 384, 1, permuted}, seed += 10);   // per channel
@@ -249,13 +249,13 @@ TEST_F(CudaQuantTest, W4A16MatchesCpu) {
   }
 }
 
-// The GEMV's branches (m <= 16): every m (one 8-token tile up to 8, two above); n = 40 (a partial last 16-row tile,
-// a block of tiles partly past n); k = 8192 in groups of 128 (eight warps per tile); per channel with k = 416 (one
-// warp per tile, a partial last 128-column block); act-order; f16; bias absent / f32 / 16-bit; row-strided x and out;
-// and k % 32 != 0 (the dequantize path even at m = 1).
+// The GEMV's branches (m <= 32): every m (one 8-token tile up to 8, two up to 16, four above); n = 40 (a partial last
+// 16-row tile, a block of tiles partly past n); k = 8192 in groups of 128 (eight warps per tile); per channel with k =
+// 416 (one warp per tile, a partial last 128-column block); act-order; f16; bias absent / f32 / 16-bit; row-strided x
+// and out; and k % 32 != 0 (the dequantize path even at m = 1).
 TEST_F(CudaQuantTest, W4A16GemvBranchesMatchCpu) {
   uint32_t seed = 7000;
-  for (int64_t m = 1; m <= 16; ++m) {
+  for (int64_t m = 1; m <= 32; ++m) {
     const Bias bias = static_cast<Bias>(m % 3);
     const bool permuted = m % 2 == 0;
     run_w4a16({m, 40, 8192, 64, permuted, DType::kBF16, bias}, seed += 10);
@@ -323,9 +323,10 @@ Tensor random_bytes(Shape shape, DType dtype, uint32_t seed) {  // fp8: no NaN p
   return t;
 }
 
-// Each GEMV at the Mistral-7B linear shapes, m = 1, 4, 16: microseconds per call, the bytes it must read (weights,
-// their scales and zeros), GB/s, and the share of the floor (those bytes at the copy bandwidth). fp8 / int8 also with
-// the per-token activation quantization that precedes them in a model (`+quant`).
+// Each GEMV at the Mistral-7B linear shapes, m = 1, 4, 16 (and 32 for bf16 and W4A16: batch-32 decode): microseconds
+// per call, the bytes it must read (weights, their scales and zeros), GB/s, and the share of the floor (those bytes at
+// the copy bandwidth). fp8 / int8 also with the per-token activation quantization that precedes them in a model
+// (`+quant`).
 int run_bench() {
   const double bandwidth = copy_bandwidth();
   std::printf("device-to-device copy bandwidth: %.0f GB/s (the floor's)\n", bandwidth / 1e9);
@@ -355,7 +356,7 @@ int run_bench() {
       const double bytes = 2.0 * n * k;
       std::vector<Tensor> w =
           device_copies(random_tensor({n, k}, 1, DType::kF32, -0.05f, 0.05f).to(DType::kBF16), copies_for(bytes));
-      for (int64_t m : {1, 4, 16}) {
+      for (int64_t m : {1, 4, 16, 32}) {
         Tensor x = to_device(random_tensor({m, k}, 2, DType::kBF16));
         Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
         const double us = time_us([&](int i) { ops::linear(out, x, w[i % w.size()], nullptr); }, reps);
@@ -398,7 +399,7 @@ int run_bench() {
       std::iota(p.begin(), p.end(), 0);
       std::shuffle(p.begin(), p.end(), std::mt19937(9));
       Tensor perm = to_device(Tensor::from_i32(p, {k}));
-      for (int64_t m : {1, 4, 16}) {
+      for (int64_t m : {1, 4, 16, 32}) {
         Tensor x = to_device(random_tensor({m, k}, 10, DType::kBF16));
         Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
         for (int variant = 0; variant < 3; ++variant) {

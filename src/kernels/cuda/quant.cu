@@ -1,6 +1,6 @@
 // Quantized-GEMM kernels on CUDA: dynamic / static activation quantization to fp8 e4m3 or int8 (bit-identical to
 // the CPU op: an IEEE division, round to nearest even, saturation; launched with programmatic dependent launch so the
-// GEMV after them streams its first weights meanwhile) and the dispatch of W4A16 (ops::w4a16_linear): for m <= 16
+// GEMV after them streams its first weights meanwhile) and the dispatch of W4A16 (ops::w4a16_linear): for m <= 32
 // the tensor-core GEMV of w4a16_gemv.cu (act-order: on x's columns gathered once into the weight's order), for larger
 // m a dequantize-to-16-bit pass into a device scratch followed by ops::linear (cuBLASLt) — an honest first path; a
 // Marlin-class mixed-input tensor-core GEMM (weights repacked at load into its layout) is the next step.

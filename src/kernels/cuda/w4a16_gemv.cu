@@ -1,4 +1,4 @@
-// The m <= 16 path of ops::w4a16_linear on CUDA: a weight-streaming GEMV on the tensor cores, built like gemv.cu
+// The m <= 32 path of ops::w4a16_linear on CUDA: a weight-streaming GEMV on the tensor cores, built like gemv.cu
 // (gemv_common.cuh). Each warp owns a 16-row tile of the 4-bit weight and 1 / splits of its 128-column blocks
 // (interleaved), streams them with several 16-byte loads in flight per lane (the first round before pdl_wait), turns
 // each 32-bit word of 8 nibbles into 4 pairs of 16-bit (q - zero) with the magic-number trick (nibble | exponent
@@ -182,8 +182,11 @@ void launch(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias) 
   if (m <= 8) {
     launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, 1>, grid, kThreads, out.data<T>(), out.stride(0),
                x.data<T>(), x.stride(0), mi, p, bias, splits);
-  } else {
+  } else if (m <= 16) {  // four tiles above: ~180 registers, one block per SM, still the weight read once
     launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, 2>, grid, kThreads, out.data<T>(), out.stride(0),
+               x.data<T>(), x.stride(0), mi, p, bias, splits);
+  } else {
+    launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, 4>, grid, kThreads, out.data<T>(), out.stride(0),
                x.data<T>(), x.stride(0), mi, p, bias, splits);
   }
 }

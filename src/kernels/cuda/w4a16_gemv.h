@@ -1,4 +1,4 @@
-// The m <= 16 path of ops::w4a16_linear on CUDA (w4a16_gemv.cu), called by the op's dispatch (quant.cu): the 4-bit
+// The m <= 32 path of ops::w4a16_linear on CUDA (w4a16_gemv.cu), called by the op's dispatch (quant.cu): the 4-bit
 // weight in the op's layout (ops.h) and the shapes the tensor-core GEMV takes. Plain C++ header.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 namespace llmserve::cuda {
 
-inline constexpr int64_t kW4GemvMaxRows = 16;  // two 8-token tensor-core tiles
+inline constexpr int64_t kW4GemvMaxRows = 32;  // four 8-token tensor-core tiles
 
 struct W4GemvParams {
   const uint8_t* qweight;   // [n, k / 2]: column c of row r is nibble c & 1 (low first) of byte r * k / 2 + c / 2
