@@ -88,7 +88,11 @@ TEST_F(CudaQuantTest, DynamicQuantizeIsBitExact) {
                                 {7, 4096, 1},
                                 {33, 384, 3},
                                 {4097, 512, 4},
-                                {3, 7168, 56}}) {
+                                {3, 7168, 56},
+                                {1, 14336, 1},
+                                {2, 32768, 1},     // the register-resident kernel's largest block (1024 threads)
+                                {2, 100, 1},       // a group not a multiple of 8: the two-pass kernel
+                                {1, 40960, 1}}) {  // a group too long for the registers: the two-pass kernel
       Tensor x = random_tensor({m, k}, seed++, DType::kBF16, -6.f, 6.f);
       Tensor q_cpu = Tensor::empty({m, k}, qtype), s_cpu = Tensor::empty({m, groups}, DType::kF32);
       ops::dynamic_scaled_quantize(q_cpu, s_cpu, x.to(DType::kF32));

@@ -24,8 +24,9 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 }
 
 // Warps per output unit (a weight row, or a 16-row tile): the fewest that put ~kGemvWantWarps warps on the GPU,
-// while each warp still gets at least two unrolled rounds of loads (`rounds`: the rounds one warp alone would make;
-// fewer and the cross-warp reduction costs more than it hides).
+// while each warp still gets at least one whole unrolled round of loads (`rounds`: the rounds one warp alone would
+// make; fewer and the cross-warp reduction costs more than it hides). A small weight (a 4-bit o_proj is 8 MB) is
+// then requested whole by the first round, before pdl_wait.
 inline int choose_gemv_splits(int64_t units, int64_t rounds) {
   int splits = 1;
   while (splits < kGemvMaxSplits && units * splits < kGemvWantWarps && rounds >= int64_t{2} * splits) splits *= 2;

@@ -50,6 +50,46 @@ __global__ void dynamic_quant_kernel(Q* out, float* scales, const T* x, int64_t 
   for (int64_t c = threadIdx.x; c < g; c += blockDim.x) o[c] = QuantTraits<Q>::cast(__fdiv_rn(load_f(xr + c), scale));
 }
 
+// The same for groups of at most kQuantRegWords x 8 x blockDim values with 16-byte aligned rows: each value is read
+// once, 8 at a time, and kept in registers between the amax and the division. Decode's activations are one row per
+// token whose quantization sits between two GEMVs, so its latency (not its bandwidth) is what counts. Bit-identical
+// to dynamic_quant_kernel (the same max, the same IEEE division per value).
+constexpr int kQuantRegWords = 4;
+template <typename T, typename Q>
+__global__ void __launch_bounds__(1024)
+    dynamic_quant_regs_kernel(Q* out, float* scales, const T* x, int64_t k, int64_t g) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.x, group = blockIdx.y, words = g / 8;
+  const T* xr = x + row * k + group * g;
+  float v[kQuantRegWords][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQuantRegWords; ++j) {
+    const int64_t w = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (w < words) {
+      load8(xr + 8 * w, v[j]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[j][e]));
+    }
+  }
+  amax = block_max(amax);
+  constexpr float qmax = QuantTraits<Q>::kMax;
+  const float scale = fmaxf(__fdiv_rn(amax, qmax), __fdiv_rn(1.0f, qmax * 512.0f));
+  if (threadIdx.x == 0) scales[row * gridDim.y + group] = scale;
+  Q* o = out + row * k + group * g;
+#pragma unroll
+  for (int j = 0; j < kQuantRegWords; ++j) {
+    const int64_t w = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (w < words) {
+      alignas(8) Q q[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[e] = QuantTraits<Q>::cast(__fdiv_rn(v[j][e], scale));
+      *reinterpret_cast<uint2*>(o + 8 * w) = *reinterpret_cast<const uint2*>(q);
+    }
+  }
+}
+
 template <typename T, typename Q>
 __global__ void static_quant_kernel(Q* out, const T* x, const float* scale, int64_t n) {
   pdl_wait();
@@ -70,12 +110,20 @@ void dispatch_quant(DType dtype, F&& f) {
 void dynamic_scaled_quantize(Tensor& out, Tensor& scales, const Tensor& x) {
   const int64_t m = x.size(0), k = x.size(1), groups = scales.size(1), g = k / groups;
   if (m == 0 || k == 0) return;
+  int reg_threads = 128;  // the register-resident kernel's block: the fewest threads that hold the whole group
+  while (reg_threads < 1024 && g / 8 > kQuantRegWords * reg_threads) reg_threads *= 2;
+  const bool in_registers = g % 8 == 0 && k % 8 == 0 && g / 8 <= kQuantRegWords * reg_threads &&
+                            aligned16(x.raw_data()) && reinterpret_cast<uintptr_t>(out.raw_data()) % 8 == 0;
   const int threads = g >= 256 ? 256 : 128;
   dispatch_float(x.dtype(), "dynamic_scaled_quantize", [&](auto t) {
     dispatch_quant(out.dtype(), [&](auto q) {
       using T = decltype(t);
       using Q = decltype(q);
       dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(groups));
+      if (in_registers) {
+        return launch_pdl("dynamic_quant_regs_kernel", dynamic_quant_regs_kernel<T, Q>, grid, reg_threads,
+                          out.data<Q>(), scales.data<float>(), x.data<T>(), k, g);
+      }
       launch_pdl("dynamic_quant_kernel", dynamic_quant_kernel<T, Q>, grid, threads, out.data<Q>(), scales.data<float>(),
                  x.data<T>(), k, g);
     });
