@@ -97,7 +97,7 @@ extern Op<void(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
 // scales.size(1). qweight [n, k / 2] u8; scales [n, k / g] f32; zeros [n, k / g] u8 (0..16: GPTQ v1's stored zero + 1).
 // perm: optional [k] i32, a permutation: column c of W multiplies x[:, perm[c]] (GPTQ act-order, sorted by group once
 // at load). CPU: x and out f32, dequantize-then-GEMM in f32. CUDA: x and out bf16 or f16 (bias in out's dtype or f32);
-// m <= 16 a GEMV dequantizing in registers, larger m dequantizes to x's dtype in a device scratch then runs
+// m <= 32 a tensor-core GEMV dequantizing in registers, larger m dequantizes to x's dtype in a device scratch then runs
 // ops::linear.
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
                const Tensor* perm, const Tensor* bias)>

@@ -1,20 +1,27 @@
 // The quantized-GEMM ops on CUDA against the CPU ops (the references): activation quantization bit-exact (same
-// IEEE division and rounding), scaled_mm (GEMV for m <= 8, cuBLASLt above; fp8 per-tensor, per-token x per-channel,
-// group-128 x block-128; int8 per-token x per-channel), each case also through the fallbacks forced by
+// IEEE division and rounding), scaled_mm (tensor-core GEMV for m <= 16, cuBLASLt above; fp8 per-tensor, per-token x
+// per-channel, group-128 x block-128; int8 per-token x per-channel), each case also through the fallbacks forced by
 // LLMSERVE_SCALED_MM_FORCE_FALLBACK (1: unit-scaled cuBLASLt GEMMs + epilogues, 2: the tiled kernel; the op logs the
 // path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n), and w4a16_linear (GEMV for
-// m <= 16, dequantize + cuBLASLt above; with and without the act-order permutation), m from 1 to 8192 with odd m,
-// NaN-poisoned outputs. Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
+// m <= 32, dequantize + cuBLASLt above; with and without the act-order permutation), m from 1 to 8192 with odd m,
+// NaN-poisoned outputs. The GEMVs' own branches: every m up to their limit (1, 2, 4 8-token tiles), n not a multiple of
+// the 16-row tile, k with a partial last 128-column block, one and eight warps per tile, bias absent / f32 / 16-bit.
+// Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
+// `--bench`: each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in the same process.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
 
+#include "core/cuda_stream.h"
 #include "core/logging.h"
 #include "gpu_test_util.h"
 #include "kernels/ops.h"
@@ -23,7 +30,9 @@ namespace llmserve {
 namespace {
 
 using gpu_testing::poisoned_device;
+using gpu_testing::poisoned_strided;
 using gpu_testing::to_device;
+using gpu_testing::to_device_strided;
 using gpu_testing::to_host;
 using testing::random_tensor;
 using testing::to_doubles;
@@ -79,7 +88,11 @@ TEST_F(CudaQuantTest, DynamicQuantizeIsBitExact) {
                                 {7, 4096, 1},
                                 {33, 384, 3},
                                 {4097, 512, 4},
-                                {3, 7168, 56}}) {
+                                {3, 7168, 56},
+                                {1, 14336, 1},
+                                {2, 32768, 1},     // the register-resident kernel's largest block (1024 threads)
+                                {2, 100, 1},       // a group not a multiple of 8: the two-pass kernel
+                                {1, 40960, 1}}) {  // a group too long for the registers: the two-pass kernel
       Tensor x = random_tensor({m, k}, seed++, DType::kBF16, -6.f, 6.f);
       Tensor q_cpu = Tensor::empty({m, k}, qtype), s_cpu = Tensor::empty({m, groups}, DType::kF32);
       ops::dynamic_scaled_quantize(q_cpu, s_cpu, x.to(DType::kF32));
@@ -100,8 +113,25 @@ TEST_F(CudaQuantTest, DynamicQuantizeIsBitExact) {
 }
 
 enum class Mode { kTensor, kTokenChannel, kGroupBlock, kTensorChannel };
+// The bias a case passes: none, f32, or in out's dtype (bf16; the CPU reference gets the same rounded values).
+enum class Bias { kNone, kF32, kOut };
 
-void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint32_t seed) {
+// The bias of a case: `host` for the CPU reference (f32) and `dev` as the CUDA op gets it (undefined: no bias).
+struct CaseBias {
+  Tensor host, dev;
+  const Tensor* cpu() const { return host.defined() ? &host : nullptr; }
+  const Tensor* gpu() const { return dev.defined() ? &dev : nullptr; }
+};
+CaseBias make_bias(Bias kind, int64_t n, uint32_t seed) {
+  if (kind == Bias::kNone) return {};
+  Tensor b = random_tensor({n}, seed);
+  if (kind == Bias::kF32) return {b, to_device(b)};
+  Tensor b16 = b.to(DType::kBF16);
+  return {b16.to(DType::kF32), to_device(b16)};
+}
+
+void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint32_t seed, Bias bias_kind = Bias::kF32,
+                   bool forced_fallbacks = true) {
   Tensor af = random_tensor({m, k}, seed, DType::kF32, -4.f, 4.f), bf = random_tensor({n, k}, seed + 1, DType::kF32);
   const int64_t a_groups = mode == Mode::kGroupBlock ? k / 128 : 1;
   Tensor a = Tensor::empty({m, k}, qtype), sa = Tensor::empty({m, a_groups}, DType::kF32);
@@ -115,9 +145,9 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
   } else if (mode == Mode::kGroupBlock) {
     sb = random_tensor({(n + 127) / 128, k / 128}, seed + 2, DType::kF32, 0.001f, 0.01f);
   }
-  Tensor bias = random_tensor({n}, seed + 3);
+  const CaseBias bias = make_bias(bias_kind, n, seed + 3);
   Tensor out_cpu = Tensor::empty({m, n}, DType::kF32);
-  ops::scaled_mm(out_cpu, a, sa, b, sb, &bias);
+  ops::scaled_mm(out_cpu, a, sa, b, sb, bias.cpu());
   // Magnitude bound from unscaled |a||b| times the largest scales (a loose but sound accumulation bound).
   double max_sa = 0, max_sb = 0;
   for (int64_t i = 0; i < sa.numel(); ++i) max_sa = std::max<double>(max_sa, sa.data<float>()[i]);
@@ -125,14 +155,15 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
   std::vector<double> mag = magnitudes(abs_dequantized(a), abs_dequantized(b));
   for (double& v : mag) v *= max_sa * max_sb;
   const Tensor a_dev = to_device(a), sa_dev = to_device(sa), b_dev = to_device(b), sb_dev = to_device(sb);
-  const Tensor bias_dev = to_device(bias);
   for (const char* force : {"0", "1", "2"}) {  // fast paths, then the epilogue fallbacks, then the tiled kernel
+    if (!forced_fallbacks && force[0] != '0') break;
     ASSERT_EQ(setenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK", force, 1), 0);
     Tensor out_dev = poisoned_device({m, n}, DType::kBF16);
-    ops::scaled_mm(out_dev, a_dev, sa_dev, b_dev, sb_dev, &bias_dev);
+    ops::scaled_mm(out_dev, a_dev, sa_dev, b_dev, sb_dev, bias.gpu());
     expect_close_to(to_host(out_dev), out_cpu, mag,
                     std::string(dtype_name(qtype)) + " mode " + std::to_string(int(mode)) + " m " + std::to_string(m) +
-                        " n " + std::to_string(n) + " k " + std::to_string(k) + " forced fallback " + force);
+                        " n " + std::to_string(n) + " k " + std::to_string(k) + " bias " +
+                        std::to_string(int(bias_kind)) + " forced fallback " + force);
   }
   ASSERT_EQ(unsetenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK"), 0);
 }
@@ -141,7 +172,7 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
   const LogLevel level = min_log_level();
   set_min_log_level(LogLevel::kInfo);  // the op logs once which path each mode took on this machine
   uint32_t seed = 100;
-  for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 8: the GEMV; above: cuBLASLt
+  for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 16: the GEMV; above: cuBLASLt
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 256, 256, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 384, 512, seed += 10);
@@ -159,40 +190,248 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
   set_min_log_level(level);
 }
 
-void run_w4a16(int64_t m, int64_t n, int64_t k, int64_t groups, bool permuted, uint32_t seed) {
+// The GEMV's branches (only its path: m <= 16): every m (one 8-token tile up to 8, two above), n = 40 (the last
+// 16-row tile partial, a block of 8 tiles partly past n), k = 2048 (eight warps per tile), k = 208 (one warp per
+// tile, a partial last 128-column block), every scale mode, bias absent / f32 / bf16.
+TEST_F(CudaQuantTest, ScaledGemvBranchesMatchCpu) {
+  uint32_t seed = 5000;
+  for (int64_t m = 1; m <= 16; ++m) {
+    const Bias bias = static_cast<Bias>(m % 3);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 40, 2048, seed += 10, bias, false);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 40, 208, seed += 10, bias, false);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 40, 208, seed += 10, bias, false);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 136, 2048, seed += 10, bias, false);
+    run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 40, 2048, seed += 10, bias, false);
+    run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 40, 208, seed += 10, bias, false);
+  }
+}
+
+struct W4Case {
+  int64_t m, n, k, groups;
+  bool permuted = false;       // GPTQ act-order (g_idx)
+  DType dtype = DType::kBF16;  // x and out
+  Bias bias = Bias::kF32;
+  int64_t pad = 0;  // x and out as column slices of rows `pad` wider (row-strided)
+};
+
+void run_w4a16(const W4Case& c, uint32_t seed) {
+  const int64_t m = c.m, n = c.n, k = c.k;
   std::mt19937 rng(seed);
-  Tensor x = random_tensor({m, k}, seed, DType::kBF16);
+  Tensor x = random_tensor({m, k}, seed, c.dtype);
   Tensor qweight = Tensor::empty({n, k / 2}, DType::kU8);
   for (int64_t i = 0; i < qweight.numel(); ++i) qweight.data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 0xff);
-  Tensor scales = random_tensor({n, groups}, seed + 1, DType::kF32, 0.005f, 0.05f);
-  Tensor zeros = Tensor::empty({n, groups}, DType::kU8);
+  Tensor scales = random_tensor({n, c.groups}, seed + 1, DType::kF32, 0.005f, 0.05f);
+  Tensor zeros = Tensor::empty({n, c.groups}, DType::kU8);  // 0..16: AWQ's zeros and GPTQ v1's stored zero + 1
   for (int64_t i = 0; i < zeros.numel(); ++i) zeros.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 17);
   std::vector<int32_t> p(k);
   std::iota(p.begin(), p.end(), 0);
-  if (permuted) std::shuffle(p.begin(), p.end(), rng);
+  if (c.permuted) std::shuffle(p.begin(), p.end(), rng);
   Tensor perm = Tensor::from_i32(p, {k});
-  Tensor bias = random_tensor({n}, seed + 2);
+  CaseBias bias = make_bias(c.bias, n, seed + 2);
+  if (c.bias == Bias::kOut && c.dtype != DType::kBF16) bias.dev = to_device(bias.host.to(c.dtype));
   Tensor out_cpu = Tensor::empty({m, n}, DType::kF32);
-  ops::w4a16_linear(out_cpu, x.to(DType::kF32), qweight, scales, zeros, permuted ? &perm : nullptr, &bias);
-  Tensor perm_dev = to_device(perm), bias_dev = to_device(bias);
-  Tensor out_dev = poisoned_device({m, n}, DType::kBF16);
-  ops::w4a16_linear(out_dev, to_device(x), to_device(qweight), to_device(scales), to_device(zeros),
-                    permuted ? &perm_dev : nullptr, &bias_dev);
+  ops::w4a16_linear(out_cpu, x.to(DType::kF32), qweight, scales, zeros, c.permuted ? &perm : nullptr, bias.cpu());
+  Tensor perm_dev = to_device(perm);
+  Tensor out_dev = c.pad > 0 ? poisoned_strided(m, n, c.pad, c.dtype) : poisoned_device({m, n}, c.dtype);
+  const Tensor x_dev = c.pad > 0 ? to_device_strided(x, c.pad) : to_device(x);
+  ops::w4a16_linear(out_dev, x_dev, to_device(qweight), to_device(scales), to_device(zeros),
+                    c.permuted ? &perm_dev : nullptr, bias.gpu());
   std::vector<double> mag(m * n, 16.0 * 0.05 * k);  // |x| <= 1, |w| <= 16 * max scale
   expect_close_to(to_host(out_dev), out_cpu, mag,
-                  "w4a16 m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
-                      (permuted ? " permuted" : ""));
+                  "w4a16 m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " groups " +
+                      std::to_string(c.groups) + (c.permuted ? " permuted " : " ") + std::string(dtype_name(c.dtype)) +
+                      " bias " + std::to_string(int(c.bias)) + " pad " + std::to_string(c.pad));
 }
 
 TEST_F(CudaQuantTest, W4A16MatchesCpu) {
   uint32_t seed = 1000;
-  for (int64_t m : {1, 2, 3, 8, 13, 16, 17, 300, 8192}) {
+  for (int64_t m : {1, 2, 3, 8, 13, 16, 17, 32, 33, 300, 8192}) {  // <= 32: the GEMV; above: dequantize + cuBLASLt
     for (bool permuted : {false, true}) {
-      run_w4a16(m, 264, 512, 4, permuted, seed += 10);  // group 128
-      run_w4a16(m, 96, 384, 1, permuted, seed += 10);   // per channel
+      run_w4a16({m, 264, 512, 4, permuted}, seed += 10);  // group 128
+      run_w4a16({m, 96, 384, 1, permuted}, seed += 10);   // per channel
     }
   }
 }
 
+// The GEMV's branches (m <= 32): every m (one 8-token tile up to 8, two up to 16, four above); n = 40 (a partial last
+// 16-row tile, a block of tiles partly past n); k = 8192 in groups of 128 (eight warps per tile); per channel with k =
+// 416 (one warp per tile, a partial last 128-column block); act-order; f16; bias absent / f32 / 16-bit; row-strided x
+// and out; and k % 32 != 0 (the dequantize path even at m = 1).
+TEST_F(CudaQuantTest, W4A16GemvBranchesMatchCpu) {
+  uint32_t seed = 7000;
+  for (int64_t m = 1; m <= 32; ++m) {
+    const Bias bias = static_cast<Bias>(m % 3);
+    const bool permuted = m % 2 == 0;
+    run_w4a16({m, 40, 8192, 64, permuted, DType::kBF16, bias}, seed += 10);
+    run_w4a16({m, 40, 416, 1, permuted, DType::kBF16, bias}, seed += 10);
+    run_w4a16({m, 72, 1024, 8, permuted, DType::kF16, bias}, seed += 10);
+    run_w4a16({m, 40, 512, 4, false, DType::kBF16, bias, /*pad=*/8}, seed += 10);
+  }
+  for (int64_t m : {1, 5}) run_w4a16({m, 24, 200, 1}, seed += 10);
+}
+
+// ---- --bench ----
+
+// Mean microseconds per call of f(i) over `reps` calls (after one warm-up call), i the call's index.
+double time_us(const std::function<void(int)>& f, int reps) {
+  f(0);
+  gpu_testing::sync_device();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, cuda::current_stream());
+  for (int i = 0; i < reps; ++i) f(i);
+  cudaEventRecord(stop, cuda::current_stream());
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms * 1e3 / reps;
+}
+
+// Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer: the floor's bandwidth.
+double copy_bandwidth() {
+  const int64_t bytes = int64_t{1} << 30;
+  Tensor src = Tensor::empty({bytes}, DType::kU8, Device::cuda()),
+         dst = Tensor::empty({bytes}, DType::kU8, Device::cuda());
+  CHECK(cudaMemset(src.raw_data(), 1, bytes) == cudaSuccess);
+  const double us = time_us(
+      [&](int) {
+        CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyDeviceToDevice,
+                              cuda::current_stream()) == cudaSuccess);
+      },
+      20);
+  return 2.0 * bytes / (us * 1e-6);
+}
+
+// `copies` device copies of one host tensor: the bench cycles through them so that the weights it reads per call
+// come from memory, not from the 50 MB L2.
+std::vector<Tensor> device_copies(const Tensor& host, int copies) {
+  std::vector<Tensor> out{to_device(host)};
+  for (int i = 1; i < copies; ++i) {
+    out.push_back(Tensor::empty(host.shape(), host.dtype(), Device::cuda()));
+    CHECK(cudaMemcpy(out.back().raw_data(), out[0].raw_data(), host.nbytes(), cudaMemcpyDeviceToDevice) == cudaSuccess);
+  }
+  return out;
+}
+
+Tensor random_bytes(Shape shape, DType dtype, uint32_t seed) {  // fp8: no NaN pattern (S.1111.111)
+  Tensor t = Tensor::empty(std::move(shape), dtype);
+  std::mt19937 rng(seed);
+  uint8_t* p = static_cast<uint8_t*>(t.raw_data());
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    p[i] = static_cast<uint8_t>(rng());
+    if (dtype == DType::kFP8E4M3 && (p[i] & 0x7f) == 0x7f) p[i] ^= 1;
+  }
+  return t;
+}
+
+// Each GEMV at the Mistral-7B linear shapes, m = 1, 4, 16 (and 32 for bf16 and W4A16: batch-32 decode): microseconds
+// per call, the bytes it must read (weights, their scales and zeros), GB/s, and the share of the floor (those bytes at
+// the copy bandwidth). fp8 / int8 also with the per-token activation quantization that precedes them in a model
+// (`+quant`).
+int run_bench() {
+  const double bandwidth = copy_bandwidth();
+  std::printf("device-to-device copy bandwidth: %.0f GB/s (the floor's)\n", bandwidth / 1e9);
+  std::printf("%-22s %-12s %3s %10s %10s %8s %9s %10s %9s\n", "kernel", "n x k", "m", "us", "MB", "GB/s", "of floor",
+              "us +quant", "of floor");
+  struct Shape2 {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape2 shapes[] = {
+      {"qkv", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  const int reps = 200;
+  for (const Shape2& sh : shapes) {
+    const int64_t n = sh.n, k = sh.k, groups = k / 128;
+    char dims[32];
+    std::snprintf(dims, sizeof(dims), "%lldx%lld", static_cast<long long>(n), static_cast<long long>(k));
+    auto copies_for = [](double bytes) { return static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes))); };
+    auto report = [&](const char* kernel, int64_t m, double bytes, double us, double us_quant) {
+      const double floor_us = bytes / bandwidth * 1e6;
+      std::printf("%-22s %-12s %3lld %10.2f %10.2f %8.0f %8.0f%%", kernel, dims, static_cast<long long>(m), us,
+                  bytes / 1e6, bytes / us / 1e3, 100.0 * floor_us / us);
+      if (us_quant > 0) std::printf(" %10.2f %8.0f%%", us_quant, 100.0 * floor_us / us_quant);
+      std::printf("\n");
+    };
+    // bf16: ops::linear (the GEMV at m = 1, cuBLASLt above).
+    {
+      const double bytes = 2.0 * n * k;
+      std::vector<Tensor> w =
+          device_copies(random_tensor({n, k}, 1, DType::kF32, -0.05f, 0.05f).to(DType::kBF16), copies_for(bytes));
+      for (int64_t m : {1, 4, 16, 32}) {
+        Tensor x = to_device(random_tensor({m, k}, 2, DType::kBF16));
+        Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
+        const double us = time_us([&](int i) { ops::linear(out, x, w[i % w.size()], nullptr); }, reps);
+        report("bf16 linear", m, bytes, us, 0);
+      }
+    }
+    // fp8 per-channel weights x dynamic per-token activations; int8 the same.
+    for (DType qtype : {DType::kFP8E4M3, DType::kI8}) {
+      const double bytes = 1.0 * n * k + 4.0 * n;
+      std::vector<Tensor> w = device_copies(random_bytes({n, k}, qtype, 3), copies_for(bytes));
+      Tensor ws = to_device(random_tensor({n}, 4, DType::kF32, 1e-4f, 1e-3f));
+      for (int64_t m : {1, 4, 16}) {
+        Tensor x = to_device(random_tensor({m, k}, 5, DType::kBF16));
+        Tensor xq = Tensor::empty({m, k}, qtype, Device::cuda()),
+               xs = Tensor::empty({m, 1}, DType::kF32, Device::cuda());
+        Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
+        ops::dynamic_scaled_quantize(xq, xs, x);
+        const double us = time_us([&](int i) { ops::scaled_mm(out, xq, xs, w[i % w.size()], ws, nullptr); }, reps);
+        const double us_quant = time_us(
+            [&](int i) {
+              ops::dynamic_scaled_quantize(xq, xs, x);
+              ops::scaled_mm(out, xq, xs, w[i % w.size()], ws, nullptr);
+            },
+            reps);
+        report(qtype == DType::kFP8E4M3 ? "fp8 per-channel" : "int8 per-channel", m, bytes, us, us_quant);
+      }
+    }
+    // W4A16 group 128: GPTQ (zeros 1..16 after load), GPTQ act-order (x gathered first), AWQ (zeros 0..15). The
+    // op sees the same layout for all three; the zeros differ only in value.
+    {
+      const double bytes = 0.5 * n * k + 5.0 * n * groups;
+      std::vector<Tensor> q = device_copies(random_bytes({n, k / 2}, DType::kU8, 6), copies_for(bytes));
+      Tensor scales = to_device(random_tensor({n, groups}, 7, DType::kF32, 0.005f, 0.05f));
+      Tensor zeros_host = random_bytes({n, groups}, DType::kU8, 8);
+      for (size_t i = 0; i < zeros_host.nbytes(); ++i) zeros_host.data<uint8_t>()[i] %= 16;
+      Tensor zeros_awq = to_device(zeros_host);  // 0..15; GPTQ's are its stored zeros (0..15) + 1
+      for (size_t i = 0; i < zeros_host.nbytes(); ++i) zeros_host.data<uint8_t>()[i] += 1;
+      Tensor zeros_gptq = to_device(zeros_host);
+      std::vector<int32_t> p(k);
+      std::iota(p.begin(), p.end(), 0);
+      std::shuffle(p.begin(), p.end(), std::mt19937(9));
+      Tensor perm = to_device(Tensor::from_i32(p, {k}));
+      for (int64_t m : {1, 4, 16, 32}) {
+        Tensor x = to_device(random_tensor({m, k}, 10, DType::kBF16));
+        Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
+        for (int variant = 0; variant < 3; ++variant) {
+          const Tensor& zeros = variant == 2 ? zeros_awq : zeros_gptq;
+          const Tensor* pm = variant == 1 ? &perm : nullptr;
+          const double us =
+              time_us([&](int i) { ops::w4a16_linear(out, x, q[i % q.size()], scales, zeros, pm, nullptr); }, reps);
+          report(variant == 0 ? "gptq g128" : variant == 1 ? "gptq g128 act-order" : "awq g128", m, bytes, us, 0);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace llmserve
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--bench") == 0) {
+      if (!llmserve::gpu_testing::have_cuda_device()) {
+        std::fprintf(stderr, "quant_gpu_test --bench: no CUDA device\n");
+        return 1;
+      }
+      return llmserve::run_bench();
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,8 +1,9 @@
 // Quantized-GEMM kernels on CUDA: dynamic / static activation quantization to fp8 e4m3 or int8 (bit-identical to
-// the CPU op: an IEEE division, round to nearest even, saturation) and W4A16 (ops::w4a16_linear): a GEMV that
-// dequantizes 4-bit weights in registers for m <= 16, and for larger m a dequantize-to-16-bit pass into a device
-// scratch followed by ops::linear (cuBLASLt) — an honest first path; a Marlin-class mixed-input tensor-core GEMM
-// (weights repacked at load into its layout) is the next step.
+// the CPU op: an IEEE division, round to nearest even, saturation; launched with programmatic dependent launch so the
+// GEMV after them streams its first weights meanwhile) and the dispatch of W4A16 (ops::w4a16_linear): for m <= 32
+// the tensor-core GEMV of w4a16_gemv.cu (act-order: on x's columns gathered once into the weight's order), for larger
+// m a dequantize-to-16-bit pass into a device scratch followed by ops::linear (cuBLASLt) — an honest first path; a
+// Marlin-class mixed-input tensor-core GEMM (weights repacked at load into its layout) is the next step.
 #include <cuda_fp8.h>
 
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "core/cuda_stream.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/w4a16_gemv.h"
 
 namespace llmserve::cuda {
 namespace {
@@ -34,6 +36,8 @@ struct QuantTraits<int8_t> {
 // One block per (row, group): amax over the group, scale = max(amax / qmax, 1 / (qmax * 512)), out = x / scale.
 template <typename T, typename Q>
 __global__ void dynamic_quant_kernel(Q* out, float* scales, const T* x, int64_t k, int64_t g) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x, group = blockIdx.y;
   const T* xr = x + row * k + group * g;
   float amax = 0.0f;
@@ -46,8 +50,50 @@ __global__ void dynamic_quant_kernel(Q* out, float* scales, const T* x, int64_t 
   for (int64_t c = threadIdx.x; c < g; c += blockDim.x) o[c] = QuantTraits<Q>::cast(__fdiv_rn(load_f(xr + c), scale));
 }
 
+// The same for groups of at most kQuantRegWords x 8 x blockDim values with 16-byte aligned rows: each value is read
+// once, 8 at a time, and kept in registers between the amax and the division. Decode's activations are one row per
+// token whose quantization sits between two GEMVs, so its latency (not its bandwidth) is what counts. Bit-identical
+// to dynamic_quant_kernel (the same max, the same IEEE division per value).
+constexpr int kQuantRegWords = 4;
+template <typename T, typename Q>
+__global__ void __launch_bounds__(1024)
+    dynamic_quant_regs_kernel(Q* out, float* scales, const T* x, int64_t k, int64_t g) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.x, group = blockIdx.y, words = g / 8;
+  const T* xr = x + row * k + group * g;
+  float v[kQuantRegWords][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQuantRegWords; ++j) {
+    const int64_t w = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (w < words) {
+      load8(xr + 8 * w, v[j]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[j][e]));
+    }
+  }
+  amax = block_max(amax);
+  constexpr float qmax = QuantTraits<Q>::kMax;
+  const float scale = fmaxf(__fdiv_rn(amax, qmax), __fdiv_rn(1.0f, qmax * 512.0f));
+  if (threadIdx.x == 0) scales[row * gridDim.y + group] = scale;
+  Q* o = out + row * k + group * g;
+#pragma unroll
+  for (int j = 0; j < kQuantRegWords; ++j) {
+    const int64_t w = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (w < words) {
+      alignas(8) Q q[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) q[e] = QuantTraits<Q>::cast(__fdiv_rn(v[j][e], scale));
+      *reinterpret_cast<uint2*>(o + 8 * w) = *reinterpret_cast<const uint2*>(q);
+    }
+  }
+}
+
 template <typename T, typename Q>
 __global__ void static_quant_kernel(Q* out, const T* x, const float* scale, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   const float s = *scale;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -64,15 +110,22 @@ void dispatch_quant(DType dtype, F&& f) {
 void dynamic_scaled_quantize(Tensor& out, Tensor& scales, const Tensor& x) {
   const int64_t m = x.size(0), k = x.size(1), groups = scales.size(1), g = k / groups;
   if (m == 0 || k == 0) return;
+  int reg_threads = 128;  // the register-resident kernel's block: the fewest threads that hold the whole group
+  while (reg_threads < 1024 && g / 8 > kQuantRegWords * reg_threads) reg_threads *= 2;
+  const bool in_registers = g % 8 == 0 && k % 8 == 0 && g / 8 <= kQuantRegWords * reg_threads &&
+                            aligned16(x.raw_data()) && reinterpret_cast<uintptr_t>(out.raw_data()) % 8 == 0;
   const int threads = g >= 256 ? 256 : 128;
   dispatch_float(x.dtype(), "dynamic_scaled_quantize", [&](auto t) {
     dispatch_quant(out.dtype(), [&](auto q) {
       using T = decltype(t);
       using Q = decltype(q);
       dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(groups));
-      dynamic_quant_kernel<T, Q>
-          <<<grid, threads, 0, stream()>>>(out.data<Q>(), scales.data<float>(), x.data<T>(), k, g);
-      check_launch("dynamic_quant_kernel");
+      if (in_registers) {
+        return launch_pdl("dynamic_quant_regs_kernel", dynamic_quant_regs_kernel<T, Q>, grid, reg_threads,
+                          out.data<Q>(), scales.data<float>(), x.data<T>(), k, g);
+      }
+      launch_pdl("dynamic_quant_kernel", dynamic_quant_kernel<T, Q>, grid, threads, out.data<Q>(), scales.data<float>(),
+                 x.data<T>(), k, g);
     });
   });
 }
@@ -85,83 +138,29 @@ void static_scaled_quantize(Tensor& out, const Tensor& x, const Tensor& scale) {
       using T = decltype(t);
       using Q = decltype(q);
       const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
-      static_quant_kernel<T, Q><<<blocks, 256, 0, stream()>>>(out.data<Q>(), x.data<T>(), scale.data<float>(), n);
-      check_launch("static_quant_kernel");
+      launch_pdl("static_quant_kernel", static_quant_kernel<T, Q>, blocks, 256, out.data<Q>(), x.data<T>(),
+                 scale.data<float>(), n);
     });
   });
 }
 
 // ---- W4A16 ----
 
-struct W4Params {
-  const uint8_t* qweight;  // [n, k / 2]
-  const float* scales;     // [n, groups]
-  const uint8_t* zeros;    // [n, groups]
-  const int32_t* perm;     // [k] or null
-  int64_t n, k, groups, g;
-};
-
-// GEMV for m <= M: one warp per output row; each lane takes 32 consecutive columns (16 bytes of the row) per step,
-// dequantizes them in registers and accumulates against every row of x. Needs k % 32 == 0 and g % 32 == 0
-// (every 32-column chunk in one group).
-template <typename T, int M>
-__global__ void w4a16_gemv_kernel(T* out, int64_t ldo, const T* x, int64_t ldx, int m, W4Params p, const float* bias_f,
-                                  const T* bias_t) {
-  const int lane = threadIdx.x % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= p.n) return;
-  float acc[M];
-#pragma unroll
-  for (int i = 0; i < M; ++i) acc[i] = 0.0f;
-  const uint8_t* qrow = p.qweight + r * (p.k / 2);
-  for (int64_t c0 = static_cast<int64_t>(lane) * 32; c0 < p.k; c0 += 32 * 32) {
-    const uint4 packed = *reinterpret_cast<const uint4*>(qrow + c0 / 2);
-    const int64_t group = c0 / p.g;
-    const float s = p.scales[r * p.groups + group];
-    const float z = static_cast<float>(p.zeros[r * p.groups + group]);
-    float w[32];
-    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) w[b * 8 + e] = (static_cast<float>((words[b] >> (4 * e)) & 0xf) - z) * s;
-    }
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      if (i >= m) break;
-      const T* xr = x + i * ldx;
-      float sum = 0.0f;
-      if (p.perm == nullptr) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          float xv[8];
-          load8(xr + c0 + v * 8, xv);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) sum += w[v * 8 + e] * xv[e];
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 32; ++e) sum += w[e] * load_f(xr + p.perm[c0 + e]);
-      }
-      acc[i] += sum;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    if (i >= m) break;
-    float v = acc[i];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) {
-      if (bias_f != nullptr) v += bias_f[r];
-      if (bias_t != nullptr) v += load_f(bias_t + r);
-      store_f(out + i * ldo + r, v);
-    }
+// xg[i, c] = x[i, perm[c]]: x's columns in the act-order weight's column order, so the GEMV reads x contiguously.
+template <typename T>
+__global__ void gather_columns_kernel(T* xg, const T* x, int64_t ldx, const int32_t* perm, int64_t k) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.y;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < k;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    xg[row * k + c] = x[row * ldx + perm[c]];
   }
 }
 
 // W[r, perm[c]] (or W[r, c]) = (q - z) * s into a dense [n, k] matrix of T (the large-m path).
 template <typename T>
-__global__ void w4a16_dequant_kernel(T* w, W4Params p) {
+__global__ void w4a16_dequant_kernel(T* w, W4GemvParams p, const int32_t* perm) {
   const int64_t r = blockIdx.x;
   const uint8_t* qrow = p.qweight + r * (p.k / 2);
   for (int64_t c = threadIdx.x; c < p.k; c += blockDim.x) {
@@ -169,67 +168,52 @@ __global__ void w4a16_dequant_kernel(T* w, W4Params p) {
     const int64_t group = c / p.g;
     const float v =
         (static_cast<float>(q) - static_cast<float>(p.zeros[r * p.groups + group])) * p.scales[r * p.groups + group];
-    store_f(w + r * p.k + (p.perm != nullptr ? p.perm[c] : c), v);
+    store_f(w + r * p.k + (perm != nullptr ? perm[c] : c), v);
   }
 }
 
-// The large-m path's dense weight: one device buffer per device, grown on demand (the warm-up forward before each
-// graph capture sizes it) and shared by every layer (one stream, layers in order). An outgrown buffer is kept, never
-// freed: a captured graph may still use its address.
-Tensor dequant_scratch(int64_t n, int64_t k, DType dtype, Device device) {
+// The scratch matrix of either path (the large-m path's dense weight, the GEMV's gathered x; one call uses one):
+// one device buffer per device, grown on demand (the warm-up forward before each graph capture sizes it) and shared
+// by every layer (one stream, layers in order). An outgrown buffer is kept, never freed: a captured graph may still
+// use its address.
+Tensor scratch_matrix(int64_t rows, int64_t cols, DType dtype, Device device) {
   static std::mutex mu;
   static Tensor buffers[16];
   static std::vector<Tensor> outgrown;
   std::lock_guard<std::mutex> lock(mu);
   Tensor& b = buffers[device.index];
-  const int64_t bytes = n * k * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t bytes = rows * cols * static_cast<int64_t>(dtype_size(dtype));
   if (!b.defined() || b.numel() < bytes) {
     if (b.defined()) outgrown.push_back(b);
     b = Tensor::empty({bytes}, DType::kU8, device);
   }
-  return Tensor::from_blob(b.raw_data(), {n, k}, dtype, nullptr, device);
-}
-
-constexpr int kGemvMaxRows = 16;
-
-template <typename T, int M>
-void launch_gemv(Tensor& out, const Tensor& x, const W4Params& p, const Tensor* bias) {
-  constexpr int kWarps = 4;
-  const unsigned blocks = static_cast<unsigned>((p.n + kWarps - 1) / kWarps);
-  const float* bias_f = bias != nullptr && bias->dtype() == DType::kF32 ? bias->data<float>() : nullptr;
-  const T* bias_t = bias != nullptr && bias->dtype() != DType::kF32 ? bias->data<T>() : nullptr;
-  w4a16_gemv_kernel<T, M><<<blocks, kWarps * 32, 0, stream()>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
-                                                                static_cast<int>(x.size(0)), p, bias_f, bias_t);
-  check_launch("w4a16_gemv_kernel");
+  return Tensor::from_blob(b.raw_data(), {rows, cols}, dtype, nullptr, device);
 }
 
 void w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
                   const Tensor* perm, const Tensor* bias) {
   const int64_t m = x.size(0), k = x.size(1), n = qweight.size(0), groups = scales.size(1);
   if (m == 0 || n == 0) return;
-  W4Params p{qweight.data<uint8_t>(),
-             scales.data<float>(),
-             zeros.data<uint8_t>(),
-             perm != nullptr ? perm->data<int32_t>() : nullptr,
-             n,
-             k,
-             groups,
-             k / groups};
-  const bool gemv = m <= kGemvMaxRows && k % 32 == 0 && p.g % 32 == 0 && aligned16(qweight.raw_data()) &&
-                    (perm != nullptr || (x.stride(0) % 8 == 0 && aligned16(x.raw_data())));
+  const W4GemvParams p{qweight.data<uint8_t>(), scales.data<float>(), zeros.data<uint8_t>(), n, k, groups, k / groups};
+  const int32_t* perm_p = perm != nullptr ? perm->data<int32_t>() : nullptr;
   dispatch_float(x.dtype(), "w4a16_linear", [&](auto t) {
     using T = decltype(t);
     if constexpr (std::is_same_v<T, float>) {
       LOG(FATAL) << "w4a16_linear: f32 activations on cuda";  // the op's check allows bf16 / f16 only
-    } else if (gemv) {
-      if (m == 1) return launch_gemv<T, 1>(out, x, p, bias);
-      if (m <= 2) return launch_gemv<T, 2>(out, x, p, bias);
-      if (m <= 4) return launch_gemv<T, 4>(out, x, p, bias);
-      if (m <= 8) return launch_gemv<T, 8>(out, x, p, bias);
-      return launch_gemv<T, 16>(out, x, p, bias);
     } else {
-      Tensor w = dequant_scratch(n, k, x.dtype(), x.device());
-      w4a16_dequant_kernel<T><<<static_cast<unsigned>(n), 256, 0, stream()>>>(w.data<T>(), p);
+      // Act-order: the GEMV reads a gathered copy of x (contiguous, aligned) instead of x.
+      const bool gemv =
+          w4a16_gemv_applies(m, x.dtype(), p) && (perm != nullptr || (x.stride(0) % 8 == 0 && aligned16(x.raw_data())));
+      if (gemv && perm == nullptr) return w4a16_gemv(out, x, p, bias);
+      if (gemv) {
+        Tensor xg = scratch_matrix(m, k, x.dtype(), x.device());
+        const dim3 grid(ceil_div(k, 256 * 4), static_cast<unsigned>(m));
+        launch_pdl("gather_columns_kernel", gather_columns_kernel<T>, grid, 256, xg.data<T>(), x.data<T>(), x.stride(0),
+                   perm_p, k);
+        return w4a16_gemv(out, xg, p, bias);
+      }
+      Tensor w = scratch_matrix(n, k, x.dtype(), x.device());
+      w4a16_dequant_kernel<T><<<static_cast<unsigned>(n), 256, 0, stream()>>>(w.data<T>(), p, perm_p);
       check_launch("w4a16_dequant_kernel");
       ops::linear(out, x, w, bias);
     }

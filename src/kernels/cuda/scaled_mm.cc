@@ -1,4 +1,4 @@
-// ops::scaled_mm on CUDA: m <= 8 a weight-streaming GEMV (scaled_gemv.cu), above that cuBLASLt. FP8 e4m3 x e4m3 ->
+// ops::scaled_mm on CUDA: m <= 16 a weight-streaming GEMV (scaled_gemv.cu), above that cuBLASLt. FP8 e4m3 x e4m3 ->
 // bf16/f16/f32 with cuBLASLt's own scaling where it has an algorithm: per-tensor scalars (SCALAR_32F), per-token x
 // per-channel vectors (OUTER_VEC_32F), and DeepSeek-style per-token-group-128 activations x 128x128 weight blocks
 // (VEC128_32F / BLK128x128_32F). Where the heuristic offers none (asked once per shape and mode; an H200 with CUDA 13.0
