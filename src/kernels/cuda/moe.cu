@@ -14,6 +14,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "kernels/cuda/attention_common.cuh"  // cp.async helpers
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/weight_stream.cuh"
@@ -380,6 +381,34 @@ __device__ __forceinline__ bool slot_expert(const int32_t* offsets, int num_expe
   return true;
 }
 
+// One halving step of warp_reduce_scatter and the steps after it: a lane keeps half of its 2H values (the upper half
+// when lane bit H is set) plus the partner lane's copy of that half.
+template <int H, int N>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[N], int lane) {
+  if constexpr (H >= 1) {
+    const bool upper = (lane & H) != 0;
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float send = upper ? v[i] : v[i + H], keep = upper ? v[i + H] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, H);
+    }
+    reduce_scatter_step<H / 2>(v, lane);
+  }
+}
+
+// Sums each of the N values (a power of two <= 32) of every lane over the warp; lane l returns sum N's value l % N.
+// Each halving step trades half of a lane's values with the partner lane (N - 1 shuffles in all, not 5 N).
+template <int N>
+__device__ __forceinline__ float warp_reduce_scatter(float (&v)[N]) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a power of two up to the warp size");
+  const int lane = threadIdx.x % 32;
+  reduce_scatter_step<N / 2>(v, lane);
+  float sum = v[0];
+#pragma unroll
+  for (int o = N; o < 32; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  return sum;
+}
+
 template <typename T, int kRows, bool kSilu>
 __global__ void __launch_bounds__(kStreamWarps * 32)
     moe_gemm_stream_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight,
@@ -436,11 +465,9 @@ __global__ void __launch_bounds__(kStreamWarps * 32)
       stage[m * k8 + word] = v;
     }
     __syncthreads();
-    float acc[kRows][kStreamCols];
+    float acc[kRows * kStreamCols];  // (row m, column c) at m * kStreamCols + c
 #pragma unroll
-    for (int m = 0; m < kRows; ++m)
-#pragma unroll
-      for (int c = 0; c < kStreamCols; ++c) acc[m][c] = 0.f;
+    for (int i = 0; i < kRows * kStreamCols; ++i) acc[i] = 0.f;
     for (int64_t i = first; i < k8; i += step * kStreamUnroll) {
       if (i != first) load_round(i);
 #pragma unroll
@@ -458,21 +485,13 @@ __global__ void __launch_bounds__(kStreamWarps * 32)
 #pragma unroll
           for (int c = 0; c < kStreamCols; ++c)
 #pragma unroll
-            for (int q = 0; q < 8; ++q) acc[m][c] = fmaf(wf[c][q], xf[q], acc[m][c]);
+            for (int q = 0; q < 8; ++q) acc[m * kStreamCols + c] = fmaf(wf[c][q], xf[q], acc[m * kStreamCols + c]);
         }
       }
     }
     if (row0 == begin) pdl_trigger();
     // Lane m * kStreamCols + c ends with output (row m, column c) summed over the warp, then over its group.
-    float mine = 0.f;
-#pragma unroll
-    for (int m = 0; m < kRows; ++m)
-#pragma unroll
-      for (int c = 0; c < kStreamCols; ++c) {
-        float v = acc[m][c];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == m * kStreamCols + c) mine = v;
-      }
+    float mine = warp_reduce_scatter(acc);
     if (splits > 1) {
       partial[warp][lane] = mine;
       __syncthreads();
@@ -567,9 +586,11 @@ void launch_stream(Tensor& out, const Tensor& x, const Tensor& weight, const Ten
 // Tensor-core tiles: block (column tile, row tile) computes kM x kTileN outputs of one expert (moe_align padded every
 // expert's rows to a multiple of kM) with WMMA 16x16x16 fragments, f32 accumulation, 4 warps. kM = 64 (prefill: 2 x 2
 // warps of 32 x 32) or 16 (mid-size batches, where an expert holds a few rows: less padding computed; 1 x 4 warps of
-// 16 x 16). Each weight tile is read once per row tile of its expert.
+// 16 x 16). Each weight tile is read once per row tile of its expert. The A (gathered x rows) and B (weight) tiles
+// go through a kTileStages-deep cp.async ring, so the loads of the next tiles overlap the current tile's MMAs.
 constexpr int kTileN = 64, kTileK = 32;
 constexpr int kTileThreads = 128;
+constexpr int kTileStages = 3;
 constexpr int kSmemPad = 8;  // 16 bytes per row: keeps WMMA's ldm a multiple of 8 elements and spreads banks
 
 template <typename T, int kM>
@@ -581,8 +602,8 @@ __global__ void __launch_bounds__(kTileThreads)
   constexpr int kWarpsM = kM == 64 ? 2 : 1, kWarpsN = 4 / kWarpsM;
   constexpr int kFragM = kM / (16 * kWarpsM), kFragN = kTileN / (16 * kWarpsN);
   static_assert(kFragM >= 1 && kFragN >= 1 && kM % (16 * kWarpsM) == 0, "tile shape");
-  __shared__ __align__(32) T a_tile[kM][kTileK + kSmemPad];
-  __shared__ __align__(32) T b_tile[kTileN][kTileK + kSmemPad];
+  __shared__ __align__(32) T a_tile[kTileStages][kM][kTileK + kSmemPad];
+  __shared__ __align__(32) T b_tile[kTileStages][kTileN][kTileK + kSmemPad];
   __shared__ __align__(32) float c_tile[kM][kTileN + 4];
   __shared__ int64_t x_rows[kM];  // source row of each tile row in x, -1 for padding
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kM;
@@ -596,46 +617,68 @@ __global__ void __launch_bounds__(kTileThreads)
     x_rows[tid] = pair < 0 ? -1 : (gather_top_k > 0 ? pair / gather_top_k : row0 + tid);
   }
   __syncthreads();
+  constexpr int kChunks = kTileK / 8;  // 16-byte chunks per tile row
+  // Copies the k-tile starting at k0 into ring slot `stage` (zeros past k, past n and for padding rows) as one
+  // cp.async group per thread.
+  auto load_tiles = [&](int stage, int64_t k0) {
+    for (int c = tid; c < kM * kChunks; c += kTileThreads) {
+      const int row = c / kChunks, kc = (c % kChunks) * 8;
+      const bool valid = x_rows[row] >= 0 && k0 + kc < k;
+      cp_async16(&a_tile[stage][row][kc], valid ? x + x_rows[row] * x_stride + k0 + kc : x, valid);
+    }
+    for (int c = tid; c < kTileN * kChunks; c += kTileThreads) {
+      const int row = c / kChunks, kc = (c % kChunks) * 8;
+      const bool valid = col0 + row < n && k0 + kc < k;
+      cp_async16(&b_tile[stage][row][kc], valid ? w + (col0 + row) * k + k0 + kc : w, valid);
+    }
+    cp_async_commit();
+  };
+  const int64_t k_tiles = (k + kTileK - 1) / kTileK;
+  // Every iteration commits one group (empty past the last tile), so "all but kTileStages - 2 groups done" always
+  // means "tile `it` has landed".
+#pragma unroll
+  for (int s = 0; s < kTileStages - 1; ++s) {
+    if (s < k_tiles) {
+      load_tiles(s, static_cast<int64_t>(s) * kTileK);
+    } else {
+      cp_async_commit();
+    }
+  }
   const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFragM][kFragN];
 #pragma unroll
   for (int i = 0; i < kFragM; ++i)
 #pragma unroll
     for (int j = 0; j < kFragN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
-  constexpr int kChunks = kTileK / 8;  // 16-byte chunks per tile row
-  for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
-    for (int c = tid; c < kM * kChunks; c += kTileThreads) {
-      const int row = c / kChunks, kc = (c % kChunks) * 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (x_rows[row] >= 0 && k0 + kc < k) v = *reinterpret_cast<const uint4*>(x + x_rows[row] * x_stride + k0 + kc);
-      *reinterpret_cast<uint4*>(&a_tile[row][kc]) = v;
+  for (int64_t it = 0; it < k_tiles; ++it) {
+    cp_async_wait<kTileStages - 2>();
+    __syncthreads();  // tile `it` is visible to every warp, and every warp is done with the slot refilled below
+    const int64_t next = it + kTileStages - 1;
+    if (next < k_tiles) {
+      load_tiles(static_cast<int>(next % kTileStages), next * kTileK);
+    } else {
+      cp_async_commit();
     }
-    for (int c = tid; c < kTileN * kChunks; c += kTileThreads) {
-      const int row = c / kChunks, kc = (c % kChunks) * 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (col0 + row < n && k0 + kc < k) v = __ldg(reinterpret_cast<const uint4*>(w + (col0 + row) * k + k0 + kc));
-      *reinterpret_cast<uint4*>(&b_tile[row][kc]) = v;
-    }
-    __syncthreads();
+    const int stage = static_cast<int>(it % kTileStages);
 #pragma unroll
     for (int kk = 0; kk < kTileK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[kFragM];
       wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b[kFragN];
 #pragma unroll
       for (int i = 0; i < kFragM; ++i) {
-        wmma::load_matrix_sync(a[i], &a_tile[(warp_m * kFragM + i) * 16][kk], kTileK + kSmemPad);
+        wmma::load_matrix_sync(a[i], &a_tile[stage][(warp_m * kFragM + i) * 16][kk], kTileK + kSmemPad);
       }
 #pragma unroll
       for (int j = 0; j < kFragN; ++j) {
-        wmma::load_matrix_sync(b[j], &b_tile[(warp_n * kFragN + j) * 16][kk], kTileK + kSmemPad);
+        wmma::load_matrix_sync(b[j], &b_tile[stage][(warp_n * kFragN + j) * 16][kk], kTileK + kSmemPad);
       }
 #pragma unroll
       for (int i = 0; i < kFragM; ++i)
 #pragma unroll
         for (int j = 0; j < kFragN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
     }
-    __syncthreads();
   }
+  cp_async_wait<0>();  // only empty groups remain; nothing may be in flight when the block exits
 #pragma unroll
   for (int i = 0; i < kFragM; ++i)
 #pragma unroll
