@@ -5,7 +5,8 @@
 // a kernel streaming each chosen expert's weight rows once against all of its rows, which for the down projection
 // also applies silu_and_mul on its input read; a plain row-wise kernel for f32) and the weighted combine. No host
 // synchronisation, no allocation: every size the kernels need beyond the host-known capacity is read on the device
-// (graph-safe).
+// (graph-safe). The decode chain (route, align, streaming GEMMs, combine) is launched with programmatic dependent
+// launch: each kernel waits for its inputs before reading or writing anything, so only launch gaps overlap.
 #include <mma.h>
 
 #include <algorithm>
@@ -31,6 +32,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
     moe_route_kernel(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride, const T* logits,
                      int64_t logits_stride, int64_t num_tokens, int num_experts, int k, int scoring, int renormalize) {
   __shared__ float scores[kRouteWarps][ops::kMaxMoeExperts];
+  pdl_wait();  // the logits come from the router's linear
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (t >= num_tokens) return;  // whole warps leave: the kernel has no block-wide barrier
@@ -89,11 +92,10 @@ void moe_route(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
   if (num_tokens == 0) return;
   dispatch_float(router_logits.dtype(), "moe_route", [&](auto tag) {
     using T = decltype(tag);
-    moe_route_kernel<T><<<ceil_div(num_tokens, kRouteWarps), kRouteWarps * 32, 0, stream()>>>(
-        topk_weights.data<float>(), topk_weights.stride(0), topk_ids.data<int32_t>(), topk_ids.stride(0),
-        router_logits.data<T>(), router_logits.stride(0), num_tokens, static_cast<int>(router_logits.size(1)),
-        static_cast<int>(topk_ids.size(1)), static_cast<int>(scoring), static_cast<int>(renormalize));
-    check_launch("moe_route_kernel");
+    launch_pdl("moe_route_kernel", moe_route_kernel<T>, ceil_div(num_tokens, kRouteWarps), kRouteWarps * 32,
+               topk_weights.data<float>(), topk_weights.stride(0), topk_ids.data<int32_t>(), topk_ids.stride(0),
+               router_logits.data<T>(), router_logits.stride(0), num_tokens, static_cast<int>(router_logits.size(1)),
+               static_cast<int>(topk_ids.size(1)), static_cast<int>(scoring), static_cast<int>(renormalize));
   });
 }
 
@@ -106,6 +108,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
                              int num_groups, int topk_groups, int renormalize, float routed_scaling_factor) {
   __shared__ float scores[kRouteWarps][ops::kMaxMoeExperts];
   __shared__ float choice[kRouteWarps][ops::kMaxMoeExperts];
+  pdl_wait();  // the logits come from the router's linear
+  pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (t >= num_tokens) return;  // whole warps leave: no block-wide barrier follows
@@ -194,12 +198,12 @@ void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& rou
   if (num_tokens == 0) return;
   dispatch_float(router_logits.dtype(), "moe_route_grouped", [&](auto tag) {
     using T = decltype(tag);
-    moe_route_grouped_kernel<T><<<ceil_div(num_tokens, kRouteWarps), kRouteWarps * 32, 0, stream()>>>(
-        topk_weights.data<float>(), topk_weights.stride(0), topk_ids.data<int32_t>(), topk_ids.stride(0),
-        router_logits.data<T>(), router_logits.stride(0), correction_bias.data<float>(), num_tokens,
-        static_cast<int>(router_logits.size(1)), static_cast<int>(topk_ids.size(1)), static_cast<int>(num_groups),
-        static_cast<int>(topk_groups), static_cast<int>(renormalize), routed_scaling_factor);
-    check_launch("moe_route_grouped_kernel");
+    launch_pdl("moe_route_grouped_kernel", moe_route_grouped_kernel<T>, ceil_div(num_tokens, kRouteWarps),
+               kRouteWarps * 32, topk_weights.data<float>(), topk_weights.stride(0), topk_ids.data<int32_t>(),
+               topk_ids.stride(0), router_logits.data<T>(), router_logits.stride(0), correction_bias.data<float>(),
+               num_tokens, static_cast<int>(router_logits.size(1)), static_cast<int>(topk_ids.size(1)),
+               static_cast<int>(num_groups), static_cast<int>(topk_groups), static_cast<int>(renormalize),
+               routed_scaling_factor);
   });
 }
 
@@ -208,11 +212,14 @@ void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& rou
 constexpr int kAlignThreads = 1024;  // >= kMaxMoeExperts: one expert per thread in the scan
 static_assert(kAlignThreads >= ops::kMaxMoeExperts, "moe_align scans one expert per thread");
 
+// blockDim.x: a multiple of 32, >= num_experts, <= kAlignThreads.
 __global__ void __launch_bounds__(kAlignThreads)
     moe_align_kernel(int32_t* sorted_pairs, int32_t* pair_rows, int32_t* expert_offsets, const int32_t* topk_ids,
                      int num_pairs, int num_experts, int block) {
   __shared__ int counts[ops::kMaxMoeExperts];
   __shared__ int cursor[ops::kMaxMoeExperts];
+  pdl_wait();  // the ids come from the router
+  pdl_trigger();
   const int tid = threadIdx.x;
   for (int e = tid; e < num_experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
@@ -252,11 +259,13 @@ __global__ void __launch_bounds__(kAlignThreads)
   }
 }
 
+// As few threads as the experts and pairs use (decode: barriers over 128 threads, not 1024).
 void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block) {
-  moe_align_kernel<<<1, kAlignThreads, 0, stream()>>>(
-      sorted_pairs.data<int32_t>(), pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), topk_ids.data<int32_t>(),
-      static_cast<int>(topk_ids.numel()), static_cast<int>(expert_offsets.size(0) - 1), static_cast<int>(block));
-  check_launch("moe_align_kernel");
+  const int64_t num_pairs = topk_ids.numel(), num_experts = expert_offsets.size(0) - 1;
+  const int64_t threads = std::min<int64_t>(kAlignThreads, (std::max(num_pairs, num_experts) + 31) / 32 * 32);
+  launch_pdl("moe_align_kernel", moe_align_kernel, 1, static_cast<unsigned>(threads), sorted_pairs.data<int32_t>(),
+             pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), topk_ids.data<int32_t>(),
+             static_cast<int>(num_pairs), static_cast<int>(num_experts), static_cast<int>(block));
 }
 
 // ---- grouped GEMM ----
@@ -774,6 +783,8 @@ __global__ void __launch_bounds__(kCombineThreads)
                        const T* shared_gate, int64_t gate_stride, int64_t hidden, int k) {
   __shared__ float w[ops::kMaxMoeTopK];
   __shared__ int64_t rows[ops::kMaxMoeTopK];
+  pdl_wait();  // the expert outputs come from the down projection
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   if (threadIdx.x < k) {
     w[threadIdx.x] = weights[t * weights_stride + threadIdx.x];
@@ -798,12 +809,12 @@ void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weigh
   dispatch_float(out.dtype(), "moe_combine", [&](auto tag) {
     using T = decltype(tag);
     const dim3 grid(static_cast<unsigned>(num_tokens), std::min<unsigned>(ceil_div(hidden, kCombineThreads), 8));
-    moe_combine_kernel<T><<<grid, kCombineThreads, 0, stream()>>>(
-        out.data<T>(), out.stride(0), expert_out.data<T>(), expert_out.stride(0), topk_weights.data<float>(),
-        topk_weights.stride(0), pair_rows.data<int32_t>(), shared_out != nullptr ? shared_out->data<T>() : nullptr,
-        shared_out != nullptr ? shared_out->stride(0) : 0, shared_gate != nullptr ? shared_gate->data<T>() : nullptr,
-        shared_gate != nullptr ? shared_gate->stride(0) : 0, hidden, static_cast<int>(topk_weights.size(1)));
-    check_launch("moe_combine_kernel");
+    launch_pdl("moe_combine_kernel", moe_combine_kernel<T>, grid, kCombineThreads, out.data<T>(), out.stride(0),
+               expert_out.data<T>(), expert_out.stride(0), topk_weights.data<float>(), topk_weights.stride(0),
+               pair_rows.data<int32_t>(), shared_out != nullptr ? shared_out->data<T>() : nullptr,
+               shared_out != nullptr ? shared_out->stride(0) : 0,
+               shared_gate != nullptr ? shared_gate->data<T>() : nullptr,
+               shared_gate != nullptr ? shared_gate->stride(0) : 0, hidden, static_cast<int>(topk_weights.size(1)));
   });
 }
 
