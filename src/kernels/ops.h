@@ -156,8 +156,8 @@ extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, 
 // out[r] = x_r @ weight[e]^T, where x_r = x[p / gather_top_k] (gather_top_k > 0: x [T, K], the tokens) or x[r]
 // (gather_top_k == 0: x [capacity, K], already grouped); padding rows (p < 0) get zeros; rows past
 // expert_offsets[E] are left untouched. weight [E, N, K]; out [capacity, N]; `block` is moe_align's (CUDA runs
-// tensor-core tiles when it is a multiple of kMoeGemmSmallTileRows, a row-wise kernel otherwise). CPU: x and out f32,
-// weight f32 or bf16 (ops::linear per expert); CUDA: x, weight and out one dtype (f32, f16 or bf16), f32
+// tensor-core tiles when it is a multiple of kMoeGemmSmallTileRows, the weight-streaming kernel otherwise). CPU: x
+// and out f32, weight f32 or bf16 (ops::linear per expert); CUDA: x, weight and out one dtype (f32, f16 or bf16), f32
 // accumulation. Offsets and pairs out of range abort on CPU (CUDA: the caller's invariant, from moe_align).
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
                const Tensor& expert_offsets, int64_t gather_top_k, int64_t block)>
