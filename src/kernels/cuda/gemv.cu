@@ -14,8 +14,9 @@ namespace llmserve::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kUnroll = 4;     // 16-byte weight loads in flight per lane
-constexpr int kMaxSplits = 8;  // warps per output column (a power of two dividing kWarpsPerBlock)
+constexpr int kUnroll = 4;            // 16-byte weight loads in flight per lane
+constexpr int kMaxSplits = 8;         // warps per output column (a power of two dividing kWarpsPerBlock)
+constexpr int64_t kWantWarps = 8192;  // ~ 132 SMs x 64 resident warps: enough loads in flight to reach bandwidth
 
 template <typename T>
 __device__ __forceinline__ void word_to_floats(const uint4& w, float (&f)[8]) {
@@ -90,11 +91,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// Warps per column: the fewest that put ~kWantWarps warps on the GPU, while each warp still gets at least two
+// unrolled rounds of loads (fewer and the reduction costs more than it hides).
+int choose_splits(int64_t n, int64_t k) {
+  const int64_t k8 = k / 8;
+  int splits = 1;
+  while (splits < kMaxSplits && n * splits < kWantWarps && k8 >= int64_t{32} * kUnroll * splits * 2) splits *= 2;
+  return splits;
+}
+
 template <typename T, typename O, typename B>
 void launch(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   const B* b = bias != nullptr ? bias->data<B>() : nullptr;
-  const int splits = stream_splits(n, k / 8, kUnroll, kMaxSplits);
+  const int splits = choose_splits(n, k);
   const unsigned grid = ceil_div(n, kWarpsPerBlock / splits);
   const int threads = kWarpsPerBlock * 32;
   O* o = out.data<O>();

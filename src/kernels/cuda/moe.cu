@@ -532,8 +532,7 @@ bool stream_applies(const Tensor& x, const Tensor& weight) {
 }
 
 // Warps of `kernel` (kStreamWarps per block, `smem` bytes of dynamic shared memory) resident on the whole GPU at
-// once: the streaming kernel's registers keep it below kStreamWantWarps, and warps past one wave only repeat the
-// per-block prologue (cached per device, kernel and size: the occupancy query is a host call).
+// once (cached per device, kernel and size: the occupancy query is a host call).
 int64_t stream_resident_warps(const void* kernel, size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<int, const void*, size_t>, int64_t> cache;
@@ -551,6 +550,23 @@ int64_t stream_resident_warps(const void* kernel, size_t smem) {
   return it->second;
 }
 
+// Warps per column group (a power of two <= kStreamMaxSplits, each lane keeping at least one word per row): the one
+// finishing `tasks` column groups soonest when `resident` warps run at once, counting time in waves of resident warps
+// -- 4096 tasks on 3168 resident warps take two waves whole, three waves of half tasks when split in two. Ties go
+// to fewer splits (less reduction, fewer block prologues).
+int stream_splits(int64_t tasks, int64_t row_words, int64_t resident) {
+  int best = 1;
+  double best_time = static_cast<double>((tasks + resident - 1) / resident);
+  for (int splits = 2; splits <= kStreamMaxSplits && row_words >= int64_t{32} * splits; splits *= 2) {
+    const double time = static_cast<double>((tasks * splits + resident - 1) / resident) / splits;
+    if (time < best_time * 0.95) {
+      best = splits;
+      best_time = time;
+    }
+  }
+  return best;
+}
+
 template <typename T, int kRows, bool kSilu>
 void launch_stream_rows(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
                         const Tensor& expert_offsets, int64_t gather_top_k) {
@@ -566,8 +582,8 @@ void launch_stream_rows(Tensor& out, const Tensor& x, const Tensor& weight, cons
   }
   const int64_t slots = std::min(capacity, weight.size(0));  // experts that can own rows
   const int64_t col_groups = (n + kStreamCols - 1) / kStreamCols;
-  const int splits = stream_splits(slots * col_groups, k / 8, kStreamUnroll, kStreamMaxSplits,
-                                   stream_resident_warps(reinterpret_cast<const void*>(kernel), smem));
+  const int splits =
+      stream_splits(slots * col_groups, k / 8, stream_resident_warps(reinterpret_cast<const void*>(kernel), smem));
   const dim3 grid(ceil_div(col_groups, kStreamWarps / splits), static_cast<unsigned>(slots));
   launch_pdl_smem("moe_gemm_stream_kernel", kernel, grid, kStreamWarps * 32, smem, out.data<T>(), out.stride(0),
                   x.data<T>(), x.stride(0), weight.data<T>(), sorted_pairs.data<int32_t>(),
