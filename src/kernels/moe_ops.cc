@@ -134,6 +134,20 @@ void check_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Te
   }
 }
 
+void check_moe_gemm_silu(Tensor& out, Tensor& act, const Tensor& gate_up, const Tensor& weight,
+                         const Tensor& sorted_pairs, const Tensor& expert_offsets, int64_t block) {
+  constexpr const char* op = "moe_gemm_silu";
+  check_2d_rows(gate_up, op, "gate_up");
+  check_2d_rows(act, op, "act");
+  CHECK(act.size(0) == gate_up.size(0) && gate_up.size(1) == 2 * act.size(1) && act.dtype() == gate_up.dtype())
+      << op << ": act " << act.to_string() << " for gate_up " << gate_up.to_string()
+      << " (want act [rows, K], gate_up [rows, 2K], one dtype)";
+  check_same_device(act, gate_up, op);
+  CHECK(out.raw_data() != gate_up.raw_data() || out.numel() == 0) << op << ": out must not alias gate_up";
+  CHECK(act.raw_data() != gate_up.raw_data() || act.numel() == 0) << op << ": act must not alias gate_up";
+  check_moe_gemm(out, act, weight, sorted_pairs, expert_offsets, /*gather_top_k=*/0, block);
+}
+
 void check_moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights, const Tensor& pair_rows,
                        const Tensor* shared_out, const Tensor* shared_gate) {
   constexpr const char* op = "moe_combine";
@@ -187,13 +201,18 @@ decltype(moe_gemm) moe_gemm(
     "moe_gemm(Tensor! out, Tensor x, Tensor weight, Tensor sorted_pairs, Tensor expert_offsets, "
     "int gather_top_k, int block) -> ()",
     check_moe_gemm);
+decltype(moe_gemm_silu) moe_gemm_silu(
+    "moe_gemm_silu",
+    "moe_gemm_silu(Tensor! out, Tensor! act, Tensor gate_up, Tensor weight, Tensor sorted_pairs, "
+    "Tensor expert_offsets, int block) -> ()",
+    check_moe_gemm_silu);
 decltype(moe_combine) moe_combine("moe_combine",
                                   "moe_combine(Tensor! out, Tensor expert_out, Tensor topk_weights, Tensor pair_rows, "
                                   "Tensor? shared_out, Tensor? shared_gate) -> ()",
                                   check_moe_combine);
 
 int64_t moe_align_block(Device device, int64_t num_pairs, int64_t num_experts) {
-  if (device.is_cpu() || num_pairs <= kMoeGemvMaxPairs) return 1;
+  if (device.is_cpu() || num_pairs <= kMoeStreamMaxRowsPerExpert * std::min(num_pairs, num_experts)) return 1;
   return num_pairs < 16 * num_experts ? kMoeGemmSmallTileRows : kMoeGemmTileRows;
 }
 

@@ -26,6 +26,7 @@ void for_each_op(F&& f) {
   f(moe_route_grouped);
   f(moe_align);
   f(moe_gemm);
+  f(moe_gemm_silu);
   f(moe_combine);
   f(reshape_and_cache);
   f(rotary_embedding_and_cache);

@@ -105,8 +105,8 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor
 
 // ---- mixture of experts (checks: kernels/moe_ops.cc; kernels/cpu/moe.cc, kernels/cuda/moe.cu) ----
 // The path of a FusedMoE block (model/layers/fused_moe.h): router logits (ops::linear) -> moe_route -> moe_align ->
-// moe_gemm (gate/up, gathering token rows) -> silu_and_mul -> moe_gemm (down) -> moe_combine. Token t's j-th choice
-// is the pair p = t * top_k + j. Experts' weights are stacked [num_experts, n, k] (HF [out, in] per expert).
+// moe_gemm (gate/up, gathering token rows) -> moe_gemm_silu (silu_and_mul -> down) -> moe_combine. Token t's j-th
+// choice is the pair p = t * top_k + j. Experts' weights are stacked [num_experts, n, k] (HF [out, in] per expert).
 // Limits (model_config.cc refuses configs past them): num_experts <= kMaxMoeExperts, top_k <= kMaxMoeTopK.
 inline constexpr int64_t kMaxMoeExperts = 1024;
 inline constexpr int64_t kMaxMoeTopK = 32;
@@ -115,10 +115,11 @@ inline constexpr int64_t kMoeScoringSoftmax = 0;  // softmax over all experts' l
 inline constexpr int64_t kMoeScoringSigmoid = 1;  // sigmoid of each logit
 // CUDA: moe_gemm's tensor-core tiles cover kMoeGemmTileRows rows of one expert (moe_align's block a multiple of it),
 // or kMoeGemmSmallTileRows when the block is a multiple of that only (batches where an expert gets a few rows: less
-// padding computed); up to kMoeGemvMaxPairs pairs run the row-wise (weight-streaming) kernel instead.
+// padding computed); while the touched experts average at most kMoeStreamMaxRowsPerExpert pairs, a weight-streaming
+// kernel (each expert's weight rows read once per call, dotted with all of its rows) runs instead (block 1).
 inline constexpr int64_t kMoeGemmTileRows = 64;
 inline constexpr int64_t kMoeGemmSmallTileRows = 16;
-inline constexpr int64_t kMoeGemvMaxPairs = 16;
+inline constexpr int64_t kMoeStreamMaxRowsPerExpert = 8;
 
 // The router: scores = softmax(logits row) (scoring kMoeScoringSoftmax; f32 math, as transformers' routers) or
 // sigmoid(logits) (kMoeScoringSigmoid); topk_ids[t] = the k highest-scoring experts, descending, equal scores in
@@ -155,12 +156,22 @@ extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, 
 // out[r] = x_r @ weight[e]^T, where x_r = x[p / gather_top_k] (gather_top_k > 0: x [T, K], the tokens) or x[r]
 // (gather_top_k == 0: x [capacity, K], already grouped); padding rows (p < 0) get zeros; rows past
 // expert_offsets[E] are left untouched. weight [E, N, K]; out [capacity, N]; `block` is moe_align's (CUDA runs
-// tensor-core tiles when it is a multiple of kMoeGemmSmallTileRows, a row-wise kernel otherwise). CPU: x and out f32,
-// weight f32 or bf16 (ops::linear per expert); CUDA: x, weight and out one dtype (f32, f16 or bf16), f32
+// tensor-core tiles when it is a multiple of kMoeGemmSmallTileRows, the weight-streaming kernel otherwise). CPU: x
+// and out f32, weight f32 or bf16 (ops::linear per expert); CUDA: x, weight and out one dtype (f32, f16 or bf16), f32
 // accumulation. Offsets and pairs out of range abort on CPU (CUDA: the caller's invariant, from moe_align).
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
                const Tensor& expert_offsets, int64_t gather_top_k, int64_t block)>
     moe_gemm;
+
+// The down projection fed by the gated activation: out = moe_gemm(silu_and_mul(gate_up), weight, gather_top_k 0),
+// i.e. out[r] = (silu(g_r) * u_r) @ weight[e]^T with g_r, u_r the two halves of gate_up[r], the product rounded to
+// gate_up's dtype as silu_and_mul stores it. CUDA's weight-streaming path (block 1, 16-bit) applies the activation
+// while it reads its input, saving a kernel and the intermediate's round trip; the other paths (CPU, tensor-core
+// tiles, f32) write silu_and_mul(gate_up) into `act` and run moe_gemm on it, so act's contents afterwards are
+// unspecified. gate_up [capacity, 2K]; act [capacity, K] in gate_up's dtype; the rest as moe_gemm's.
+extern Op<void(Tensor& out, Tensor& act, const Tensor& gate_up, const Tensor& weight, const Tensor& sorted_pairs,
+               const Tensor& expert_offsets, int64_t block)>
+    moe_gemm_silu;
 
 // Back to token order: out[t] = sum_j topk_weights[t, j] * expert_out[pair_rows[t k + j]] (j ascending, f32 sums)
 // + g_t * shared_out[t] when shared_out is given, g_t = sigmoid(shared_gate[t, 0]) when shared_gate is given
@@ -171,9 +182,9 @@ extern Op<void(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights
                const Tensor* shared_out, const Tensor* shared_gate)>
     moe_combine;
 
-// moe_align's block for num_pairs pairs over num_experts experts on `device`: 1 on CPU and for decode-sized batches
-// on CUDA (the row-wise kernel); kMoeGemmSmallTileRows while experts average fewer than 16 rows; else
-// kMoeGemmTileRows.
+// moe_align's block for num_pairs pairs over num_experts experts on `device`: 1 on CPU and on CUDA while the touched
+// experts average at most kMoeStreamMaxRowsPerExpert pairs (the weight-streaming kernel); kMoeGemmSmallTileRows while
+// experts average fewer than 16 rows; else kMoeGemmTileRows.
 int64_t moe_align_block(Device device, int64_t num_pairs, int64_t num_experts);
 // Rows the grouped GEMMs need for num_pairs pairs over num_experts experts padded to `block`.
 int64_t moe_align_capacity(int64_t num_pairs, int64_t num_experts, int64_t block);

@@ -1,8 +1,9 @@
 // The mixture-of-experts CUDA kernels vs the CPU ops (kernels/cpu/moe.cc, themselves tested against plain loops in
 // tests/kernels/moe_test.cc): router ids and weights (logits on a 1/8 grid: many exact ties, no near ties, so ids
-// must be equal), the stable grouping with and without tile padding, both grouped-GEMM kernels (row-wise: block 1;
-// tensor-core tiles: blocks of 16 and 64 rows) over 1 to 3000 tokens, the combine, and the whole chain. Outputs are
-// NaN-poisoned before each run. `--bench` prints the grouped GEMM's time beside its floors (Qwen3-30B-A3B shapes).
+// must be equal), the stable grouping with and without tile padding, every grouped-GEMM kernel (weight streaming and
+// row-wise: block 1; tensor-core tiles: blocks of 16 and 64 rows) over 1 to 3000 tokens, the down projection with
+// the activation fused (moe_gemm_silu), the combine, and the whole chain. Outputs are NaN-poisoned before each run.
+// `--bench` prints both grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -150,10 +151,25 @@ TEST_F(MoeGpuTest, AlignMatchesCpuAndLeavesTheTailAlone) {
   }
 }
 
-// CUDA moe_gemm against the CPU op on the same (dtype-rounded) values, rows < offsets[E] compared, pad rows zero.
-void check_gemm(DType dtype, int64_t T, int64_t k, int64_t E, int64_t N, int64_t K, int64_t block, bool gather,
-                uint32_t seed) {
+// Skewed routing: every token's first choice is expert 0 (one expert owns T rows: several staging passes of the
+// streaming kernel), the others distinct and random.
+Tensor skewed_ids(int64_t T, int64_t k, int64_t E, uint32_t seed) {
   Tensor ids = random_ids(T, k, E, seed);
+  int32_t* v = ids.data<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t* row = v + t * k;
+    for (int64_t j = 0; j < k; ++j) {
+      if (row[j] == 0) std::swap(row[j], row[0]);
+    }
+    if (row[0] != 0) row[0] = 0;  // expert 0 was not drawn: it replaces the first choice, the rest stay distinct
+  }
+  return ids;
+}
+
+// CUDA moe_gemm against the CPU op on the same (dtype-rounded) values, rows < offsets[E] compared, pad rows zero.
+void check_gemm(DType dtype, const Tensor& ids, int64_t E, int64_t N, int64_t K, int64_t block, bool gather,
+                uint32_t seed) {
+  const int64_t T = ids.size(0), k = ids.size(1);
   const Aligned c = align_on(ids, E, block, Device::cpu());
   const Aligned g = align_on(ids, E, block, Device::cuda());
   const int64_t capacity = c.sorted_pairs.numel(), rows = c.expert_offsets.data<int32_t>()[E];
@@ -164,9 +180,9 @@ void check_gemm(DType dtype, int64_t T, int64_t k, int64_t E, int64_t N, int64_t
   Tensor out = poisoned_device({capacity, N}, dtype);
   ops::moe_gemm(out, to_device(x.to(dtype)), to_device(w.to(dtype)), g.sorted_pairs, g.expert_offsets, gather ? k : 0,
                 block);
-  const std::string what = std::string(dtype_name(dtype)) + " T " + std::to_string(T) + " E " + std::to_string(E) +
-                           " N " + std::to_string(N) + " K " + std::to_string(K) + " block " + std::to_string(block) +
-                           (gather ? " gather" : " grouped");
+  const std::string what = std::string(dtype_name(dtype)) + " T " + std::to_string(T) + " k " + std::to_string(k) +
+                           " E " + std::to_string(E) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                           " block " + std::to_string(block) + (gather ? " gather" : " grouped");
   Tensor got = to_host(out).slice(0, 0, rows).contiguous();
   expect_close(got, to_doubles(ref.slice(0, 0, rows).contiguous()), gpu_testing::rounding_atol(dtype) * 4,
                gpu_testing::rounding_rtol(dtype), what);
@@ -176,13 +192,26 @@ void check_gemm(DType dtype, int64_t T, int64_t k, int64_t E, int64_t N, int64_t
   }
 }
 
-TEST_F(MoeGpuTest, GroupedGemmRowWiseMatchesCpu) {
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (int64_t T : {1, 2, 5, 64}) {
-      check_gemm(dtype, T, 4, 16, 96, 128, 1, true, 1);
-      check_gemm(dtype, T, 4, 16, 128, 48, 1, false, 2);
-      check_gemm(dtype, T, 2, 8, 33, 21, 1, true, 3);  // odd sizes: the scalar path
+// Block 1 (and blocks that are no tile multiple): the weight-streaming kernel for f16 / bf16 -- 1, 2, 4 and 8 rows
+// staged per pass (by the average rows per expert), experts with no rows, several passes for an overloaded expert,
+// column groups past n, padding rows, the per-device shared-memory opt-in above 48 KB -- and the row-wise kernel for
+// f32, K not a multiple of 8, or a row too long to stage.
+TEST_F(MoeGpuTest, GroupedGemmStreamingMatchesCpu) {
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (int64_t T : {1, 2, 7, 64, 512}) {
+      for (int64_t k : {1, 2, 8}) {
+        const uint32_t seed = static_cast<uint32_t>(T * 10 + k);
+        check_gemm(dtype, random_ids(T, k, 64, seed), 64, 96, 128, 1, true, seed);      // mostly empty experts at T 1
+        check_gemm(dtype, random_ids(T, k, 16, seed), 16, 33, 48, 1, false, seed + 1);  // odd n, grouped x
+        check_gemm(dtype, skewed_ids(T, k, 16, seed), 16, 20, 64, 1, true, seed + 2);   // one expert owns T rows
+      }
+      check_gemm(dtype, random_ids(T, 2, 8, 3), 8, 33, 21, 1, true, 3);    // K % 8 != 0: the row-wise kernel
+      check_gemm(dtype, random_ids(T, 4, 16, 4), 16, 40, 64, 3, true, 4);  // padding rows (block 3)
     }
+    if (dtype == DType::kF32) continue;  // long f32 sums: summation order alone passes f32's tolerance
+    check_gemm(dtype, random_ids(64, 2, 4, 5), 4, 24, 4096, 1, true, 5);  // 8 rows x 8 KB staged: 64 KB of smem
+    check_gemm(dtype, random_ids(7, 2, 4, 6), 4, 16, 8192, 1, false, 6);  // rows shrunk to fit the stage
+    check_gemm(dtype, random_ids(2, 2, 3, 7), 3, 8, 40000, 1, true, 7);   // one row past the stage: row-wise
   }
 }
 
@@ -190,9 +219,50 @@ TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {  // f32 falls back to the row-wise kernel
     for (int64_t block : {ops::kMoeGemmSmallTileRows, ops::kMoeGemmTileRows}) {
       for (int64_t T : {1, 17, 200, 700, 3000}) {
-        check_gemm(dtype, T, 8, 128, 192, 256, block, true, 4);
-        check_gemm(dtype, T, 8, 128, 256, 96, block, false, 5);
-        check_gemm(dtype, T, 2, 4, 100, 72, block, true, 6);  // partial column and k tiles
+        check_gemm(dtype, random_ids(T, 8, 128, 4), 128, 192, 256, block, true, 4);
+        check_gemm(dtype, random_ids(T, 8, 128, 5), 128, 256, 96, block, false, 5);
+        check_gemm(dtype, random_ids(T, 2, 4, 6), 4, 100, 72, block, true, 6);  // partial column and k tiles
+      }
+    }
+  }
+}
+
+// moe_gemm_silu (the down projection reading silu(g) * u from the gate/up output) against the CPU op: fused in the
+// streaming kernel (block 1 or 3, f16 / bf16), through silu_and_mul + moe_gemm elsewhere (tiles, f32, K % 8 != 0).
+TEST_F(MoeGpuTest, GroupedGemmSiluMatchesCpu) {
+  struct Case {
+    int64_t T, k, E, N, K, block;
+    bool skewed;
+  };
+  const Case cases[] = {{1, 8, 128, 64, 96, 1, false},    {2, 1, 16, 33, 48, 1, false},    {7, 2, 16, 40, 64, 1, false},
+                        {64, 8, 128, 64, 96, 1, false},   {512, 8, 128, 32, 64, 1, false}, {64, 2, 16, 24, 64, 1, true},
+                        {64, 2, 4, 24, 4096, 1, false},   {9, 4, 16, 40, 64, 3, false},    {5, 2, 8, 33, 21, 1, false},
+                        {200, 8, 128, 64, 96, 16, false}, {700, 8, 128, 64, 96, 64, false}};
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (const Case& c : cases) {
+      if (dtype == DType::kF32 && c.K > 1024) continue;  // as in GroupedGemmStreamingMatchesCpu
+      const uint32_t seed = static_cast<uint32_t>(c.T * 3 + c.K);
+      Tensor ids = c.skewed ? skewed_ids(c.T, c.k, c.E, seed) : random_ids(c.T, c.k, c.E, seed);
+      const Aligned h = align_on(ids, c.E, c.block, Device::cpu());
+      const Aligned g = align_on(ids, c.E, c.block, Device::cuda());
+      const int64_t capacity = h.sorted_pairs.numel(), rows = h.expert_offsets.data<int32_t>()[c.E];
+      Tensor gate_up = random_tensor({capacity, 2 * c.K}, seed + 1, DType::kF32, -3.f, 3.f).to(dtype).to(DType::kF32);
+      Tensor w = random_tensor({c.E, c.N, c.K}, seed + 2, DType::kF32, -0.2f, 0.2f).to(dtype).to(DType::kF32);
+      Tensor ref = Tensor::empty({capacity, c.N}, DType::kF32), act = Tensor::empty({capacity, c.K}, DType::kF32);
+      ops::moe_gemm_silu(ref, act, gate_up, w, h.sorted_pairs, h.expert_offsets, c.block);
+      Tensor out = poisoned_device({capacity, c.N}, dtype), dact = poisoned_device({capacity, c.K}, dtype);
+      ops::moe_gemm_silu(out, dact, to_device(gate_up.to(dtype)), to_device(w.to(dtype)), g.sorted_pairs,
+                         g.expert_offsets, c.block);
+      const std::string what = std::string(dtype_name(dtype)) + " T " + std::to_string(c.T) + " k " +
+                               std::to_string(c.k) + " E " + std::to_string(c.E) + " N " + std::to_string(c.N) + " K " +
+                               std::to_string(c.K) + " block " + std::to_string(c.block) + (c.skewed ? " skewed" : "");
+      Tensor got = to_host(out).slice(0, 0, rows).contiguous();
+      // The activation is rounded to dtype before the product (as silu_and_mul stores it), the CPU's is not.
+      expect_close(got, to_doubles(ref.slice(0, 0, rows).contiguous()), gpu_testing::rounding_atol(dtype) * 8,
+                   gpu_testing::rounding_rtol(dtype) * 2, what);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (h.sorted_pairs.data<int32_t>()[r] >= 0) continue;
+        for (int64_t n = 0; n < c.N; ++n) ASSERT_EQ(testing::at(got, r * c.N + n), 0.0) << what << " pad row " << r;
       }
     }
   }
@@ -223,15 +293,16 @@ TEST_F(MoeGpuTest, CombineMatchesCpu) {
   }
 }
 
-// The FusedMoE chain (route -> align -> gate/up -> silu_and_mul -> down -> combine) on CUDA in bf16 vs the CPU in f32
-// on the same rounded values; the block each side uses is the one the layer picks (moe_align_block).
+// The FusedMoE chain (route -> align -> gate/up -> silu_and_mul + down -> combine) on CUDA in bf16 vs the CPU in f32
+// on the same rounded values; the block each side uses is the one the layer picks (moe_align_block): streaming up
+// to 8 rows per expert on average (T <= 32 here), tiles of 16 then 64 rows above.
 TEST_F(MoeGpuTest, ChainMatchesCpu) {
   const int64_t E = 16, k = 4, H = 256, I = 128;
   const DType dtype = DType::kBF16;
   Tensor w13 = random_tensor({E, 2 * I, H}, 31, DType::kF32, -0.1f, 0.1f).to(dtype).to(DType::kF32);
   Tensor w2 = random_tensor({E, H, I}, 32, DType::kF32, -0.1f, 0.1f).to(dtype).to(DType::kF32);
   Tensor dw13 = to_device(w13.to(dtype)), dw2 = to_device(w2.to(dtype));
-  for (int64_t T : {1, 4, 5, 17, 256, 2048}) {
+  for (int64_t T : {1, 4, 5, 17, 32, 33, 256, 2048}) {
     Tensor x = random_tensor({T, H}, 33).to(dtype).to(DType::kF32);
     Tensor logits = grid_logits(T, E, 34);
     auto run = [&](Device device, const Tensor& xin, const Tensor& lin, const Tensor& a13, const Tensor& a2,
@@ -246,8 +317,7 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
       ops::moe_route(w, ids, lin, ops::kMoeScoringSoftmax, 1);
       ops::moe_align(sorted, rows, off, ids, block);
       ops::moe_gemm(gu, xin, a13, sorted, off, k, block);
-      ops::silu_and_mul(h, gu);
-      ops::moe_gemm(d, h, a2, sorted, off, 0, block);
+      ops::moe_gemm_silu(d, h, gu, a2, sorted, off, block);
       ops::moe_combine(out, d, w, rows, nullptr, nullptr);
       return out;
     };
@@ -257,48 +327,50 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
   }
 }
 
-// --bench: the grouped GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
-// token count, beside two floors: the experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs
-// at the given matmul rate (prefill).
+// Mean time of `reps` calls of f on the current stream, in microseconds (after one untimed call).
+template <typename F>
+double time_us(F&& f, int reps = 20) {
+  f();
+  gpu_testing::sync_device();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, cuda::current_stream());
+  for (int i = 0; i < reps; ++i) f();
+  cudaEventRecord(stop, cuda::current_stream());
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms * 1e3 / reps;
+}
+
+// --bench: the expert GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
+// token count: moe_align + gate/up moe_gemm + moe_gemm_silu (down), on the weight-streaming path (block 1; silu
+// fused) and on the tile path (block 16 / 64; silu_and_mul + tiles), "<-" marking the one moe_align_block picks,
+// beside two floors: the experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs at the given
+// matmul rate (prefill). "align" is moe_align alone (inside "us").
 int run_bench() {
   const int64_t E = 128, k = 8, H = 2048, I = 768;
   const DType dtype = DType::kBF16;
   const double peak_flops = 790e12, bandwidth = 4.23e12;  // DESIGN.md's measured H200 ceilings
   Tensor w13 = to_device(random_tensor({E, 2 * I, H}, 1, DType::kF32, -0.05f, 0.05f).to(dtype));
   Tensor w2 = to_device(random_tensor({E, H, I}, 2, DType::kF32, -0.05f, 0.05f).to(dtype));
-  std::printf("%8s %6s %10s %12s %12s %10s %12s %10s\n", "tokens", "block", "us", "bytes floor", "us (bytes)",
-              "of floor", "TFLOP/s", "of peak");
-  for (int64_t T : {1, 4, 16, 64, 256, 2048, 8192}) {
-    const int64_t P = T * k, block = ops::moe_align_block(Device::cuda(), P, E),
-                  cap = ops::moe_align_capacity(P, E, block);
+  std::printf("%7s %7s %5s %10s %8s %12s %11s %9s %9s %8s\n", "tokens", "path", "block", "us", "align", "bytes floor",
+              "us (bytes)", "of floor", "TFLOP/s", "of peak");
+  for (int64_t T : {1, 4, 16, 32, 64, 128, 256, 512, 2048, 8192}) {
+    const int64_t P = T * k, chosen = ops::moe_align_block(Device::cuda(), P, E);
+    const int64_t tile_block = P < 16 * E ? ops::kMoeGemmSmallTileRows : ops::kMoeGemmTileRows;
+    const int64_t max_cap = ops::moe_align_capacity(P, E, tile_block);
     Tensor ids = to_device(random_ids(T, k, E, static_cast<uint32_t>(T)));
-    Tensor sorted = Tensor::empty({cap}, DType::kI32, Device::cuda()),
+    Tensor sorted = Tensor::empty({max_cap}, DType::kI32, Device::cuda()),
            rows = Tensor::empty({P}, DType::kI32, Device::cuda());
     Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
     Tensor x = to_device(random_tensor({T, H}, 3).to(dtype));
-    Tensor gu = Tensor::empty({cap, 2 * I}, dtype, Device::cuda()), h = Tensor::empty({cap, I}, dtype, Device::cuda());
-    Tensor d = Tensor::empty({cap, H}, dtype, Device::cuda());
-    CHECK(cudaMemset(h.raw_data(), 0x3c, h.nbytes()) == cudaSuccess);  // bf16 0x3c3c ~ 0.0115: finite, non-zero
-    auto step = [&] {
-      ops::moe_align(sorted, rows, off, ids, block);
-      ops::moe_gemm(gu, x, w13, sorted, off, k, block);
-      ops::moe_gemm(d, h, w2, sorted, off, 0, block);
-    };
-    step();
-    gpu_testing::sync_device();
-    const int reps = 20;
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    cudaEventRecord(start, cuda::current_stream());
-    for (int i = 0; i < reps; ++i) step();
-    cudaEventRecord(stop, cuda::current_stream());
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    const double us = ms * 1e3 / reps;
+    Tensor gu_all = Tensor::empty({max_cap, 2 * I}, dtype, Device::cuda());
+    Tensor h_all = Tensor::empty({max_cap, I}, dtype, Device::cuda());
+    Tensor d_all = Tensor::empty({max_cap, H}, dtype, Device::cuda());
     // Experts touched: the distinct ids (random distinct per token, uniform over experts).
     Tensor hid = to_host(ids);
     std::vector<bool> touched(E, false);
@@ -306,9 +378,22 @@ int run_bench() {
     const double experts = static_cast<double>(std::count(touched.begin(), touched.end(), true));
     const double bytes = experts * 3.0 * H * I * dtype_size(dtype);
     const double floor_us = bytes / bandwidth * 1e6, flops = 2.0 * P * 3.0 * H * I;
-    std::printf("%8lld %6lld %10.1f %10.1f MB %12.1f %9.0f%% %12.1f %9.0f%%\n", static_cast<long long>(T),
-                static_cast<long long>(block), us, bytes / 1e6, floor_us, 100.0 * floor_us / us, flops / us / 1e6,
-                100.0 * flops / (us * 1e-6) / peak_flops);
+    for (int64_t block : {int64_t{1}, tile_block}) {
+      if (block == 1 && P > 32 * std::min(P, E)) continue;  // > 32 rows per expert: the streaming path re-reads
+      const int64_t cap = ops::moe_align_capacity(P, E, block);
+      Tensor s = sorted.slice(0, 0, cap), gu = gu_all.slice(0, 0, cap), h = h_all.slice(0, 0, cap);
+      Tensor d = d_all.slice(0, 0, cap);
+      const double align_us = time_us([&] { ops::moe_align(s, rows, off, ids, block); });
+      const double us = time_us([&] {
+        ops::moe_align(s, rows, off, ids, block);
+        ops::moe_gemm(gu, x, w13, s, off, k, block);
+        ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
+      });
+      std::printf("%7lld %7s %5lld %10.1f %8.1f %9.1f MB %11.1f %8.0f%% %9.1f %7.0f%% %s\n", static_cast<long long>(T),
+                  block == 1 ? "stream" : "tiles", static_cast<long long>(block), us, align_us, bytes / 1e6, floor_us,
+                  100.0 * floor_us / us, flops / us / 1e6, 100.0 * flops / (us * 1e-6) / peak_flops,
+                  block == chosen ? "<-" : "");
+    }
   }
   return 0;
 }

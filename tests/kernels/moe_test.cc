@@ -315,46 +315,53 @@ TEST(MoeCombine, WeightedSumPlusGatedSharedExpert) {
 }
 
 // route -> align -> gemm (gate/up) -> silu_and_mul -> gemm (down) -> combine equals, per token, the sum over its
-// top-k experts of weight * down(silu(gate x) * up x): transformers' MoE block written as a loop.
+// top-k experts of weight * down(silu(gate x) * up x): transformers' MoE block written as a loop. The down step runs
+// as the two ops and as moe_gemm_silu (the layer's path).
 TEST(MoeChain, MatchesPerTokenDenseLoop) {
-  const int64_t T = 13, k = 2, E = 6, H = 32, I = 24;
-  Tensor x = random_tensor({T, H}, 21), logits = random_tensor({T, E}, 22, DType::kF32, -2.f, 2.f);
-  Tensor w13 = random_tensor({E, 2 * I, H}, 23, DType::kF32, -0.3f, 0.3f);
-  Tensor w2 = random_tensor({E, H, I}, 24, DType::kF32, -0.3f, 0.3f);
-  const Routed r = route(logits, k, ops::kMoeScoringSoftmax, 1);
-  const Aligned a = align(r.ids, E, 1);
-  const int64_t capacity = a.sorted_pairs.numel();
-  Tensor gate_up = Tensor::empty({capacity, 2 * I}, DType::kF32), act = Tensor::empty({capacity, I}, DType::kF32);
-  Tensor down = Tensor::empty({capacity, H}, DType::kF32), out = Tensor::empty({T, H}, DType::kF32);
-  ops::moe_gemm(gate_up, x, w13, a.sorted_pairs, a.expert_offsets, k, 1);
-  ops::silu_and_mul(act, gate_up);
-  ops::moe_gemm(down, act, w2, a.sorted_pairs, a.expert_offsets, 0, 1);
-  ops::moe_combine(out, down, r.weights, a.pair_rows, nullptr, nullptr);
-  std::vector<double> want(static_cast<size_t>(T * H), 0.0);
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> row(logits.data<float>() + t * E, logits.data<float>() + (t + 1) * E);
-    std::vector<int> ids;
-    std::vector<double> w;
-    reference_route(row, k, ops::kMoeScoringSoftmax, true, &ids, &w);
-    for (int64_t j = 0; j < k; ++j) {
-      const int e = ids[j];
-      std::vector<double> h(static_cast<size_t>(I));
-      for (int64_t i = 0; i < I; ++i) {
-        double g = 0, u = 0;
-        for (int64_t c = 0; c < H; ++c) {
-          g += static_cast<double>(w13.data<float>()[(e * 2 * I + i) * H + c]) * x.data<float>()[t * H + c];
-          u += static_cast<double>(w13.data<float>()[(e * 2 * I + I + i) * H + c]) * x.data<float>()[t * H + c];
+  for (bool fused : {false, true}) {
+    const int64_t T = 13, k = 2, E = 6, H = 32, I = 24;
+    Tensor x = random_tensor({T, H}, 21), logits = random_tensor({T, E}, 22, DType::kF32, -2.f, 2.f);
+    Tensor w13 = random_tensor({E, 2 * I, H}, 23, DType::kF32, -0.3f, 0.3f);
+    Tensor w2 = random_tensor({E, H, I}, 24, DType::kF32, -0.3f, 0.3f);
+    const Routed r = route(logits, k, ops::kMoeScoringSoftmax, 1);
+    const Aligned a = align(r.ids, E, 1);
+    const int64_t capacity = a.sorted_pairs.numel();
+    Tensor gate_up = Tensor::empty({capacity, 2 * I}, DType::kF32), act = Tensor::empty({capacity, I}, DType::kF32);
+    Tensor down = Tensor::empty({capacity, H}, DType::kF32), out = Tensor::empty({T, H}, DType::kF32);
+    ops::moe_gemm(gate_up, x, w13, a.sorted_pairs, a.expert_offsets, k, 1);
+    if (fused) {
+      ops::moe_gemm_silu(down, act, gate_up, w2, a.sorted_pairs, a.expert_offsets, 1);
+    } else {
+      ops::silu_and_mul(act, gate_up);
+      ops::moe_gemm(down, act, w2, a.sorted_pairs, a.expert_offsets, 0, 1);
+    }
+    ops::moe_combine(out, down, r.weights, a.pair_rows, nullptr, nullptr);
+    std::vector<double> want(static_cast<size_t>(T * H), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> row(logits.data<float>() + t * E, logits.data<float>() + (t + 1) * E);
+      std::vector<int> ids;
+      std::vector<double> w;
+      reference_route(row, k, ops::kMoeScoringSoftmax, true, &ids, &w);
+      for (int64_t j = 0; j < k; ++j) {
+        const int e = ids[j];
+        std::vector<double> h(static_cast<size_t>(I));
+        for (int64_t i = 0; i < I; ++i) {
+          double g = 0, u = 0;
+          for (int64_t c = 0; c < H; ++c) {
+            g += static_cast<double>(w13.data<float>()[(e * 2 * I + i) * H + c]) * x.data<float>()[t * H + c];
+            u += static_cast<double>(w13.data<float>()[(e * 2 * I + I + i) * H + c]) * x.data<float>()[t * H + c];
+          }
+          h[i] = g / (1.0 + std::exp(-g)) * u;
         }
-        h[i] = g / (1.0 + std::exp(-g)) * u;
-      }
-      for (int64_t c = 0; c < H; ++c) {
-        double d = 0;
-        for (int64_t i = 0; i < I; ++i) d += static_cast<double>(w2.data<float>()[(e * H + c) * I + i]) * h[i];
-        want[t * H + c] += w[j] * d;
+        for (int64_t c = 0; c < H; ++c) {
+          double d = 0;
+          for (int64_t i = 0; i < I; ++i) d += static_cast<double>(w2.data<float>()[(e * H + c) * I + i]) * h[i];
+          want[t * H + c] += w[j] * d;
+        }
       }
     }
+    expect_close(out, want, 1e-5, 1e-4, fused ? "moe chain (moe_gemm_silu)" : "moe chain");
   }
-  expect_close(out, want, 1e-5, 1e-4, "moe chain");
 }
 
 TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
@@ -368,6 +375,9 @@ TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   Tensor short_sorted = Tensor::empty({1}, DType::kI32);
   Tensor good_ids = Tensor::from_i32({0, 1}, {1, 2});
   EXPECT_DEATH(ops::moe_align(short_sorted, rows, offsets, good_ids, 1), "moe_align: sorted_pairs");
+  Tensor w2 = random_tensor({4, 8, 6}, 2), down = Tensor::empty({2, 8}, DType::kF32);
+  Tensor gate_up = random_tensor({2, 10}, 3), act = Tensor::empty({2, 6}, DType::kF32);
+  EXPECT_DEATH(ops::moe_gemm_silu(down, act, gate_up, w2, sorted, offsets, 1), "moe_gemm_silu: act");
 }
 
 }  // namespace

@@ -328,6 +328,10 @@ def test_moe_ops_match_torch(device):
     L.moe_gemm(gate_up, x, w13, sorted_pairs, offsets, k, block)
     L.silu_and_mul(act, gate_up)
     L.moe_gemm(down, act, w2, sorted_pairs, offsets, 0, block)
+    # The layer's form of the same step: the activation inside the down projection.
+    fused = torch.empty(cap, H, device=device)
+    L.moe_gemm_silu(fused, torch.empty(cap, I, device=device), gate_up, w2, sorted_pairs, offsets, block)
+    torch.testing.assert_close(fused, down, atol=1e-5, rtol=1e-5)
     L.moe_combine(out, down, weights, pair_rows, None, None)
     want = torch.zeros(T, H, device=device)
     for t in range(T):

@@ -1,6 +1,7 @@
 // The mixture-of-experts ops on CPU (ops.h): the router, the stable grouping of (token, choice) pairs by expert,
-// the grouped GEMM as one ops::linear per expert over its gathered rows, and the weighted combine. These are also
-// the reference the CUDA kernels are tested against (tests/gpu/moe_gpu_test.cc).
+// the grouped GEMM as one ops::linear per expert over its gathered rows (after ops::silu_and_mul for the down
+// projection), and the weighted combine. These are also the reference the CUDA kernels are tested against
+// (tests/gpu/moe_gpu_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -179,6 +180,13 @@ void moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& 
   }
 }
 
+// The reference composition the fused CUDA path must equal: the activation into `act`, then the grouped GEMM.
+void moe_gemm_silu(Tensor& out, Tensor& act, const Tensor& gate_up, const Tensor& weight, const Tensor& sorted_pairs,
+                   const Tensor& expert_offsets, int64_t block) {
+  ops::silu_and_mul(act, gate_up);
+  moe_gemm(out, act, weight, sorted_pairs, expert_offsets, /*gather_top_k=*/0, block);
+}
+
 void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights, const Tensor& pair_rows,
                  const Tensor* shared_out, const Tensor* shared_gate) {
   const int64_t num_tokens = out.size(0), hidden = out.size(1), k = topk_weights.size(1);
@@ -213,6 +221,7 @@ void register_moe_kernels() {
   ops::moe_route_grouped.register_kernel(DeviceType::kCPU, moe_route_grouped);
   ops::moe_align.register_kernel(DeviceType::kCPU, moe_align);
   ops::moe_gemm.register_kernel(DeviceType::kCPU, moe_gemm);
+  ops::moe_gemm_silu.register_kernel(DeviceType::kCPU, moe_gemm_silu);
   ops::moe_combine.register_kernel(DeviceType::kCPU, moe_combine);
 }
 

@@ -244,12 +244,14 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 bool pdl_enabled();
+// launch_pdl with `smem_bytes` of dynamic shared memory.
 template <typename... Params, typename... Args>
-void launch_pdl(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+void launch_pdl_smem(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                     Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream();
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -258,6 +260,10 @@ void launch_pdl(const char* what, void (*kernel)(Params...), dim3 grid, dim3 blo
   config.numAttrs = pdl_enabled() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
   CHECK(err == cudaSuccess) << what << ": " << cudaGetErrorString(err);
+}
+template <typename... Params, typename... Args>
+void launch_pdl(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+  launch_pdl_smem(what, kernel, grid, block, 0, args...);
 }
 
 // Aborts with the kernel's name if the launch failed.

@@ -110,8 +110,7 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) co
   Tensor gate_up = arena.view(act.gate_up, capacity), activated = arena.view(act.act, capacity);
   Tensor down = arena.view(act.down, capacity);
   ops::moe_gemm(gate_up, x, w13_.data, sorted_pairs, expert_offsets, k, block);
-  ops::silu_and_mul(activated, gate_up);
-  ops::moe_gemm(down, activated, w2_.data, sorted_pairs, expert_offsets, /*gather_top_k=*/0, block);
+  ops::moe_gemm_silu(down, activated, gate_up, w2_.data, sorted_pairs, expert_offsets, block);
 
   Tensor shared_out, shared_gate;
   if (shared_expert_) {
