@@ -308,7 +308,7 @@ TEST_F(CudaQuantTest, W4A16GemvBranchesMatchCpu) {
   for (int64_t m : {1, 5}) run_w4a16({m, 24, 200, 1}, seed += 10);
 }
 
-// The decode GEMV (m <= 8: 32-row warps; 9..32: 16-row warps) against its own, tighter bound (W4Case::tight): every m
+// The decode GEMV (m <= 8: 16- or 32-row warps; 9..32: 16-row) against its own, tighter bound (W4Case::tight): every m
 // to the switch point and past it, bf16 and f16, GPTQ act-order, bias absent / f32 / 16-bit; groups of 128, 256 and
 // 512 columns and per channel with k % 128 != 0 (a partial last block); an odd and an even number of blocks per warp
 // (the double buffer's two halves); n = 24 (one partial 32-row tile), 40 and 264 (several tiles, the last partial);
@@ -332,6 +332,16 @@ TEST_F(CudaQuantTest, W4A16GemvDecodeMatchesCpuTightly) {
       tight(40, 1024, 4, -1.f);    // groups of 256
       tight(40, 2048, 4, 0.f);     // groups of 512
       tight(72, 416, 1, 0.f);      // per channel, partial last block
+    }
+  }
+  // 32-row warps (m <= 8 on a weight whose grid gives every SM two blocks: at k = 4096, n >= 64 x SMs; 10248 covers
+  // up to 160 SMs and ends in a partial 32-row tile), with groups of 128 and per channel with a partial last block.
+  for (int64_t m : {1, 4, 8}) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      W4Case c{m, 10248, m == 4 ? 4064 : 4096, m == 4 ? 1 : 32, m == 1, dtype, static_cast<Bias>(m % 3)};
+      c.tight = true;
+      c.x_min = m == 8 ? 0.f : -1.f;
+      run_w4a16(c, seed += 10);
     }
   }
 }

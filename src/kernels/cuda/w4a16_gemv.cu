@@ -10,9 +10,9 @@
 // in f16, exact), the shifts that bring the nibbles down run as multiplies (mul.hi: the multiplier is another pipe than
 // lop3's), and the zero point is not subtracted per weight: the block's product of bias + q is corrected once in f32,
 // sum_k x (q - z) = sum_k x (bias + q) - (bias + z) sum_k x, where sum_k x comes from one extra mma per k16 step
-// against ones (shared by the warp's row tiles). One-tile decode (m <= 8) takes 32-row warps, so each x fragment and
-// its pairing feed four weight words. Each block is one quantization group (or part of the only one), so its product
-// is scaled once in f32.
+// against ones (shared by the warp's row tiles). One-tile decode (m <= 8) of a large weight takes 32-row warps, so each
+// x fragment and its pairing feed four weight words. Each block is one quantization group (or part of the only one),
+// so its product is scaled once in f32.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemv_common.cuh"
 #include "kernels/cuda/w4a16_gemv.h"
@@ -261,11 +261,31 @@ int group_shift_of(const W4GemvParams& p) {
   return shift;
 }
 
+// The device's SM count (the first device's: the GPUs of one server are alike).
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CHECK(cudaGetDevice(&dev) == cudaSuccess);
+    CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
+    return count;
+  }();
+  return n;
+}
+
+// The GEMV's split and thread blocks for warps of `rows_per_warp` weight rows.
+struct Grid {
+  int splits;
+  unsigned blocks;
+};
+Grid grid_for(const W4GemvParams& p, int64_t rows_per_warp) {
+  const int64_t units = (p.n + rows_per_warp - 1) / rows_per_warp, blocks = (p.k + 127) / 128;
+  const int splits = choose_gemv_splits(units, blocks / 2);
+  return {splits, ceil_div(units, kGemvWarpsPerBlock / splits)};
+}
+
 template <typename T, typename B, bool kTail, int kRowTiles, int kTiles>
 void launch_tiles(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias) {
-  const int64_t units = (p.n + 16 * kRowTiles - 1) / (16 * kRowTiles), blocks = (p.k + 127) / 128;
-  const int splits = choose_gemv_splits(units, blocks / 2);
-  const unsigned grid = ceil_div(units, kGemvWarpsPerBlock / splits);
+  const auto [splits, grid] = grid_for(p, 16 * kRowTiles);
   launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, kTail, kRowTiles, kTiles>, grid, kGemvWarpsPerBlock * 32,
              out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), static_cast<int>(x.size(0)), p, bias, splits,
              group_shift_of(p));
@@ -274,7 +294,12 @@ void launch_tiles(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* 
 template <typename T, typename B, bool kTail>
 void launch_m(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias) {
   const int64_t m = x.size(0);
-  if (m <= 8) return launch_tiles<T, B, kTail, 2, 1>(out, x, p, bias);
+  // 32-row warps halve the work per weight, but also the warps: each holds one block's loads in flight while it
+  // multiplies the previous one, and ~120 registers let two 8-warp blocks share an SM. So they are taken only where
+  // their grid still gives every SM two blocks (Mistral-7B: gate_up); narrower products (qkv, o_proj, down) keep
+  // 16-row warps and twice the loads in flight.
+  if (m <= 8 && grid_for(p, 32).blocks >= 2u * sm_count()) return launch_tiles<T, B, kTail, 2, 1>(out, x, p, bias);
+  if (m <= 8) return launch_tiles<T, B, kTail, 1, 1>(out, x, p, bias);
   if (m <= 16) return launch_tiles<T, B, kTail, 1, 2>(out, x, p, bias);
   launch_tiles<T, B, kTail, 1, 4>(out, x, p, bias);
 }
