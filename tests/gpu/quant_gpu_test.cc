@@ -220,20 +220,23 @@ struct W4Case {
   float x_min = -1.f;
 };
 
-// sum_k |x[i, k] W[j, k]| with W dequantized ((q - z) s; the column order is immaterial to the sum).
-std::vector<double> w4_magnitudes(const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros) {
-  const int64_t k = x.size(1), n = qweight.size(0), groups = scales.size(1), g = k / groups;
-  Tensor w = Tensor::empty({n, k}, DType::kF32), xf = x.to(DType::kF32);
+// sum_c |x[i, perm[c]] W[j, c]| with W dequantized ((q - z) s; perm: the identity without act-order).
+std::vector<double> w4_magnitudes(const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
+                                  const std::vector<int32_t>& perm) {
+  const int64_t m = x.size(0), k = x.size(1), n = qweight.size(0), groups = scales.size(1), g = k / groups;
+  Tensor w = Tensor::empty({n, k}, DType::kF32), xg = Tensor::empty({m, k}, DType::kF32);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       const int q = (qweight.data<uint8_t>()[r * (k / 2) + c / 2] >> (4 * (c & 1))) & 0xf;
       const int64_t gi = r * groups + c / g;
-      w.data<float>()[r * k + c] =
-          std::abs((q - float(zeros.data<uint8_t>()[gi])) * scales.data<float>()[gi]);
+      w.data<float>()[r * k + c] = std::abs((q - float(zeros.data<uint8_t>()[gi])) * scales.data<float>()[gi]);
     }
   }
-  for (int64_t i = 0; i < xf.numel(); ++i) xf.data<float>()[i] = std::abs(xf.data<float>()[i]);
-  return magnitudes(xf, w);
+  const Tensor xf = x.to(DType::kF32);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < k; ++c) xg.data<float>()[i * k + c] = std::abs(xf.data<float>()[i * k + perm[c]]);
+  }
+  return magnitudes(xg, w);
 }
 
 void expect_tight(const Tensor& gpu, const Tensor& cpu, const std::vector<double>& magnitude, const std::string& what) {
@@ -276,7 +279,7 @@ void run_w4a16(const W4Case& c, uint32_t seed) {
                            " groups " + std::to_string(c.groups) + (c.permuted ? " permuted " : " ") +
                            std::string(dtype_name(c.dtype)) + " bias " + std::to_string(int(c.bias)) + " pad " +
                            std::to_string(c.pad) + " x_min " + std::to_string(c.x_min);
-  if (c.tight) return expect_tight(to_host(out_dev), out_cpu, w4_magnitudes(x, qweight, scales, zeros), what);
+  if (c.tight) return expect_tight(to_host(out_dev), out_cpu, w4_magnitudes(x, qweight, scales, zeros, p), what);
   std::vector<double> mag(m * n, 16.0 * 0.05 * k);  // |x| <= 1, |w| <= 16 * max scale
   expect_close_to(to_host(out_dev), out_cpu, mag, what);
 }
