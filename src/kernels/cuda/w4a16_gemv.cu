@@ -1,10 +1,18 @@
 // The m <= 32 path of ops::w4a16_linear on CUDA: a weight-streaming GEMV on the tensor cores, built like gemv.cu
-// (gemv_common.cuh). Each warp owns a 16-row tile of the 4-bit weight and 1 / splits of its 128-column blocks
-// (interleaved), streams them with several 16-byte loads in flight per lane (the first round before pdl_wait), turns
-// each 32-bit word of 8 nibbles into 4 pairs of 16-bit (q - zero) with the magic-number trick (nibble | exponent
-// bits = 128 + q in bf16, 1024 + q in f16; a packed subtraction of 128 + zero leaves q - zero exactly, ~11 integer /
-// packed-half instructions per 8 weights) and multiplies them with x on mma.sync m16n8k16 (f32 accumulate, exact
-// products). Each block is one quantization group (or part of the only one), so its product is scaled once in f32.
+// (gemv_common.cuh). Each warp owns a tile of 16 or 32 weight rows and 1 / splits of its 128-column blocks
+// (interleaved), streams them double-buffered (the next block's 16-byte loads, scales and zeros are in flight while
+// the current one is multiplied; the first before pdl_wait) and multiplies them with x on mma.sync m16n8k16 (f32
+// accumulate, exact products).
+//
+// At 4 bits the instruction issue, not memory, is the limit: at an H200's bandwidth an SM must retire ~64 weights per
+// clock, i.e. a lane may spend ~16 issue slots (8 on the integer pipe) per 32-bit word of 8 weights. So each nibble
+// becomes a 16-bit operand in one lop3 (the magic-number trick: nibble | exponent bits = 128 + q in bf16, 1024 + 16 q
+// in f16, exact), the shifts that bring the nibbles down run as multiplies (mul.hi: the multiplier is another pipe than
+// lop3's), and the zero point is not subtracted per weight: the block's product of bias + q is corrected once in f32,
+// sum_k x (q - z) = sum_k x (bias + q) - (bias + z) sum_k x, where sum_k x comes from one extra mma per k16 step
+// against ones (shared by the warp's row tiles). One-tile decode (m <= 8) of a large weight takes 32-row warps, so each
+// x fragment and its pairing feed four weight words. Each block is one quantization group (or part of the only one),
+// so its product is scaled once in f32.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemv_common.cuh"
 #include "kernels/cuda/w4a16_gemv.h"
@@ -12,19 +20,29 @@
 namespace llmserve::cuda {
 namespace {
 
-constexpr int kUnroll = 4;  // 128-column blocks per round: 2 16-byte loads each per lane
+// (a & b) | c in one instruction (the compiler does not always fuse the mask and the exponent bits).
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
 
-// The 16-bit type's packed arithmetic and tensor-core product.
+// w >> kShift as the high word of a multiply: it issues to the multiplier, not to the integer pipe lop3 needs.
+template <int kShift>
+__device__ __forceinline__ uint32_t shr_mul(uint32_t w) {
+  uint32_t d;
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(d) : "r"(w), "n"(1u << (32 - kShift)));
+  return d;
+}
+
+// The 16-bit type's tensor-core product and its operands: 1.0, and the magic-number encoding of a nibble q,
+// kMagic | q shifted into the mantissa = kBias + kStep q exactly (bf16: 128 + q, its 7 mantissa bits leave no room
+// higher; f16: 1024 + 16 q, whose bias is 64 steps, not 1024, so the f32 correction cancels 16 times less).
 template <typename T>
 struct Half16;
 template <>
 struct Half16<__nv_bfloat16> {
-  static constexpr uint32_t kBias = 0x4300;  // bf16 128.0: 128 + q (q < 16) is 0x4300 | q, exactly
-  __device__ static uint32_t sub(uint32_t a, uint32_t b) {
-    const __nv_bfloat162 d =
-        __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-    return *reinterpret_cast<const uint32_t*>(&d);
-  }
+  static constexpr uint32_t kMagic = 0x4300, kOne = 0x3F80, kBias = 128, kStep = 1;
   __device__ static void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                              uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -32,14 +50,18 @@ struct Half16<__nv_bfloat16> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
+  // 8 nibbles (columns c0..c7, c_e in bits 4e..4e+3) -> 4 pairs of 128 + q: (c0, c4), (c1, c5), (c2, c6), (c3, c7).
+  __device__ static void dequant8(uint32_t w, uint32_t (&p)[4]) {
+    constexpr uint32_t kMagic2 = kMagic * 0x10001u, kMask = 0x000f000fu;
+    p[0] = and_or(w, kMask, kMagic2);
+    p[1] = and_or(shr_mul<4>(w), kMask, kMagic2);
+    p[2] = and_or(shr_mul<8>(w), kMask, kMagic2);
+    p[3] = and_or(shr_mul<12>(w), kMask, kMagic2);
+  }
 };
 template <>
 struct Half16<__half> {
-  static constexpr uint32_t kBias = 0x6400;  // f16 1024.0: 1024 + q is 0x6400 | q, exactly
-  __device__ static uint32_t sub(uint32_t a, uint32_t b) {
-    const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
-    return *reinterpret_cast<const uint32_t*>(&d);
-  }
+  static constexpr uint32_t kMagic = 0x6400, kOne = 0x3C00, kBias = 1024, kStep = 16;
   __device__ static void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                              uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -47,16 +69,15 @@ struct Half16<__half> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
+  // The same pairs as 1024 + 16 q (the nibble in bits 4..7 of each half: c1 and c5 are there already).
+  __device__ static void dequant8(uint32_t w, uint32_t (&p)[4]) {
+    constexpr uint32_t kMagic2 = kMagic * 0x10001u, kMask = 0x00f000f0u;
+    p[0] = and_or(w << 4, kMask, kMagic2);
+    p[1] = and_or(w, kMask, kMagic2);
+    p[2] = and_or(shr_mul<4>(w), kMask, kMagic2);
+    p[3] = and_or(shr_mul<8>(w), kMask, kMagic2);
+  }
 };
-
-// 8 nibbles (columns c0..c7, c_e in bits 4e..4e+3) -> 4 pairs of q - zero: (c0, c4), (c1, c5), (c2, c6), (c3, c7).
-// `zero2` is the pair (bias + zero, bias + zero).
-template <typename T>
-__device__ __forceinline__ void dequant8(uint32_t w, uint32_t zero2, uint32_t (&p)[4]) {
-  constexpr uint32_t kBias2 = Half16<T>::kBias * 0x10001u;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) p[e] = Half16<T>::sub(((w >> (4 * e)) & 0x000f000fu) | kBias2, zero2);
-}
 
 // Pairs of x in the same order: 8 consecutive values (4 words of 2) -> (x0, x4), (x1, x5), (x2, x6), (x3, x7).
 __device__ __forceinline__ void pair_up(const uint4& x, uint32_t (&p)[4]) {
@@ -66,129 +87,227 @@ __device__ __forceinline__ void pair_up(const uint4& x, uint32_t (&p)[4]) {
   p[3] = __byte_perm(x.y, x.w, 0x7632);
 }
 
-// One lane's share of a 128-column block: columns 128 blk + 32 t .. + 32 (16 bytes) of rows g (w[0]) and g + 8
-// (w[1]); zeros past k (k % 32 == 0: a piece is whole or absent; the matching x piece is zero too).
-__device__ __forceinline__ void load_block(uint4 (&w)[2], const uint8_t* q_lo, const uint8_t* q_hi, int64_t blk,
-                                           int64_t k) {
-  const int64_t col = blk * 128 + 32 * (threadIdx.x % 4);
-  w[0] = col < k ? load_stream(q_lo + col / 2) : make_uint4(0, 0, 0, 0);
-  w[1] = col < k ? load_stream(q_hi + col / 2) : make_uint4(0, 0, 0, 0);
-}
+// A small integer as f32 without the (slow) conversion pipe: 2^23 + v has v in its mantissa.
+__device__ __forceinline__ float small_to_float(uint32_t v) { return __uint_as_float(0x4B000000u + v) - 8388608.0f; }
 
-struct TileRows {
-  int64_t lo, hi;  // this lane's rows g and g + 8 (clamped to n - 1)
+// What one lane loads for one 128-column block: columns 128 blk + 32 t .. + 32 (16 bytes) of rows 16 r + g (w[r][0])
+// and 16 r + g + 8 (w[r][1]) of its tile, and their group's scales and zeros.
+template <int kRowTiles>
+struct Block {
+  uint4 w[kRowTiles][2];
+  float s[kRowTiles][2];
+  uint32_t z[kRowTiles][2];
 };
 
-// acc += scale(row) * this block's products. Word e of a lane's piece feeds two k16 steps whose weight and x
-// pairs come out of the same columns, so the tensor core's column order within a step is immaterial.
-template <typename T, int kTiles>
-__device__ __forceinline__ void multiply_block(float (&acc)[kTiles][4], const uint4 (&w)[2], const T* x, int64_t ldx,
-                                               const W4GemvParams& p, TileRows rows, int m, int64_t blk) {
-  const int lane = threadIdx.x % 32, g = lane / 4;
-  const int64_t col = blk * 128 + 32 * (lane % 4);
-  const int64_t group = blk * 128 / p.g;  // p.g % 128 == 0, or one group
-  const float s_lo = __ldg(p.scales + rows.lo * p.groups + group), s_hi = __ldg(p.scales + rows.hi * p.groups + group);
-  const uint32_t z_lo = (Half16<T>::kBias + __ldg(p.zeros + rows.lo * p.groups + group)) * 0x10001u;
-  const uint32_t z_hi = (Half16<T>::kBias + __ldg(p.zeros + rows.hi * p.groups + group)) * 0x10001u;
-  const uint32_t w_lo[4] = {w[0].x, w[0].y, w[0].z, w[0].w}, w_hi[4] = {w[1].x, w[1].y, w[1].z, w[1].w};
-  float c[kTiles][4] = {};
+// The lane's fixed offsets (unsigned 32-bit: w4a16_gemv_applies; one multiply-add each into a 64-bit address, the
+// base pointers staying in the kernel's parameters).
+template <int kRowTiles>
+struct LaneView {
+  uint32_t q[kRowTiles][2];   // the rows' 16-byte pieces of 4-bit weight before the lane's piece of block 0
+  uint32_t sz[kRowTiles][2];  // the rows' first scale and zero
+  int blk0, step, nb;         // the warp's blocks: blk0 + step j, j < nb
+  int group_shift;            // a block's group: blk >> group_shift
+  int col0;                   // the lane's column offset within a block (32 t)
+  int k;
+};
+
+// kTail: k % 128 != 0, so a lane's piece of the last block may lie past k (k % 32 == 0: a piece is whole or absent);
+// such a piece leaves the weight registers as they were: the matching x piece is zero, and any bias + q times zero is
+// zero.
+template <bool kTail, int kRowTiles>
+__device__ __forceinline__ void load_block(Block<kRowTiles>& b, const W4GemvParams& p, const LaneView<kRowTiles>& v,
+                                           int j) {
+  const uint32_t blk = v.blk0 + v.step * j;
+  const bool live = !kTail || blk * 128 + v.col0 < static_cast<uint32_t>(v.k);
+  const uint32_t group = blk >> v.group_shift;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {  // columns col + 8e .. + 8
-    uint32_t a_lo[4], a_hi[4];
-    dequant8<T>(w_lo[e], z_lo, a_lo);
-    dequant8<T>(w_hi[e], z_hi, a_hi);
+  for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i) {
-      const int tok = 8 * i + g;
-      const uint4 xv = tok < m && col < p.k ? __ldg(reinterpret_cast<const uint4*>(x + tok * ldx + col + 8 * e))
-                                            : make_uint4(0, 0, 0, 0);
-      uint32_t b[4];
-      pair_up(xv, b);
-      Half16<T>::mma(c[i], a_lo[0], a_hi[0], a_lo[1], a_hi[1], b[0], b[1]);
-      Half16<T>::mma(c[i], a_lo[2], a_hi[2], a_lo[3], a_hi[3], b[2], b[3]);
+    for (int h = 0; h < 2; ++h) {
+      if (live) b.w[r][h] = load_stream(reinterpret_cast<const uint4*>(p.qweight) + (v.q[r][h] + blk * 4u));
+      const uint32_t idx = v.sz[r][h] + group;
+      b.s[r][h] = __ldg(p.scales + idx);
+      b.z[r][h] = __ldg(p.zeros + idx);
     }
-  }
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i) {
-    acc[i][0] = fmaf(c[i][0], s_lo, acc[i][0]);
-    acc[i][1] = fmaf(c[i][1], s_lo, acc[i][1]);
-    acc[i][2] = fmaf(c[i][2], s_hi, acc[i][2]);
-    acc[i][3] = fmaf(c[i][3], s_hi, acc[i][3]);
   }
 }
 
-template <typename T, typename B, int kTiles>
-__global__ void __launch_bounds__(kGemvWarpsPerBlock * 32)
-    w4a16_gemv_kernel(T* out, int64_t ldo, const T* x, int64_t ldx, int m, W4GemvParams p, const B* bias, int splits) {
-  __shared__ float partial[kGemvWarpsPerBlock * kTiles * 4 * 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int part = warp % splits;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarpsPerBlock / splits) + warp / splits) * 16;
-  // Rows past n (the last tile) read row n - 1 and are never stored; a tile wholly past n reads nothing. No early
-  // return: the whole block meets at the reduction's barrier.
-  const TileRows rows{min(row0 + g, p.n - 1), min(row0 + g + 8, p.n - 1)};
-  const uint8_t* q_lo = p.qweight + rows.lo * (p.k / 2);
-  const uint8_t* q_hi = p.qweight + rows.hi * (p.k / 2);
-  const int64_t blocks = row0 < p.n ? (p.k + 127) / 128 : 0;
-  float acc[kTiles][4] = {};
-  const int64_t step = splits;
-  int64_t blk = part;
-  // The first round of weight loads goes out before pdl_wait: the weight is constant.
-  const bool first_round = blk + step * (kUnroll - 1) < blocks;
-  uint4 w[kUnroll][2];
-  if (first_round) {
+// acc += the block's products, each row's (bias + q) products corrected by (bias + z) sum x and scaled. Word e of a
+// lane's piece feeds two k16 steps whose weight and x pairs come out of the same columns, so the tensor core's column
+// order within a step is immaterial. `xp[i]`: the lane's token of token tile i at the lane's piece of block 0 (a token
+// past m reads token m - 1: its products land in out's columns past m, never stored).
+template <typename T, bool kTail, int kRowTiles, int kTiles>
+__device__ __forceinline__ void multiply_block(float (&acc)[kRowTiles * kTiles][4], const Block<kRowTiles>& b,
+                                               const T* const (&xp)[kTiles], const LaneView<kRowTiles>& v, int j) {
+  constexpr uint32_t kOnes = Half16<T>::kOne * 0x10001u;
+  const uint32_t blk = v.blk0 + v.step * j;
+  const bool live = !kTail || blk * 128 + v.col0 < static_cast<uint32_t>(v.k);
+  const uint4* xb[kTiles];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_block(w[u], q_lo, q_hi, blk + step * u, p.k);
-  }
-  pdl_wait();
-  if (first_round) {
+  for (int i = 0; i < kTiles; ++i) xb[i] = reinterpret_cast<const uint4*>(xp[i] + blk * 128u);
+  float c[kRowTiles][kTiles][4] = {}, sum_x[kTiles][4] = {};
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) multiply_block<T, kTiles>(acc, w[u], x, ldx, p, rows, m, blk + step * u);
-    blk += step * kUnroll;
-  }
-  for (; blk + step * (kUnroll - 1) < blocks; blk += step * kUnroll) {
+  for (int e = 0; e < 4; ++e) {  // columns 128 blk + 32 t + 8 e .. + 8
+    uint32_t a[kRowTiles][2][4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_block(w[u], q_lo, q_hi, blk + step * u, p.k);
+    for (int r = 0; r < kRowTiles; ++r) {
+      Half16<T>::dequant8((&b.w[r][0].x)[e], a[r][0]);
+      Half16<T>::dequant8((&b.w[r][1].x)[e], a[r][1]);
+    }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) multiply_block<T, kTiles>(acc, w[u], x, ldx, p, rows, m, blk + step * u);
-  }
-  for (; blk < blocks; blk += step) {
-    load_block(w[0], q_lo, q_hi, blk, p.k);
-    multiply_block<T, kTiles>(acc, w[0], x, ldx, p, rows, m, blk);
-  }
-  pdl_trigger();
-  if (!reduce_tile_over_splits<kTiles>(acc, partial, splits)) return;
+    for (int i = 0; i < kTiles; ++i) {
+      const uint4 xv = live ? __ldg(xb[i] + e) : make_uint4(0, 0, 0, 0);
+      uint32_t xq[4];
+      pair_up(xv, xq);
+      Half16<T>::mma(sum_x[i], kOnes, kOnes, kOnes, kOnes, xq[0], xq[2]);
+      Half16<T>::mma(sum_x[i], kOnes, kOnes, kOnes, kOnes, xq[1], xq[3]);
 #pragma unroll
-  for (int i = 0; i < kTiles; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = row0 + g + (e >= 2 ? 8 : 0);
-      const int tok = 8 * i + 2 * t + (e & 1);
-      if (row >= p.n || tok >= m) continue;
-      float v = acc[i][e];
-      if (bias != nullptr) v += load_f(bias + row);
-      store_f(out + tok * ldo + row, v);
+      for (int r = 0; r < kRowTiles; ++r) {
+        Half16<T>::mma(c[r][i], a[r][0][0], a[r][1][0], a[r][0][2], a[r][1][2], xq[0], xq[2]);
+        Half16<T>::mma(c[r][i], a[r][0][1], a[r][1][1], a[r][0][3], a[r][1][3], xq[1], xq[3]);
+      }
     }
   }
+  // sum_x[i][0] (= [2]) is token 2t's sum over the block, sum_x[i][1] (= [3]) token 2t + 1's: the ones rows agree.
+  // A row's product: s / kStep (c - (kBias + kStep z) sum_x).
+  constexpr float kInvStep = 1.0f / Half16<T>::kStep;
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+    const float zb_lo = small_to_float(Half16<T>::kBias + Half16<T>::kStep * b.z[r][0]);
+    const float zb_hi = small_to_float(Half16<T>::kBias + Half16<T>::kStep * b.z[r][1]);
+    const float s_lo = b.s[r][0] * kInvStep, s_hi = b.s[r][1] * kInvStep;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+      float(&d)[4] = acc[r * kTiles + i];
+      d[0] = fmaf(s_lo, fmaf(-zb_lo, sum_x[i][0], c[r][i][0]), d[0]);
+      d[1] = fmaf(s_lo, fmaf(-zb_lo, sum_x[i][1], c[r][i][1]), d[1]);
+      d[2] = fmaf(s_hi, fmaf(-zb_hi, sum_x[i][0], c[r][i][2]), d[2]);
+      d[3] = fmaf(s_hi, fmaf(-zb_hi, sum_x[i][1], c[r][i][3]), d[3]);
+    }
+  }
+}
+
+// kRowTiles 16-row tiles per warp (2 for one token tile: x's loads and pairing serve twice the weight; 1 above, for
+// registers) and kTiles 8-token tiles.
+template <typename T, typename B, bool kTail, int kRowTiles, int kTiles>
+__global__ void __launch_bounds__(kGemvWarpsPerBlock * 32)
+    w4a16_gemv_kernel(T* out, int64_t ldo, const T* x, int64_t ldx, int m, W4GemvParams p, const B* bias, int splits,
+                      int group_shift) {
+  constexpr int kRows = 16 * kRowTiles;
+  __shared__ float partial[kGemvWarpsPerBlock * kRowTiles * kTiles * 4 * 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int part = warp % splits;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarpsPerBlock / splits) + warp / splits) * kRows;
+  const int blocks = static_cast<int>((p.k + 127) / 128);
+  // Rows past n (the last tile) read row n - 1 and are never stored; a tile wholly past n reads nothing. No early
+  // return: the whole block meets at the reduction's barrier.
+  LaneView<kRowTiles> v;
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = min(row0 + 16 * r + 8 * h + g, p.n - 1);
+      v.q[r][h] = static_cast<uint32_t>(row * (p.k / 32) + t);
+      v.sz[r][h] = static_cast<uint32_t>(row * p.groups);
+    }
+  }
+  v.blk0 = part;
+  v.step = splits;
+  v.nb = row0 < p.n && part < blocks ? (blocks - part + splits - 1) / splits : 0;
+  v.group_shift = group_shift;
+  v.col0 = 32 * t;
+  v.k = static_cast<int>(p.k);
+  float acc[kRowTiles * kTiles][4] = {};
+  Block<kRowTiles> a = {}, b = {};
+  // The first block goes out before pdl_wait: the weight, its scales and zeros are constant.
+  if (v.nb > 0) load_block<kTail>(a, p, v, 0);
+  pdl_wait();
+  const T* xp[kTiles];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) xp[i] = x + min(8 * i + g, m - 1) * ldx + 32 * t;
+  for (int j = 0; j < v.nb;) {  // double-buffered: load the next block, multiply the current one
+    if (j + 1 < v.nb) load_block<kTail>(b, p, v, j + 1);
+    multiply_block<T, kTail, kRowTiles, kTiles>(acc, a, xp, v, j);
+    if (++j >= v.nb) break;
+    if (j + 1 < v.nb) load_block<kTail>(a, p, v, j + 1);
+    multiply_block<T, kTail, kRowTiles, kTiles>(acc, b, xp, v, j);
+    ++j;
+  }
+  pdl_trigger();
+  if (!reduce_tile_over_splits<kRowTiles * kTiles>(acc, partial, splits)) return;
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = row0 + 16 * r + g + (e >= 2 ? 8 : 0);
+        const int tok = 8 * i + 2 * t + (e & 1);
+        if (row >= p.n || tok >= m) continue;
+        float val = acc[r * kTiles + i][e];
+        if (bias != nullptr) val += load_f(bias + row);
+        store_f(out + tok * ldo + row, val);
+      }
+    }
+  }
+}
+
+// log2 of the 128-column blocks per group (a power of two: w4a16_gemv_applies), or 31 for one group (every block's
+// index shifts to 0).
+int group_shift_of(const W4GemvParams& p) {
+  if (p.groups == 1) return 31;
+  int shift = 0;
+  while ((int64_t{128} << shift) < p.g) ++shift;
+  return shift;
+}
+
+// The device's SM count (the first device's: the GPUs of one server are alike).
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CHECK(cudaGetDevice(&dev) == cudaSuccess);
+    CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
+    return count;
+  }();
+  return n;
+}
+
+// The GEMV's split and thread blocks for warps of `rows_per_warp` weight rows.
+struct Grid {
+  int splits;
+  unsigned blocks;
+};
+Grid grid_for(const W4GemvParams& p, int64_t rows_per_warp) {
+  const int64_t units = (p.n + rows_per_warp - 1) / rows_per_warp, blocks = (p.k + 127) / 128;
+  const int splits = choose_gemv_splits(units, blocks / 2);
+  return {splits, ceil_div(units, kGemvWarpsPerBlock / splits)};
+}
+
+template <typename T, typename B, bool kTail, int kRowTiles, int kTiles>
+void launch_tiles(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias) {
+  const auto [splits, grid] = grid_for(p, 16 * kRowTiles);
+  launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, kTail, kRowTiles, kTiles>, grid, kGemvWarpsPerBlock * 32,
+             out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), static_cast<int>(x.size(0)), p, bias, splits,
+             group_shift_of(p));
+}
+
+template <typename T, typename B, bool kTail>
+void launch_m(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias) {
+  const int64_t m = x.size(0);
+  // 32-row warps halve the work per weight, but also the warps: each holds one block's loads in flight while it
+  // multiplies the previous one, and ~120 registers let two 8-warp blocks share an SM. So they are taken only where
+  // their grid still gives every SM two blocks (Mistral-7B: gate_up); narrower products (qkv, o_proj, down) keep
+  // 16-row warps and twice the loads in flight.
+  if (m <= 8 && grid_for(p, 32).blocks >= 2u * sm_count()) return launch_tiles<T, B, kTail, 2, 1>(out, x, p, bias);
+  if (m <= 8) return launch_tiles<T, B, kTail, 1, 1>(out, x, p, bias);
+  if (m <= 16) return launch_tiles<T, B, kTail, 1, 2>(out, x, p, bias);
+  launch_tiles<T, B, kTail, 1, 4>(out, x, p, bias);
 }
 
 template <typename T, typename B>
 void launch(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias) {
-  const int64_t m = x.size(0), tiles = (p.n + 15) / 16, blocks = (p.k + 127) / 128;
-  const int splits = choose_gemv_splits(tiles, blocks / kUnroll);
-  const unsigned grid = ceil_div(tiles, kGemvWarpsPerBlock / splits);
-  constexpr int kThreads = kGemvWarpsPerBlock * 32;
-  const int mi = static_cast<int>(m);
-  if (m <= 8) {
-    launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, 1>, grid, kThreads, out.data<T>(), out.stride(0),
-               x.data<T>(), x.stride(0), mi, p, bias, splits);
-  } else if (m <= 16) {  // four tiles above: ~180 registers, one block per SM, still the weight read once
-    launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, 2>, grid, kThreads, out.data<T>(), out.stride(0),
-               x.data<T>(), x.stride(0), mi, p, bias, splits);
-  } else {
-    launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, 4>, grid, kThreads, out.data<T>(), out.stride(0),
-               x.data<T>(), x.stride(0), mi, p, bias, splits);
-  }
+  if (p.k % 128 != 0) return launch_m<T, B, true>(out, x, p, bias);
+  launch_m<T, B, false>(out, x, p, bias);
 }
 
 template <typename T>
@@ -201,8 +320,12 @@ void run(Tensor& out, const Tensor& x, const W4GemvParams& p, const Tensor* bias
 }  // namespace
 
 bool w4a16_gemv_applies(int64_t m, DType x_dtype, const W4GemvParams& p) {
-  return m <= kW4GemvMaxRows && (x_dtype == DType::kBF16 || x_dtype == DType::kF16) && p.k % 32 == 0 &&
-         (p.g % 128 == 0 || p.groups == 1) && aligned16(p.qweight);
+  const int64_t bpg = p.g / 128;  // 128-column blocks per group
+  const bool groups_ok = p.groups == 1 || (p.g % 128 == 0 && (bpg & (bpg - 1)) == 0);
+  // Offsets into the weight, its scales and zeros in 32 bits.
+  const bool small = p.n * (p.k / 2) < (int64_t{1} << 32) && p.k < (int64_t{1} << 30);
+  return m <= kW4GemvMaxRows && (x_dtype == DType::kBF16 || x_dtype == DType::kF16) && p.k % 32 == 0 && groups_ok &&
+         small && aligned16(p.qweight);
 }
 
 void w4a16_gemv(Tensor& out, const Tensor& x, const W4GemvParams& p, const Tensor* bias) {
