@@ -6,10 +6,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "../kernels/test_util.h"
+#include "core/cuda_stream.h"
 #include "core/tensor.h"
 
 namespace llmserve::gpu_testing {
@@ -93,6 +95,25 @@ inline double rounding_rtol(DType dtype) {
   }
 }
 inline double rounding_atol(DType dtype) { return dtype == DType::kF32 ? 1e-5 : 1e-3; }
+
+// Benches: mean microseconds per call of f(i) on the current stream over `reps` calls (after one untimed warm-up
+// call f(0)); i is the call's index (benches rotate weight copies with it so L2 does not serve them).
+inline double mean_call_us(const std::function<void(int)>& f, int reps) {
+  f(0);
+  sync_device();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, cuda::current_stream());
+  for (int i = 0; i < reps; ++i) f(i);
+  cudaEventRecord(stop, cuda::current_stream());
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms * 1e3 / reps;
+}
 
 inline std::string dtype_str(DType dtype) { return std::string(dtype_name(dtype)); }
 

@@ -331,25 +331,6 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
   }
 }
 
-// Mean time of `reps` calls of f on the current stream, in microseconds (after one untimed call).
-template <typename F>
-double time_us(F&& f, int reps = 20) {
-  f();
-  gpu_testing::sync_device();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, cuda::current_stream());
-  for (int i = 0; i < reps; ++i) f();
-  cudaEventRecord(stop, cuda::current_stream());
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms * 1e3 / reps;
-}
-
 // --bench: the expert GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
 // token count: moe_align + gate/up moe_gemm + moe_gemm_silu (down), on the weight-streaming path (block 1; silu
 // fused) and on the tile path (block 16 / 64; silu_and_mul + tiles), "<-" marking the one moe_align_block picks,
@@ -387,12 +368,14 @@ int run_bench() {
       const int64_t cap = ops::moe_align_capacity(P, E, block);
       Tensor s = sorted.slice(0, 0, cap), gu = gu_all.slice(0, 0, cap), h = h_all.slice(0, 0, cap);
       Tensor d = d_all.slice(0, 0, cap);
-      const double align_us = time_us([&] { ops::moe_align(s, rows, off, ids, block); });
-      const double us = time_us([&] {
-        ops::moe_align(s, rows, off, ids, block);
-        ops::moe_gemm(gu, x, w13, s, off, k, block);
-        ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
-      });
+      const double align_us = gpu_testing::mean_call_us([&](int) { ops::moe_align(s, rows, off, ids, block); }, 20);
+      const double us = gpu_testing::mean_call_us(
+          [&](int) {
+            ops::moe_align(s, rows, off, ids, block);
+            ops::moe_gemm(gu, x, w13, s, off, k, block);
+            ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
+          },
+          20);
       std::printf("%7lld %7s %5lld %10.1f %8.1f %9.1f MB %11.1f %8.0f%% %9.1f %7.0f%% %s\n", static_cast<long long>(T),
                   block == 1 ? "stream" : "tiles", static_cast<long long>(block), us, align_us, bytes / 1e6, floor_us,
                   100.0 * floor_us / us, flops / us / 1e6, 100.0 * flops / (us * 1e-6) / peak_flops,

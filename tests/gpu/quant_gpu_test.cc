@@ -351,31 +351,13 @@ TEST_F(CudaQuantTest, W4A16GemvDecodeMatchesCpuTightly) {
 
 // ---- --bench ----
 
-// Mean microseconds per call of f(i) over `reps` calls (after one warm-up call), i the call's index.
-double time_us(const std::function<void(int)>& f, int reps) {
-  f(0);
-  gpu_testing::sync_device();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, cuda::current_stream());
-  for (int i = 0; i < reps; ++i) f(i);
-  cudaEventRecord(stop, cuda::current_stream());
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms * 1e3 / reps;
-}
-
 // Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer: the floor's bandwidth.
 double copy_bandwidth() {
   const int64_t bytes = int64_t{1} << 30;
   Tensor src = Tensor::empty({bytes}, DType::kU8, Device::cuda()),
          dst = Tensor::empty({bytes}, DType::kU8, Device::cuda());
   CHECK(cudaMemset(src.raw_data(), 1, bytes) == cudaSuccess);
-  const double us = time_us(
+  const double us = gpu_testing::mean_call_us(
       [&](int) {
         CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), bytes, cudaMemcpyDeviceToDevice,
                               cuda::current_stream()) == cudaSuccess);
@@ -442,7 +424,8 @@ int run_bench() {
       for (int64_t m : {1, 4, 16, 32}) {
         Tensor x = to_device(random_tensor({m, k}, 2, DType::kBF16));
         Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
-        const double us = time_us([&](int i) { ops::linear(out, x, w[i % w.size()], nullptr); }, reps);
+        const double us =
+            gpu_testing::mean_call_us([&](int i) { ops::linear(out, x, w[i % w.size()], nullptr); }, reps);
         report("bf16 linear", m, bytes, us, 0);
       }
     }
@@ -457,8 +440,9 @@ int run_bench() {
                xs = Tensor::empty({m, 1}, DType::kF32, Device::cuda());
         Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
         ops::dynamic_scaled_quantize(xq, xs, x);
-        const double us = time_us([&](int i) { ops::scaled_mm(out, xq, xs, w[i % w.size()], ws, nullptr); }, reps);
-        const double us_quant = time_us(
+        const double us =
+            gpu_testing::mean_call_us([&](int i) { ops::scaled_mm(out, xq, xs, w[i % w.size()], ws, nullptr); }, reps);
+        const double us_quant = gpu_testing::mean_call_us(
             [&](int i) {
               ops::dynamic_scaled_quantize(xq, xs, x);
               ops::scaled_mm(out, xq, xs, w[i % w.size()], ws, nullptr);
@@ -488,8 +472,8 @@ int run_bench() {
         for (int variant = 0; variant < 3; ++variant) {
           const Tensor& zeros = variant == 2 ? zeros_awq : zeros_gptq;
           const Tensor* pm = variant == 1 ? &perm : nullptr;
-          const double us =
-              time_us([&](int i) { ops::w4a16_linear(out, x, q[i % q.size()], scales, zeros, pm, nullptr); }, reps);
+          const double us = gpu_testing::mean_call_us(
+              [&](int i) { ops::w4a16_linear(out, x, q[i % q.size()], scales, zeros, pm, nullptr); }, reps);
           report(variant == 0 ? "gptq g128" : variant == 1 ? "gptq g128 act-order" : "awq g128", m, bytes, us, 0);
         }
       }
