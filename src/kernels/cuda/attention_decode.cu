@@ -5,9 +5,8 @@
 // barrier. Threads form groups of HD/8 lanes per kv head, each group keeps an online softmax over its keys, and
 // the groups merge through shared memory. With split-K every CTA writes its partial (max, sum, unnormalised
 // output) to the f32 workspace and the last CTA of its (request, head group) to arrive (an atomic counter in the
-// workspace, reset by that CTA) combines them: one launch per call. A request uses only the splits its own
-// context fills (the grid is sized for the longest; CUDA graphs size it by the block table's reach).
-// Invariants: the CTAs a request uses write exactly its heads; the counters are zero between calls.
+// workspace, reset by that CTA) combines them: one launch per call.
+// Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
 
 #include "kernels/cuda/attention_common.cuh"
@@ -44,16 +43,15 @@ struct DecodeShape {
 
 // Split-K epilogue of the last CTA of a (request, head group): out = sum_s w_s acc_s / sum_s w_s l_s with
 // w_s = exp(m_s - max m). Partials are read with ld.global.cg: they were written by other SMs (L1 is not coherent).
-// Partials are laid out for `num_splits` (the grid's); the first `active` hold this request's.
 template <typename T, int HD, int GH>
-__device__ void combine_splits(const float* ws_group, int num_splits, int active, int gh, T* out_group) {
+__device__ void combine_splits(const float* ws_group, int num_splits, int gh, T* out_group) {
   __shared__ float sm_w[GH][kMaxSplits];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   constexpr int kWarps = kDecodeThreads / 32;
   for (int h = warp; h < gh; h += kWarps) {
     const float* part = ws_group + (static_cast<int64_t>(h) * num_splits + lane) * (HD + 2);
-    const float m = lane < active ? __ldcg(part + HD) : -INFINITY;
-    const float l = lane < active ? __ldcg(part + HD + 1) : 0.f;
+    const float m = lane < num_splits ? __ldcg(part + HD) : -INFINITY;
+    const float l = lane < num_splits ? __ldcg(part + HD + 1) : 0.f;
     float mx = m;
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     const float w = (mx == -INFINITY || m == -INFINITY) ? 0.f : __expf(m - mx);
@@ -66,7 +64,7 @@ __device__ void combine_splits(const float* ws_group, int num_splits, int active
     const int h = e / HD, d = e % HD;
     const float* part = ws_group + static_cast<int64_t>(h) * num_splits * (HD + 2) + d;
     float sum = 0.f;
-    for (int s = 0; s < active; ++s) sum += sm_w[h][s] * __ldcg(part + s * (HD + 2));
+    for (int s = 0; s < num_splits; ++s) sum += sm_w[h][s] * __ldcg(part + s * (HD + 2));
     out_group[h * HD + d] = from_float<T>(sum);
   }
 }
@@ -91,13 +89,8 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   const int token = q_end - 1;
   const int seq = p.seq_lens[r];
   const int lo = p.sliding_window > 0 ? max(0, seq - p.sliding_window) : 0;
-  // Splits this request uses: the grid is sized for the longest context the call may see (CUDA graphs size it by
-  // the block table's reach), so a short context keeps only the splits that get kMinKeysPerSplit keys each and the
-  // rest leave at once: fewer partials to write and combine (at 128 keys, 4 splits instead of 32).
-  const int active = min(num_splits, max(1, (seq - lo + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
-  if (split >= active) return;  // uniform over the CTA, before any barrier
-  // This split's keys: the request's range cut into `active` near-equal pieces (any seq_len is covered).
-  const int per = (seq - lo + active - 1) / active;
+  // This split's keys: the request's range cut into num_splits near-equal pieces (any seq_len is covered).
+  const int per = (seq - lo + num_splits - 1) / num_splits;
   const int start = lo + split * per, end = min(seq, start + per);
   const int num_steps = end > start ? (end - start + S::kStepKeys - 1) / S::kStepKeys : 0;  // uniform over the CTA
 
@@ -268,7 +261,7 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
       }
     }
     const int head = (kv_base + jh / GH) * group + chunk * GH + h;
-    if (KVH > 1 || active == 1) {
+    if (KVH > 1 || num_splits == 1) {
       out[head * HD + d] = from_float<T>(lsum > 0.f ? sum / lsum : 0.f);
     } else {
       float* part = ws_group + (static_cast<int64_t>(h) * num_splits + split) * (HD + 2);
@@ -279,7 +272,7 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
       }
     }
   }
-  if (KVH > 1 || active == 1) return;  // the host runs KVH > 1 without split-K only
+  if (KVH > 1 || num_splits == 1) return;  // the host runs KVH > 1 without split-K only
 
   // Split-K: publish this partial, count arrivals; the last CTA combines (threadfence-reduction pattern).
   __shared__ bool sm_last;
@@ -287,14 +280,14 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   __syncthreads();
   if (tid == 0) {
     int* counter = reinterpret_cast<int*>(p.workspace) + r * gridDim.x + blockIdx.x;
-    const bool last = atomicAdd(counter, 1) == active - 1;
+    const bool last = atomicAdd(counter, 1) == num_splits - 1;
     if (last) atomicExch(counter, 0);  // every split has arrived: ready for the next call (graph replays too)
     sm_last = last;
   }
   __syncthreads();
   if (!sm_last) return;
   __threadfence();  // order the partial reads after the counter read
-  combine_splits<T, HD, GH>(ws_group, num_splits, active, gh, out + head0 * HD);
+  combine_splits<T, HD, GH>(ws_group, num_splits, gh, out + head0 * HD);
 }
 
 int num_sms() {
