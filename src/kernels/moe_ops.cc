@@ -1,6 +1,6 @@
 // ops.h mixture-of-experts ops: each one's schema and check (shapes, dtypes, devices; CHECK naming the op, writing
-// nothing) and the Op objects dispatching to kernels/cpu/moe.cc and kernels/cuda/moe.cu; plus the alignment sizes
-// the FusedMoE layer plans its buffers with. Kept apart from ops.cc so the MoE ops have one home.
+// nothing) and the Op objects dispatching to kernels/cpu/moe.cc and kernels/cuda/moe.cu + moe_gemm.cu; plus the
+// alignment sizes the FusedMoE layer plans its buffers with. Kept apart from ops.cc so the MoE ops have one home.
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>

@@ -103,7 +103,7 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor
                const Tensor* perm, const Tensor* bias)>
     w4a16_linear;
 
-// ---- mixture of experts (checks: kernels/moe_ops.cc; kernels/cpu/moe.cc, kernels/cuda/moe.cu) ----
+// ---- mixture of experts (checks: kernels/moe_ops.cc; kernels/cpu/moe.cc, kernels/cuda/moe.cu + moe_gemm.cu) ----
 // The path of a FusedMoE block (model/layers/fused_moe.h): router logits (ops::linear) -> moe_route -> moe_align ->
 // moe_gemm (gate/up, gathering token rows) -> moe_gemm_silu (silu_and_mul -> down) -> moe_combine. Token t's j-th
 // choice is the pair p = t * top_k + j. Experts' weights are stacked [num_experts, n, k] (HF [out, in] per expert).

@@ -1,7 +1,7 @@
-// What the weight-streaming GEMVs share (gemv.cu: 16-bit; scaled_gemv.cu: fp8 / int8; w4a16_gemv.cu: 4-bit; moe.cu:
-// the MoE decode GEMM over its experts' rows): the streaming load, the split of each output unit over several warps
-// of a block, and the tensor-core fragment the quantized ones reduce. Decode-sized products are memory-bound: each
-// keeps the weight read exactly once per call.
+// What the weight-streaming GEMVs share (gemv.cu: 16-bit; scaled_gemv.cu: fp8 / int8; w4a16_gemv.cu: 4-bit;
+// moe_gemm.cu: the MoE decode GEMM over its experts' rows): the streaming load, the split of each output unit over
+// several warps of a block, and the tensor-core fragment the quantized ones reduce. Decode-sized products are
+// memory-bound: each keeps the weight read exactly once per call.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,7 @@ void register_embedding_rotary_kernels();
 void register_gemm_kernels();
 void register_logits_kernels();
 void register_moe_kernels();
+void register_moe_gemm_kernels();
 void register_norm_kernels();
 void register_quant_kernels();
 void register_sampling_kernels();
@@ -25,6 +26,7 @@ void register_kernels() {
   register_gemm_kernels();
   register_logits_kernels();
   register_moe_kernels();
+  register_moe_gemm_kernels();
   register_norm_kernels();
   register_quant_kernels();
   register_sampling_kernels();
