@@ -290,16 +290,6 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   combine_splits<T, HD, GH>(ws_group, num_splits, gh, out + head0 * HD);
 }
 
-int num_sms() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    CHECK(cudaGetDevice(&dev) == cudaSuccess);
-    CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
-    return count;
-  }();
-  return n;
-}
-
 // Splits per request: enough CTAs for ~2 waves of the GPU, each split >= kMinKeysPerSplit keys (by the
 // max_seq_len hint), only as many as the workspace holds, and none when the head groups outnumber the
 // counters. Depends only on host-known sizes (graph-safe).

@@ -290,6 +290,18 @@ void dispatch_float(DType dtype, const char* what, F&& f) {
 // Blocks of at most 65535 in grid dimension y/z; rows go in x (up to 2^31 - 1).
 inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
+// The SM count of the device current at the first call (the GPUs of one server are alike): launch heuristics size
+// grids in waves of it.
+inline int num_sms() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CHECK(cudaGetDevice(&dev) == cudaSuccess);
+    CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
+    return count;
+  }();
+  return n;
+}
+
 // Runs set() once per CUDA device and returns that device's result: for cudaFuncSetAttribute, which applies to the
 // current device only (tensor-parallel ranks launch the same kernels on several devices, one thread each).
 // Each call site (each kernel instantiation's lambda) keeps its own record.

@@ -261,17 +261,6 @@ int group_shift_of(const W4GemvParams& p) {
   return shift;
 }
 
-// The device's SM count (the first device's: the GPUs of one server are alike).
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, count = 0;
-    CHECK(cudaGetDevice(&dev) == cudaSuccess);
-    CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
-    return count;
-  }();
-  return n;
-}
-
 // The GEMV's split and thread blocks for warps of `rows_per_warp` weight rows.
 struct Grid {
   int splits;
@@ -298,7 +287,7 @@ void launch_m(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias
   // multiplies the previous one, and ~120 registers let two 8-warp blocks share an SM. So they are taken only where
   // their grid still gives every SM two blocks (Mistral-7B: gate_up); narrower products (qkv, o_proj, down) keep
   // 16-row warps and twice the loads in flight.
-  if (m <= 8 && grid_for(p, 32).blocks >= 2u * sm_count()) return launch_tiles<T, B, kTail, 2, 1>(out, x, p, bias);
+  if (m <= 8 && grid_for(p, 32).blocks >= 2u * num_sms()) return launch_tiles<T, B, kTail, 2, 1>(out, x, p, bias);
   if (m <= 8) return launch_tiles<T, B, kTail, 1, 1>(out, x, p, bias);
   if (m <= 16) return launch_tiles<T, B, kTail, 1, 2>(out, x, p, bias);
   launch_tiles<T, B, kTail, 1, 4>(out, x, p, bias);
