@@ -14,19 +14,13 @@
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
+#include "kernels/cuda/cublaslt_plan.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace llmserve::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // NVIDIA's recommendation for Hopper
 constexpr int kMaxDevices = 16;
-
-#define LT_CHECK(expr)                                                                         \
-  do {                                                                                         \
-    const cublasStatus_t lt_status_ = (expr);                                                  \
-    CHECK(lt_status_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cublasLt status " << lt_status_; \
-  } while (0)
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
@@ -67,25 +61,14 @@ struct PlanKeyHash {
   }
 };
 
-// Descriptors and the chosen algorithm for one PlanKey; the bias pointer is set per call.
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool found = false;
-  ~Plan() {
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-  }
-};
+// Descriptors and the chosen algorithm for one PlanKey (cublaslt_plan.h); the bias pointer is set per call.
+using Plan = LtPlan;
 
 class GemmContext {
  public:
   explicit GemmContext(int device) {
     LT_CHECK(cublasLtCreate(&handle_));
-    const cudaError_t err = cudaMalloc(&workspace_, kWorkspaceBytes);
+    const cudaError_t err = cudaMalloc(&workspace_, kLtWorkspaceBytes);
     CHECK(err == cudaSuccess) << "linear: cudaMalloc of the cuBLASLt workspace on cuda:" << device << ": "
                               << cudaGetErrorString(err);
   }
@@ -103,7 +86,7 @@ class GemmContext {
     }
     const float alpha = 1.f, beta = 0.f;
     LT_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, weight.raw_data(), plan.a, x.raw_data(), plan.b, &beta,
-                            out.raw_data(), plan.c, out.raw_data(), plan.c, &plan.algo, workspace_, kWorkspaceBytes,
+                            out.raw_data(), plan.c, out.raw_data(), plan.c, &plan.algo, workspace_, kLtWorkspaceBytes,
                             current_stream()));
   }
 
@@ -129,28 +112,7 @@ class GemmContext {
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, key.k, key.n, key.k));
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, key.k, key.m, key.ldx));
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out, key.n, key.m, key.ldo));
-    cublasLtMatmulPreference_t pref;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t workspace = kWorkspaceBytes;
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                  sizeof(workspace)));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_w,
-                                                  sizeof(uint32_t)));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_x,
-                                                  sizeof(uint32_t)));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_out,
-                                                  sizeof(uint32_t)));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out,
-                                                  sizeof(uint32_t)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
-                                                                 plan->c, pref, 1, &result, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-      plan->algo = result.algo;
-      plan->found = true;
-    }
+    choose_lt_algo(handle_, plan.get(), key.align_w, key.align_x, key.align_out);
     return plan;
   }
 

@@ -28,6 +28,7 @@
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
+#include "kernels/cuda/cublaslt_plan.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace llmserve::cuda {
@@ -53,14 +54,6 @@ void scaled_gemv(Tensor& out, const Tensor& a, const Tensor& a_scales, const Ten
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
-#define LT_CHECK(expr)                                                                         \
-  do {                                                                                         \
-    const cublasStatus_t lt_status_ = (expr);                                                  \
-    CHECK(lt_status_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cublasLt status " << lt_status_; \
-  } while (0)
-
 enum class ScaleMode { kTensor, kVector, kBlock };
 
 cudaDataType_t out_type(DType dtype) {
@@ -74,18 +67,7 @@ cudaDataType_t out_type(DType dtype) {
   }
 }
 
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool found = false;
-  ~Plan() {
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-  }
-};
+using Plan = LtPlan;  // cublaslt_plan.h
 
 // (m, n, k, leading dimension of both operands, int8, weight scale mode, activation scale mode, out dtype, the
 // alignment in bytes cuBLASLt may assume of every pointer)
@@ -104,7 +86,7 @@ class ScaledMMContext {
  public:
   ScaledMMContext() {
     LT_CHECK(cublasLtCreate(&handle_));
-    CHECK(cudaMalloc(&workspace_, kWorkspaceBytes) == cudaSuccess) << "scaled_mm: cudaMalloc of the workspace";
+    CHECK(cudaMalloc(&workspace_, kLtWorkspaceBytes) == cudaSuccess) << "scaled_mm: cudaMalloc of the workspace";
     CHECK(cudaMalloc(&one_, sizeof(float)) == cudaSuccess) << "scaled_mm: cudaMalloc of the unit scale";
     const float one = 1.0f;
     CHECK(cudaMemcpy(one_, &one, sizeof(one), cudaMemcpyHostToDevice) == cudaSuccess) << "scaled_mm: unit scale";
@@ -124,11 +106,11 @@ class ScaledMMContext {
           cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof(scale_b)));
       const float alpha = 1.f, beta = 0.f;
       LT_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.c, d, plan.c, &plan.algo,
-                              workspace_, kWorkspaceBytes, current_stream()));
+                              workspace_, kLtWorkspaceBytes, current_stream()));
     } else {
       const int32_t alpha = 1, beta = 0;
       LT_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.c, d, plan.c, &plan.algo,
-                              workspace_, kWorkspaceBytes, current_stream()));
+                              workspace_, kLtWorkspaceBytes, current_stream()));
     }
   }
 
@@ -198,24 +180,7 @@ class ScaledMMContext {
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, ld));
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, ld));
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out, n, m, n));
-    cublasLtMatmulPreference_t pref;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t workspace = kWorkspaceBytes;
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                  sizeof(workspace)));
-    for (const auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
-    }
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c,
-                                                                 plan->c, pref, 1, &result, &count);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-      plan->algo = result.algo;
-      plan->found = true;
-    }
+    choose_lt_algo(handle_, plan.get(), align, align, align);
     return plan;
   }
 
