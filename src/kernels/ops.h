@@ -67,6 +67,15 @@ extern Op<void(const Tensor& positions, Tensor& query, Tensor& key, int64_t head
 // shape, strides and alignment (bench/RESULTS.md: the rate at the Mistral-7B shapes).
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias)> linear;
 
+// out [m, n / 2] = silu_and_mul(linear(x, weight, bias)): the gated MLP's gate/up projection (weight [n, k] stacks the
+// gate rows over the up rows) and its activation, the projection rounded to out's dtype first as the two ops store
+// it. scratch [m, n] in out's dtype holds the projection where the two ops run (contents afterwards unspecified).
+// Operands as linear's, out in x's dtype. CUDA: where linear takes the GEMV (m = 1, 16-bit), one weight-streaming
+// GEMV with the activation in its epilogue (one kernel less per layer at batch-1 decode); the two ops otherwise,
+// and on the CPU.
+extern Op<void(Tensor& out, Tensor& scratch, const Tensor& x, const Tensor& weight, const Tensor* bias)>
+    linear_silu_and_mul;
+
 // ---- quantized GEMM (the linear methods of model/layers/quantized_linear_methods.h) ----
 
 // Dynamic symmetric quantization of activations: row i of x [m, k] in groups of g = k / scales.size(1) columns gets

@@ -25,6 +25,10 @@ void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const T
 inline constexpr int64_t kMaxGemvRows = 1;
 bool gemv_applies(const Tensor& out, const Tensor& x, const Tensor& weight);
 void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
+// The same GEMV with silu_and_mul in its epilogue: out [m, n / 2] = silu(x W[:n/2]^T) * (x W[n/2:]^T), both
+// products rounded to out's dtype first (ops::linear_silu_and_mul's fused path; out in x's dtype).
+bool gemv_silu_and_mul_applies(const Tensor& out, const Tensor& x, const Tensor& weight);
+void gemv_silu_and_mul(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
 // ---- size limits of the CUDA kernels ----
 

@@ -179,6 +179,16 @@ void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const T
   if (bias != nullptr && !key.bias_epilogue) add_bias(out, *bias);
 }
 
-void register_gemm_kernels() { ops::linear.register_kernel(DeviceType::kCUDA, linear); }
+// The GEMV's gated epilogue where linear would take the GEMV; else the projection into scratch, then the activation.
+void linear_silu_and_mul(Tensor& out, Tensor& scratch, const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  if (gemv_silu_and_mul_applies(out, x, weight)) return gemv_silu_and_mul(out, x, weight, bias);
+  linear(scratch, x, weight, bias);
+  ops::silu_and_mul(out, scratch);
+}
+
+void register_gemm_kernels() {
+  ops::linear.register_kernel(DeviceType::kCUDA, linear);
+  ops::linear_silu_and_mul.register_kernel(DeviceType::kCUDA, linear_silu_and_mul);
+}
 
 }  // namespace llmserve::cuda
