@@ -1,5 +1,7 @@
-// oneDNN matmul wrapper: primitives cached by (k, dtype) behind a mutex; execution is lock-free (primitives are
-// immutable and may run from several threads at once). oneDNN errors (C++ exceptions) never leave this file.
+// oneDNN matmul wrapper: primitives cached per thread by (k, dtype), so each is created and executed by one thread:
+// oneDNN does not support executing one primitive from several threads at once (its library-managed scratchpad is
+// per creating thread; concurrent executions of one primitive corrupted the heap, ~1 run in 100 of the real-Ctrl-C
+// test). oneDNN errors (C++ exceptions) never leave this file.
 #include "kernels/cpu/onednn_matmul.h"
 
 #include <omp.h>
@@ -7,7 +9,6 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <utility>
 #include <vector>
@@ -37,19 +38,20 @@ class MatmulCache {
   bool has_engine() const { return engine_ != nullptr; }
   dnnl::engine& engine() { return *engine_; }
 
-  // The primitive for x [*, k] @ W^T with W [*, k] of dtype `wt`, or nullptr when oneDNN has none.
+  // The calling thread's primitive for x [*, k] @ W^T with W [*, k] of dtype `wt`, or nullptr when oneDNN has none.
   const dnnl::matmul* find(int64_t k, dt wt) {
-    std::lock_guard<std::mutex> lock(mu_);
+    thread_local std::map<std::pair<int64_t, int>, std::unique_ptr<dnnl::matmul>> mine;
     auto key = std::make_pair(k, static_cast<int>(wt));
-    auto it = map_.find(key);
-    if (it == map_.end()) it = map_.emplace(key, create(k, wt)).first;
+    auto it = mine.find(key);
+    if (it == mine.end()) it = mine.emplace(key, create(k, wt)).first;
     return it->second.get();
   }
 
  private:
   MatmulCache() {
     try {
-      engine_ = std::make_unique<dnnl::engine>(dnnl::engine::kind::cpu, 0);
+      // Never freed: pool workers' thread_local primitives may outlive this static at exit.
+      engine_ = new dnnl::engine(dnnl::engine::kind::cpu, 0);
     } catch (const dnnl::error& e) {
       LOG(WARNING) << "oneDNN engine unavailable (" << e.what() << "); linear falls back to OpenBLAS";
     }
@@ -70,9 +72,7 @@ class MatmulCache {
     }
   }
 
-  std::unique_ptr<dnnl::engine> engine_;
-  std::mutex mu_;
-  std::map<std::pair<int64_t, int>, std::unique_ptr<dnnl::matmul>> map_;
+  dnnl::engine* engine_ = nullptr;  // shared: an engine may be used from any thread
 };
 
 // out[:, j0:j0+nb] = src @ W[j0:j0+nb, :]^T on the calling thread's OpenMP team. Runs on pool workers too, so
@@ -101,8 +101,7 @@ bool onednn_linear(Tensor& out, const Tensor& x, const Tensor& weight, OnednnThr
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   const bool bf16 = weight.dtype() == DType::kBF16;
   const dt wt = bf16 ? dt::bf16 : dt::f32;
-  const dnnl::matmul* prim = cache.find(k, wt);
-  if (prim == nullptr) return false;
+  if (cache.find(k, wt) == nullptr) return false;  // none for this (k, dtype) on any thread
 
   const void* src = x.raw_data();
   int64_t lda = x.stride(0);
@@ -124,11 +123,13 @@ bool onednn_linear(Tensor& out, const Tensor& x, const Tensor& weight, OnednnThr
   if (threading == OnednnThreading::kOpenmp) {
     // OpenMP's thread count is per calling thread: size it like the global pool ($LLMSERVE_NUM_THREADS).
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-    run_slice(*prim, eng, wt, src, lda, m, k, w, 0, n, o, ldc);
+    run_slice(*cache.find(k, wt), eng, wt, src, lda, m, k, w, 0, n, o, ldc);
   } else {
     const int64_t width = pool_slice_width(n, threads);
     parallel_for((n + width - 1) / width, 1, [&](int64_t begin, int64_t end) {
       if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's oneDNN calls stay serial
+      const dnnl::matmul* prim = cache.find(k, wt);            // this thread's own primitive
+      CHECK(prim != nullptr) << "oneDNN matmul for k = " << k << " exists on the caller's thread only";
       for (int64_t s = begin; s < end; ++s) {
         const int64_t j0 = s * width;
         run_slice(*prim, eng, wt, src, lda, m, k, w, j0, std::min(width, n - j0), o, ldc);

@@ -25,11 +25,11 @@ __global__ void silu_and_mul_kernel(T* out, int64_t out_stride, const T* x, int6
     load8(xr + j, g);
     load8(xr + d + j, u);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) g[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+    for (int e = 0; e < 8; ++e) g[e] = silu_mul(g[e], u[e]);
     store8(o + j, g);
   } else {
     const float g = load_f(xr + j), u = load_f(xr + d + j);
-    store_f(o + j, g / (1.0f + expf(-g)) * u);
+    store_f(o + j, silu_mul(g, u));
   }
 }
 

@@ -5,8 +5,7 @@
 // barrier. Threads form groups of HD/8 lanes per kv head, each group keeps an online softmax over its keys, and
 // the groups merge through shared memory. With split-K every CTA writes its partial (max, sum, unnormalised
 // output) to the f32 workspace and the last CTA of its (request, head group) to arrive (an atomic counter in the
-// workspace, reset by that CTA) combines them: one launch per call. Launched with programmatic dependent launch,
-// it lets the next kernel (the o_proj GEMV) start streaming weights while it runs.
+// workspace, reset by that CTA) combines them: one launch per call.
 // Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
 
@@ -79,8 +78,6 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   constexpr int kVec = S::kVec, kHeadThreads = S::kHeadThreads, kTpk = S::kTpk, kGroups = S::kGroups;
   constexpr int kUnroll = S::kUnroll, kHeads = S::kHeads;
   extern __shared__ uint4 smem[];
-  pdl_wait();     // q and this step's K / V come from the rotary and cache-write kernel before
-  pdl_trigger();  // every CTA is resident: the o_proj GEMV after may stream its weights while this one runs
 
   const int tid = threadIdx.x, g = tid / kTpk, c = tid % kTpk, j = c / kHeadThreads, cc = c % kHeadThreads;
   const int kv_base = blockIdx.x / num_head_chunks * KVH, chunk = blockIdx.x % num_head_chunks;
@@ -319,9 +316,8 @@ void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int split
   CHECK(attr_set) << "decode_kernel: cannot get " << kSmem << " bytes of shared memory";
   dim3 grid(static_cast<unsigned>(p.num_kv_heads / KVH * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
             static_cast<unsigned>(splits));
-  CHECK(stream == current_stream()) << "decode_kernel: launches on the current stream";
-  launch_pdl_smem("decode_kernel", decode_kernel<T, HD, GH, KVH, kPipelineStages>, grid, kDecodeThreads, kSmem, p,
-                  num_head_chunks);
+  decode_kernel<T, HD, GH, KVH, kPipelineStages><<<grid, kDecodeThreads, kSmem, stream>>>(p, num_head_chunks);
+  check_launch("decode_kernel");
 }
 
 // Two kv heads per CTA halve the CTA count: worth it once one kv head per CTA needs more than one wave of the

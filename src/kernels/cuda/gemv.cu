@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       if (bias != nullptr) g += load_f(bias + j), u += load_f(bias + n / 2 + j);
       g = round_to<O>(g);
       u = round_to<O>(u);
-      store_f(out + r * out_stride + j, g / (1.0f + expf(-g)) * u);  // silu_and_mul's formula
+      store_f(out + r * out_stride + j, silu_mul(g, u));
     }
   } else {
 #pragma unroll

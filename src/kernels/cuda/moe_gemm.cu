@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32)
           load8(x + r * x_stride + word * 8, g);
           load8(x + r * x_stride + k + word * 8, up);
 #pragma unroll
-          for (int q = 0; q < 8; ++q) g[q] = g[q] / (1.0f + expf(-g[q])) * up[q];  // silu_and_mul's formula
+          for (int q = 0; q < 8; ++q) g[q] = silu_mul(g[q], up[q]);
           store8(reinterpret_cast<T*>(&v), g);
         } else {
           const int64_t src = gather_top_k > 0 ? pair / gather_top_k : r;
