@@ -205,12 +205,19 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
   const LogLevel level = min_log_level();
   set_min_log_level(LogLevel::kInfo);  // the op logs once which path each mode took on this machine
   uint32_t seed = 100;
-  for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 16: the GEMV; above: cuBLASLt
+  for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 16: the GEMV; above: CUTLASS (Hopper) or cuBLASLt
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 256, 256, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 384, 512, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 256, 512, seed += 10);
     run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 384, 512, seed += 10);
+  }
+  // f32 out: CUTLASS writes only 16-bit outputs, so on Hopper too these take cuBLASLt's own scale modes.
+  for (int64_t m : {33, 2048}) {
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10, Bias::kF32, false, DType::kF32);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 256, 256, seed += 10, Bias::kNone, false, DType::kF32);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 384, 512, seed += 10, Bias::kOut, false, DType::kF32);
+    run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 384, 512, seed += 10, Bias::kF32, false, DType::kF32);
   }
   // Shapes without a cuBLASLt algorithm (k % 16 != 0, n % 8 != 0) and partial 128-blocks of n: never an abort.
   for (int64_t m : {5, 33}) {
