@@ -32,7 +32,8 @@ namespace fusion = cutlass::epilogue::fusion;
 template <class TileShape, class ElementOut>
 struct ScaledEpilogue {
   using Acc = fusion::Sm90AccFetch;
-  using ScaleA = fusion::Sm90ColBroadcast<0, TileShape, float, float, Stride<bool, _0, _0>>;
+  // Alignment 1: the per-token scales are read one float at a time (any address, any m), as the row broadcasts do.
+  using ScaleA = fusion::Sm90ColBroadcast<0, TileShape, float, float, Stride<bool, _0, _0>, 1>;
   using ScaleB = fusion::Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, bool, _0>>;
   using Bias = fusion::Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, _0>>;
   using ScaledAcc = fusion::Sm90EVT<

@@ -248,7 +248,7 @@ void log_path(const char* mode, const std::string& path) {
 
 // The CUTLASS kernels (cutlass_scaled_mm_*.cu), Hopper's path above the GEMV: runs them and returns nullptr, or returns
 // why they cannot take this call (then nothing ran). Block scales are transposed into the M/N-major layout the
-// blockwise kernel reads (the activations' rows padded to 4 for TMA); a 16-bit or unaligned bias is widened to f32.
+// blockwise kernel reads (the activations' rows padded to 4 for TMA); a 16-bit bias is widened to f32.
 const char* try_cutlass(ScaledMMContext& ctx, Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b,
                         const Tensor& b_scales, const Tensor* bias, bool int8, bool block) {
   if (out.dtype() == DType::kF32) return "f32 output (the CUTLASS kernels write bf16 / f16)";
@@ -276,7 +276,7 @@ const char* try_cutlass(ScaledMMContext& ctx, Tensor& out, const Tensor& a, cons
     p.b_scales = sb.data<float>();
   }
   if (bias != nullptr) {
-    if (bias->dtype() == DType::kF32 && reinterpret_cast<uintptr_t>(bias->raw_data()) % 16 == 0) {
+    if (bias->dtype() == DType::kF32) {
       p.bias = bias->data<float>();
     } else {
       Tensor wide = ctx.bias_f32(p.n, a.device());
