@@ -230,7 +230,7 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
   set_min_log_level(level);
 }
 
-// The CUTLASS kernels (Hopper, m above the GEMV's 16): both M buckets and their edge (64-row tiles up to m = 128,
+// The CUTLASS kernels (Hopper, m above the GEMV's 16): both M buckets and their edge (64-row tiles up to m = 256,
 // 128 x 256 above), odd m, n and k not multiples of the tiles (partial tiles, k % 128 != 0 outside block mode), every
 // scale mode (per-tensor / per-token activations x per-tensor / per-channel weights, group-128 x block-128), int8,
 // bias absent / f32 / 16-bit, bf16 and f16 out, poisoned outputs. On an sm_90 device each case first checks that
@@ -240,7 +240,7 @@ TEST_F(CudaQuantTest, ScaledMMCutlassMatchesCpu) {
   set_min_log_level(LogLevel::kInfo);  // the op logs the path each mode took
   uint32_t seed = 9000;
   int i = 0;
-  for (int64_t m : {17, 64, 127, 128, 129, 333, 1001, 4097}) {
+  for (int64_t m : {17, 64, 127, 255, 256, 257, 1001, 4097}) {
     const Bias bias = static_cast<Bias>(i % 3);
     const DType out = i++ % 2 == 0 ? DType::kBF16 : DType::kF16;
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 264, 272, seed += 10, bias, false, out, true);
@@ -463,9 +463,10 @@ double fp8_peak_flops() {
 }
 
 // The prefill-sized GEMMs at the Mistral-7B MLP shapes (gate_up 28672 x 4096, down 4096 x 14336), m = 2048, 4096,
-// 8192: TFLOP/s of bf16 ops::linear, fp8 per-token x per-channel and per-tensor, block-FP8 (group-128 x 128-block) and
-// int8 per-token x per-channel ops::scaled_mm, each beside the FP8 peak (fp8_peak_flops) and the rate of a large
-// per-tensor fp8 GEMM (8192^3) measured in the same run, and the speed-up over bf16 of the same shape.
+// 8192 (and 256, the small-tile bucket's top): TFLOP/s of bf16 ops::linear, fp8 per-token x per-channel and per-tensor,
+// block-FP8 (group-128 x 128-block) and int8 per-token x per-channel ops::scaled_mm, each beside the FP8 peak
+// (fp8_peak_flops) and the rate of a large per-tensor fp8 GEMM (8192^3) measured in the same run, and the speed-up over
+// bf16 of the same shape.
 void run_gemm_bench() {
   const double peak = fp8_peak_flops();
   auto tflops = [](int64_t m, int64_t n, int64_t k, double us) { return 2.0 * m * n * k / (us * 1e-6) / 1e12; };
@@ -508,7 +509,7 @@ void run_gemm_bench() {
     const Tensor x_token_all = random_scales({max_m, 1}, 31), x_tensor = random_scales({1}, 32),
                  x_group_all = random_scales({max_m, k / 128}, 33);
     Tensor out_all = Tensor::empty({max_m, n}, DType::kBF16, Device::cuda());
-    for (int64_t m : {2048, 4096, 8192}) {
+    for (int64_t m : {256, 2048, 4096, 8192}) {  // 256: the largest m of the 64-row-tile bucket
       const Tensor x16 = x16_all.slice(0, 0, m), x8 = x8_all.slice(0, 0, m), xi8 = xi8_all.slice(0, 0, m);
       const Tensor x_token = x_token_all.slice(0, 0, m), x_group = x_group_all.slice(0, 0, m);
       Tensor out = out_all.slice(0, 0, m);

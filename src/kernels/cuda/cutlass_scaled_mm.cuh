@@ -112,10 +112,11 @@ void run_scaled(const CutlassScaledMM& p, const char* what) {
   run_gemm<Gemm>(p, mainloop, Config::Epilogue::arguments(p), what);
 }
 
-// M buckets: up to 128 tokens a 64-row tile (the ping-pong schedule overlaps one warpgroup's epilogue with the
-// other's MMAs; a 128-row tile would compute mostly padding), above that 128 x 256 tiles on the cooperative
-// schedule (both warpgroups on one tile: the most operand reuse per loaded byte, for the prefill-sized GEMMs).
-constexpr int64_t kSmallM = 128;
+// M buckets: up to 256 tokens (decode batches, short chunks: weight-streaming-bound) 64-row tiles on the ping-pong
+// schedule (one warpgroup's epilogue overlaps the other's MMAs; more CTAs over the weight than 128 x 256 tiles would
+// give, and less padding); above that 128 x 256 tiles on the cooperative schedule (both warpgroups on one tile: the
+// most operand reuse per loaded byte, for prefill-sized GEMMs).
+constexpr int64_t kSmallM = 256;
 
 template <class Element, class SmallSchedule, class LargeSchedule>
 void dispatch_by_m(const CutlassScaledMM& p, const char* what) {
