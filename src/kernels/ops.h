@@ -92,11 +92,13 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& scale)> static_scaled
 // or both i8 (contiguous, b as HF stores weights). a_scales: [1] (per tensor), [m, 1] (per token) or
 // [m, k / 128] (per token and 128-column group); b_scales: [1], [n] (per output channel) or
 // [ceil(n / 128), ceil(k / 128)] (128 x 128 blocks, only with group activations). f32 scales; bias f32 or out's
-// dtype. CPU: out f32, dequantize-then-GEMM in f32 (the reference). CUDA: out bf16, f16 or f32; fp8 through
-// cuBLASLt's scaled matmul (outer-vector / 128-block scale modes), int8 through cuBLASLt int8 -> i32 with a scale
-// epilogue; where cuBLASLt has no algorithm, unit-scaled fp8 GEMMs with scale epilogues or a plain tiled kernel
-// (every accepted shape runs; kernels/cuda/scaled_mm.cc); products accumulate exactly (fp8 x fp8 is exact in f32), so
-// CPU and CUDA differ by summation order.
+// dtype. CPU: out f32, dequantize-then-GEMM in f32 (the reference). CUDA: out bf16, f16 or f32; m <= 16 a GEMV; above,
+// on Hopper with bf16 / f16 out and TMA-aligned operands (k % 16, n % 8), CUTLASS wgmma GEMMs (scales in the epilogue;
+// block scales in the mainloop; fp8 accumulates in the tensor core's own ~14-bit-mantissa partial sums); elsewhere fp8
+// through cuBLASLt's scaled matmul (outer-vector / 128-block scale modes), int8 through cuBLASLt int8 -> i32 with a
+// scale epilogue; where cuBLASLt has no algorithm, unit-scaled fp8 GEMMs with scale epilogues or a plain tiled kernel
+// (every accepted shape runs; kernels/cuda/scaled_mm.cc); products are exact (fp8 x fp8 is exact in f32), so CPU and
+// CUDA differ by summation order and accumulator precision.
 extern Op<void(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
                const Tensor* bias)>
     scaled_mm;

@@ -1,14 +1,18 @@
 // The quantized-GEMM ops on CUDA against the CPU ops (the references): activation quantization bit-exact (same
-// IEEE division and rounding), scaled_mm (tensor-core GEMV for m <= 16, cuBLASLt above; fp8 per-tensor, per-token x
-// per-channel, group-128 x block-128; int8 per-token x per-channel), each case also through the fallbacks forced by
-// LLMSERVE_SCALED_MM_FORCE_FALLBACK (1: unit-scaled cuBLASLt GEMMs + epilogues, 2: the tiled kernel; the op logs the
-// path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n), and w4a16_linear (GEMV for
-// m <= 32, dequantize + cuBLASLt above; with and without the act-order permutation), m from 1 to 8192 with odd m,
-// NaN-poisoned outputs. The GEMVs' own branches: every m up to their limit (1, 2, 4 8-token tiles), n not a multiple of
-// the 16-row tile, k with a partial last 128-column block, one and eight warps per tile, bias absent / f32 / 16-bit;
-// the W4A16 GEMV also against a tighter bound of its own (exact products: W4A16GemvDecodeMatchesCpuTightly).
-// Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of sum |a b|).
-// `--bench`: each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in the same process.
+// IEEE division and rounding), scaled_mm (tensor-core GEMV for m <= 16, CUTLASS above on Hopper
+// (ScaledMMCutlassMatchesCpu: both M buckets, every scale mode, int8, block-FP8, f16 out), cuBLASLt elsewhere; fp8
+// per-tensor, per-token x per-channel, group-128 x block-128; int8 per-token x per-channel), each case also through the
+// fallbacks forced by LLMSERVE_SCALED_MM_FORCE_FALLBACK (1: unit-scaled cuBLASLt GEMMs + epilogues, 2: the tiled
+// kernel; the op logs the path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n),
+// and w4a16_linear (GEMV for m <= 32, dequantize + cuBLASLt above; with and without the act-order permutation), m from
+// 1 to 8192 with odd m, NaN-poisoned outputs. The GEMVs' own branches: every m up to their limit (1, 2, 4 8-token
+// tiles), n not a multiple of the 16-row tile, k with a partial last 128-column block, one and eight warps per tile,
+// bias absent / f32 / 16-bit; the W4A16 GEMV also against a tighter bound of its own (exact products:
+// W4A16GemvDecodeMatchesCpuTightly). Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of
+// sum |a b|).
+// `--bench`: the prefill GEMMs (bf16, fp8, block-FP8, int8) at the Mistral-7B MLP shapes in TFLOP/s beside the FP8
+// peak and a large fp8 GEMM of the same run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in
+// the same process.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +29,7 @@
 #include "core/cuda_stream.h"
 #include "core/logging.h"
 #include "gpu_test_util.h"
+#include "kernels/cuda/cutlass_scaled_mm.h"
 #include "kernels/ops.h"
 
 namespace llmserve {
@@ -113,7 +118,7 @@ TEST_F(CudaQuantTest, DynamicQuantizeIsBitExact) {
   }
 }
 
-enum class Mode { kTensor, kTokenChannel, kGroupBlock, kTensorChannel };
+enum class Mode { kTensor, kTokenChannel, kGroupBlock, kTensorChannel, kTokenTensor };
 // The bias a case passes: none, f32, or in out's dtype (bf16; the CPU reference gets the same rounded values).
 enum class Bias { kNone, kF32, kOut };
 
@@ -123,16 +128,26 @@ struct CaseBias {
   const Tensor* cpu() const { return host.defined() ? &host : nullptr; }
   const Tensor* gpu() const { return dev.defined() ? &dev : nullptr; }
 };
-CaseBias make_bias(Bias kind, int64_t n, uint32_t seed) {
+CaseBias make_bias(Bias kind, int64_t n, uint32_t seed, DType out_dtype = DType::kBF16) {
   if (kind == Bias::kNone) return {};
   Tensor b = random_tensor({n}, seed);
   if (kind == Bias::kF32) return {b, to_device(b)};
-  Tensor b16 = b.to(DType::kBF16);
+  Tensor b16 = b.to(out_dtype);
   return {b16.to(DType::kF32), to_device(b16)};
 }
 
+bool is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+}
+
+// expect_cutlass: on an sm_90 device, first require that the CUTLASS kernels accept the shape and operands (so the
+// case cannot pass through another path unnoticed).
 void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint32_t seed, Bias bias_kind = Bias::kF32,
-                   bool forced_fallbacks = true) {
+                   bool forced_fallbacks = true, DType out_dtype = DType::kBF16, bool expect_cutlass = false) {
   Tensor af = random_tensor({m, k}, seed, DType::kF32, -4.f, 4.f), bf = random_tensor({n, k}, seed + 1, DType::kF32);
   const int64_t a_groups = mode == Mode::kGroupBlock ? k / 128 : 1;
   Tensor a = Tensor::empty({m, k}, qtype), sa = Tensor::empty({m, a_groups}, DType::kF32);
@@ -143,10 +158,12 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
   if (mode == Mode::kTensor || mode == Mode::kTensorChannel) {  // static activations (x per-tensor / per-channel)
     sa = Tensor::from_f32({0.02f}, {1});
     if (mode == Mode::kTensor) sb = Tensor::from_f32({0.003f}, {1});
+  } else if (mode == Mode::kTokenTensor) {
+    sb = Tensor::from_f32({0.003f}, {1});
   } else if (mode == Mode::kGroupBlock) {
     sb = random_tensor({(n + 127) / 128, k / 128}, seed + 2, DType::kF32, 0.001f, 0.01f);
   }
-  const CaseBias bias = make_bias(bias_kind, n, seed + 3);
+  const CaseBias bias = make_bias(bias_kind, n, seed + 3, out_dtype);
   Tensor out_cpu = Tensor::empty({m, n}, DType::kF32);
   ops::scaled_mm(out_cpu, a, sa, b, sb, bias.cpu());
   // Magnitude bound from unscaled |a||b| times the largest scales (a loose but sound accumulation bound).
@@ -156,15 +173,30 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
   std::vector<double> mag = magnitudes(abs_dequantized(a), abs_dequantized(b));
   for (double& v : mag) v *= max_sa * max_sb;
   const Tensor a_dev = to_device(a), sa_dev = to_device(sa), b_dev = to_device(b), sb_dev = to_device(sb);
+  const std::string what = std::string(dtype_name(qtype)) + " mode " + std::to_string(int(mode)) + " m " +
+                           std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " bias " +
+                           std::to_string(int(bias_kind)) + " out " + std::string(dtype_name(out_dtype));
+  if (expect_cutlass && is_sm90()) {
+    Tensor out_dev = poisoned_device({m, n}, out_dtype);
+    cuda::CutlassScaledMM p;
+    p.out = out_dev.raw_data();
+    p.a = a_dev.raw_data();
+    p.b = b_dev.raw_data();
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.b_scales = sb_dev.data<float>();
+    p.b_per_channel = sb.numel() > 1;
+    p.a_scales_ld = (m + 3) / 4 * 4;
+    const char* why = cuda::cutlass_scaled_mm_rejects(p, mode == Mode::kGroupBlock);
+    EXPECT_EQ(why, nullptr) << what << ": CUTLASS rejects it: " << why;
+  }
   for (const char* force : {"0", "1", "2"}) {  // fast paths, then the epilogue fallbacks, then the tiled kernel
     if (!forced_fallbacks && force[0] != '0') break;
     ASSERT_EQ(setenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK", force, 1), 0);
-    Tensor out_dev = poisoned_device({m, n}, DType::kBF16);
+    Tensor out_dev = poisoned_device({m, n}, out_dtype);
     ops::scaled_mm(out_dev, a_dev, sa_dev, b_dev, sb_dev, bias.gpu());
-    expect_close_to(to_host(out_dev), out_cpu, mag,
-                    std::string(dtype_name(qtype)) + " mode " + std::to_string(int(mode)) + " m " + std::to_string(m) +
-                        " n " + std::to_string(n) + " k " + std::to_string(k) + " bias " +
-                        std::to_string(int(bias_kind)) + " forced fallback " + force);
+    expect_close_to(to_host(out_dev), out_cpu, mag, what + " forced fallback " + force);
   }
   ASSERT_EQ(unsetenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK"), 0);
 }
@@ -173,12 +205,19 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
   const LogLevel level = min_log_level();
   set_min_log_level(LogLevel::kInfo);  // the op logs once which path each mode took on this machine
   uint32_t seed = 100;
-  for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 16: the GEMV; above: cuBLASLt
+  for (int64_t m : {1, 3, 8, 9, 16, 17, 255, 2048, 8192}) {  // <= 16: the GEMV; above: CUTLASS (Hopper) or cuBLASLt
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 256, 256, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 384, 512, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 256, 512, seed += 10);
     run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 384, 512, seed += 10);
+  }
+  // f32 out: CUTLASS writes only 16-bit outputs, so on Hopper too these take cuBLASLt's own scale modes.
+  for (int64_t m : {33, 2048}) {
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 384, 512, seed += 10, Bias::kF32, false, DType::kF32);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 256, 256, seed += 10, Bias::kNone, false, DType::kF32);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 384, 512, seed += 10, Bias::kOut, false, DType::kF32);
+    run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 384, 512, seed += 10, Bias::kF32, false, DType::kF32);
   }
   // Shapes without a cuBLASLt algorithm (k % 16 != 0, n % 8 != 0) and partial 128-blocks of n: never an abort.
   for (int64_t m : {5, 33}) {
@@ -187,6 +226,30 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
     run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 100, 200, seed += 10);
     run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 100, 200, seed += 10);
     run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 200, 384, seed += 10);
+  }
+  set_min_log_level(level);
+}
+
+// The CUTLASS kernels (Hopper, m above the GEMV's 16): both M buckets and their edge (64-row tiles up to m = 256,
+// 128 x 256 above), odd m, n and k not multiples of the tiles (partial tiles, k % 128 != 0 outside block mode), every
+// scale mode (per-tensor / per-token activations x per-tensor / per-channel weights, group-128 x block-128), int8,
+// bias absent / f32 / 16-bit, bf16 and f16 out, poisoned outputs. On an sm_90 device each case first checks that
+// CUTLASS takes it.
+TEST_F(CudaQuantTest, ScaledMMCutlassMatchesCpu) {
+  const LogLevel level = min_log_level();
+  set_min_log_level(LogLevel::kInfo);  // the op logs the path each mode took
+  uint32_t seed = 9000;
+  int i = 0;
+  for (int64_t m : {17, 64, 127, 255, 256, 257, 1001, 4097}) {
+    const Bias bias = static_cast<Bias>(i % 3);
+    const DType out = i++ % 2 == 0 ? DType::kBF16 : DType::kF16;
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 264, 272, seed += 10, bias, false, out, true);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensor, m, 136, 400, seed += 10, bias, false, out, true);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTensorChannel, m, 264, 272, seed += 10, bias, false, out, true);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kTokenTensor, m, 520, 144, seed += 10, bias, false, out, true);
+    run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, m, 264, 384, seed += 10, bias, false, out, true);
+    run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 264, 272, seed += 10, bias, false, out, true);
+    run_scaled_mm(DType::kI8, Mode::kTensor, m, 136, 400, seed += 10, bias, false, out, true);
   }
   set_min_log_level(level);
 }
@@ -388,11 +451,95 @@ Tensor random_bytes(Shape shape, DType dtype, uint32_t seed) {  // fp8: no NaN p
   return t;
 }
 
+// Dense FP8 tensor-core peak of this device: SMs x peak clock x 8192 FLOP per clock per SM (Hopper's e4m3 wgmma;
+// bf16 is half). Only sm_90 has the figure here; 0 elsewhere.
+double fp8_peak_flops() {
+  int device = 0, major = 0, sms = 0, khz = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device);
+  return major == 9 ? 8192.0 * sms * khz * 1e3 : 0.0;
+}
+
+// The prefill-sized GEMMs at the Mistral-7B MLP shapes (gate_up 28672 x 4096, down 4096 x 14336), m = 2048, 4096,
+// 8192 (and 256, the small-tile bucket's top): TFLOP/s of bf16 ops::linear, fp8 per-token x per-channel and per-tensor,
+// block-FP8 (group-128 x 128-block) and int8 per-token x per-channel ops::scaled_mm, each beside the FP8 peak
+// (fp8_peak_flops) and the rate of a large per-tensor fp8 GEMM (8192^3) measured in the same run, and the speed-up over
+// bf16 of the same shape.
+void run_gemm_bench() {
+  const double peak = fp8_peak_flops();
+  auto tflops = [](int64_t m, int64_t n, int64_t k, double us) { return 2.0 * m * n * k / (us * 1e-6) / 1e12; };
+  auto random_scales = [](Shape shape, uint32_t seed) {
+    return to_device(random_tensor(std::move(shape), seed, DType::kF32, 1e-4f, 1e-3f));
+  };
+  double plain = 0;
+  {
+    const int64_t s = 8192;
+    Tensor a = to_device(random_bytes({s, s}, DType::kFP8E4M3, 20)),
+           b = to_device(random_bytes({s, s}, DType::kFP8E4M3, 21));
+    Tensor one = to_device(Tensor::from_f32({1e-3f}, {1})), out = Tensor::empty({s, s}, DType::kBF16, Device::cuda());
+    plain = tflops(s, s, s, gpu_testing::mean_call_us([&](int) { ops::scaled_mm(out, a, one, b, one, nullptr); }, 20));
+  }
+  std::printf(
+      "FP8 dense peak (SMs x peak clock x 8192 FLOP/clk): %.0f TFLOP/s; a per-tensor fp8 GEMM 8192^3 measured "
+      "here: %.0f TFLOP/s\n",
+      peak / 1e12, plain);
+  std::printf("%-26s %-20s %5s %10s %9s %9s %10s %8s\n", "GEMM", "n x k", "m", "us", "TFLOP/s", "of peak", "of 8192^3",
+              "x bf16");
+  struct Shape2 {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Shape2& sh : {Shape2{"gate_up", 28672, 4096}, Shape2{"down", 4096, 14336}}) {
+    const int64_t n = sh.n, k = sh.k;
+    char dims[32];
+    std::snprintf(dims, sizeof(dims), "%s %lldx%lld", sh.name, static_cast<long long>(n), static_cast<long long>(k));
+    Tensor w16 = to_device(random_tensor({n, k}, 22, DType::kF32, -0.05f, 0.05f).to(DType::kBF16));
+    Tensor w8 = to_device(random_bytes({n, k}, DType::kFP8E4M3, 23)),
+           wi8 = to_device(random_bytes({n, k}, DType::kI8, 24));
+    Tensor w_channel = random_scales({n}, 25), w_tensor = random_scales({1}, 26);
+    Tensor w_block = random_scales({(n + 127) / 128, k / 128}, 27);
+    // The activations once at the largest m; each m takes their first rows (making ~100M random values per m
+    // would dominate the bench's time).
+    const int64_t max_m = 8192;
+    const Tensor x16_all = to_device(random_tensor({max_m, k}, 28, DType::kBF16));
+    const Tensor x8_all = to_device(random_bytes({max_m, k}, DType::kFP8E4M3, 29)),
+                 xi8_all = to_device(random_bytes({max_m, k}, DType::kI8, 30));
+    const Tensor x_token_all = random_scales({max_m, 1}, 31), x_tensor = random_scales({1}, 32),
+                 x_group_all = random_scales({max_m, k / 128}, 33);
+    Tensor out_all = Tensor::empty({max_m, n}, DType::kBF16, Device::cuda());
+    for (int64_t m : {256, 2048, 4096, 8192}) {  // 256: the largest m of the 64-row-tile bucket
+      const Tensor x16 = x16_all.slice(0, 0, m), x8 = x8_all.slice(0, 0, m), xi8 = xi8_all.slice(0, 0, m);
+      const Tensor x_token = x_token_all.slice(0, 0, m), x_group = x_group_all.slice(0, 0, m);
+      Tensor out = out_all.slice(0, 0, m);
+      const int reps = 10;
+      const double bf16_us = gpu_testing::mean_call_us([&](int) { ops::linear(out, x16, w16, nullptr); }, reps);
+      // "of peak": of this dtype's dense tensor-core peak (bf16: half the fp8 / int8 one).
+      auto report = [&](const char* kernel, double us, double dtype_peak) {
+        const double t = tflops(m, n, k, us);
+        std::printf("%-26s %-20s %5lld %10.1f %9.0f %8.0f%% %9.0f%% %8.2f\n", kernel, dims, static_cast<long long>(m),
+                    us, t, dtype_peak > 0 ? 100.0 * t * 1e12 / dtype_peak : 0.0, 100.0 * t / plain, bf16_us / us);
+      };
+      report("bf16 linear", bf16_us, peak / 2);
+      auto scaled = [&](const char* kernel, const Tensor& x, const Tensor& xs, const Tensor& w, const Tensor& ws) {
+        report(kernel, gpu_testing::mean_call_us([&](int) { ops::scaled_mm(out, x, xs, w, ws, nullptr); }, reps), peak);
+      };
+      scaled("fp8 per-token x channel", x8, x_token, w8, w_channel);
+      scaled("fp8 per-tensor", x8, x_tensor, w8, w_tensor);
+      scaled("block-fp8 group x 128-blk", x8, x_group, w8, w_block);
+      scaled("int8 per-token x channel", xi8, x_token, wi8, w_channel);
+    }
+  }
+  std::printf("\n");
+}
+
 // Each GEMV at the Mistral-7B linear shapes, m = 1, 4, 16 (and 32 for bf16 and W4A16: batch-32 decode): microseconds
 // per call, the bytes it must read (weights, their scales and zeros), GB/s, and the share of the floor (those bytes at
 // the copy bandwidth). fp8 / int8 also with the per-token activation quantization that precedes them in a model
 // (`+quant`).
 int run_bench() {
+  run_gemm_bench();
   const double bandwidth = copy_bandwidth();
   std::printf("device-to-device copy bandwidth: %.0f GB/s (the floor's)\n", bandwidth / 1e9);
   std::printf("%-22s %-12s %3s %10s %10s %8s %9s %10s %9s\n", "kernel", "n x k", "m", "us", "MB", "GB/s", "of floor",

@@ -1,4 +1,6 @@
-// ops::scaled_mm on CUDA: m <= 16 a weight-streaming GEMV (scaled_gemv.cu), above that cuBLASLt. FP8 e4m3 x e4m3 ->
+// ops::scaled_mm on CUDA: m <= 16 a weight-streaming GEMV (scaled_gemv.cu); above that on Hopper the CUTLASS kernels
+// (cutlass_scaled_mm.h: fp8 and int8 with the scales in the epilogue, block-FP8 with them in the mainloop) for bf16 /
+// f16 outputs whose operands TMA can address. Elsewhere (another GPU, f32 out, misaligned) cuBLASLt. FP8 e4m3 x e4m3 ->
 // bf16/f16/f32 with cuBLASLt's own scaling where it has an algorithm: per-tensor scalars (SCALAR_32F), per-token x
 // per-channel vectors (OUTER_VEC_32F), and DeepSeek-style per-token-group-128 activations x 128x128 weight blocks
 // (VEC128_32F / BLK128x128_32F). Where the heuristic offers none (asked once per shape and mode; an H200 with CUDA 13.0
@@ -7,10 +9,10 @@
 // (exact products, f32 sums) and an epilogue accumulating partial * sa[row, kb] * sb[col / 128, kb]. INT8: cuBLASLt
 // i8 x i8 -> i32 into the scratch, then the scale epilogue. Shapes no cuBLASLt algorithm takes (k not a multiple of
 // 16, unaligned operands) go to a plain tiled kernel (scaled_mm_fallback.cu). LLMSERVE_SCALED_MM_FORCE_FALLBACK=1
-// skips cuBLASLt's own scaling (every scale mode takes its epilogue fallback), =2 also skips cuBLASLt and the GEMV
-// (the tiled kernel), so a GPU test runs every path on any machine. The path each mode takes is logged once. The
-// row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b and its B our activations a: A's
-// scale is b_scales. Plans are cached per shape and mode; scale pointers are set per call (graph-capturable: no
+// skips CUTLASS and cuBLASLt's own scaling (every scale mode takes its epilogue fallback), =2 also skips cuBLASLt and
+// the GEMV (the tiled kernel), so a GPU test runs every path on any machine. The path each mode takes is logged once.
+// The row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b and its B our activations a:
+// A's scale is b_scales. Plans are cached per shape and mode; scale pointers are set per call (graph-capturable: no
 // allocation once the scratch has grown at the warm-up's largest batch).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -30,6 +32,7 @@
 #include "core/logging.h"
 #include "kernels/cuda/cublaslt_plan.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cutlass_scaled_mm.h"
 
 namespace llmserve::cuda {
 
@@ -42,8 +45,10 @@ void scaled_mm_block_accumulate(Tensor& out, Tensor& total, const Tensor& partia
 // Any shape, any scale mode: a plain tiled kernel (scaled_mm_fallback.cu).
 void scaled_mm_tiled(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
                      const Tensor* bias);
-// Transposes the per-token-group scales [m, groups] into [groups, m] (scaled_mm_epilogue.cu).
+// Transposes scales [rows, groups] into out [groups, ld >= rows], zero past rows (scaled_mm_epilogue.cu).
 void transpose_scales(Tensor& out, const Tensor& in);
+// out [n] f32 = in [n] (f32, f16 or bf16).
+void widen_to_f32(Tensor& out, const Tensor& in);
 // out[:] = scale[0] (a per-tensor scale as an outer vector).
 void broadcast_scale(Tensor& out, const Tensor& scale);
 // Decode-sized m: the weight-streaming GEMV (scaled_gemv.cu), every scale mode; needs k % 16 == 0 and 16-byte
@@ -135,13 +140,15 @@ class ScaledMMContext {
     }
     return t.slice(0, 0, len);
   }
-  // The transposed per-token-group scales [groups, m] (same growth rule).
-  Tensor transposed_scales(int64_t groups, int64_t m, Device device) {
-    if (!scales_t_.defined() || scales_t_.numel() < groups * m) {
-      if (scales_t_.defined()) outgrown_.push_back(scales_t_);
-      scales_t_ = Tensor::empty({groups * m}, DType::kF32, device);
-    }
-    return scales_t_.slice(0, 0, groups * m).view({groups, m});
+  // Transposed block scales [groups, ld] (slot 0: the activations', 1: the weights'; same growth rule).
+  Tensor transposed_scales(int slot, int64_t groups, int64_t ld, Device device) {
+    return grown(scales_t_[slot], groups * ld, device).view({groups, ld});
+  }
+  // The bias as the f32 [n] CUTLASS's epilogue reads.
+  Tensor bias_f32(int64_t n, Device device) { return grown(bias_f32_, n, device); }
+  // CUTLASS's workspace (16-byte granules).
+  void* workspace(size_t bytes, Device device) {
+    return grown(cutlass_workspace_, static_cast<int64_t>((bytes + 15) / 16) * 4, device).raw_data();
   }
 
   std::mutex& mutex() { return mu_; }
@@ -184,12 +191,21 @@ class ScaledMMContext {
     return plan;
   }
 
+  // The first `numel` f32 of `t`, reallocated when too small (the old buffer kept: a captured graph may use it).
+  Tensor grown(Tensor& t, int64_t numel, Device device) {
+    if (!t.defined() || t.numel() < numel) {
+      if (t.defined()) outgrown_.push_back(t);
+      t = Tensor::empty({numel}, DType::kF32, device);
+    }
+    return t.slice(0, 0, numel);
+  }
+
   std::mutex mu_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   void* one_ = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
-  Tensor acc_[2], scales_t_, broadcast_[2];
+  Tensor acc_[2], scales_t_[2], broadcast_[2], bias_f32_, cutlass_workspace_;
   std::vector<Tensor> outgrown_;
 };
 
@@ -223,11 +239,61 @@ const char* mode_name(bool int8, ScaleMode w_mode, ScaleMode x_mode) {
 }
 
 // Logs once per (mode, path) which way scaled_mm went on this machine.
-void log_path(const char* mode, const char* path) {
+void log_path(const char* mode, const std::string& path) {
   static std::mutex mu;
   static std::set<std::string> logged;
   std::lock_guard<std::mutex> lock(mu);
   if (logged.insert(std::string(mode) + "|" + path).second) LOG(INFO) << "scaled_mm: " << mode << " via " << path;
+}
+
+// The CUTLASS kernels (cutlass_scaled_mm_*.cu), Hopper's path above the GEMV: runs them and returns nullptr, or returns
+// why they cannot take this call (then nothing ran). Block scales are transposed into the M/N-major layout the
+// blockwise kernel reads (the activations' rows padded to 4 for TMA); a 16-bit bias is widened to f32.
+const char* try_cutlass(ScaledMMContext& ctx, Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b,
+                        const Tensor& b_scales, const Tensor* bias, bool int8, bool block) {
+  if (out.dtype() == DType::kF32) return "f32 output (the CUTLASS kernels write bf16 / f16)";
+  CutlassScaledMM p;
+  p.out = out.raw_data();
+  p.a = a.raw_data();
+  p.b = b.raw_data();
+  p.m = a.size(0);
+  p.k = a.size(1);
+  p.n = b.size(0);
+  p.out_f16 = out.dtype() == DType::kF16;
+  p.a_per_token = a_scales.numel() > 1;
+  p.b_per_channel = b_scales.numel() > 1;
+  p.a_scales = a_scales.data<float>();
+  p.b_scales = b_scales.data<float>();
+  p.a_scales_ld = block ? (p.m + 3) / 4 * 4 : 0;
+  if (block) p.a_scales = p.b_scales = nullptr;  // transposed into aligned scratch below
+  if (const char* why = cutlass_scaled_mm_rejects(p, block)) return why;
+  if (block) {
+    Tensor sa = ctx.transposed_scales(0, a_scales.size(1), p.a_scales_ld, a.device());
+    transpose_scales(sa, a_scales);
+    Tensor sb = ctx.transposed_scales(1, b_scales.size(1), b_scales.size(0), a.device());
+    transpose_scales(sb, b_scales);
+    p.a_scales = sa.data<float>();
+    p.b_scales = sb.data<float>();
+  }
+  if (bias != nullptr) {
+    if (bias->dtype() == DType::kF32) {
+      p.bias = bias->data<float>();
+    } else {
+      Tensor wide = ctx.bias_f32(p.n, a.device());
+      widen_to_f32(wide, *bias);
+      p.bias = wide.data<float>();
+    }
+  }
+  const Device device = a.device();
+  p.workspace = [&ctx, device](size_t bytes) { return ctx.workspace(bytes, device); };
+  if (block) {
+    cutlass_scaled_mm_block_fp8(p);
+  } else if (int8) {
+    cutlass_scaled_mm_int8(p);
+  } else {
+    cutlass_scaled_mm_fp8(p);
+  }
+  return nullptr;
 }
 
 void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
@@ -248,6 +314,14 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
   };
   constexpr const char* kNoAlgorithm = "the tiled fallback kernel (cuBLASLt has no algorithm for this shape)";
   if (force >= 2) return tiled("the tiled fallback kernel (LLMSERVE_SCALED_MM_FORCE_FALLBACK=2)");
+  if (force == 0) {
+    const char* why = try_cutlass(ctx, out, a, a_scales, b, b_scales, bias, int8, block);
+    if (why == nullptr) {
+      log_path(mode, block ? "CUTLASS blockwise-scaled fp8 GEMM" : "CUTLASS GEMM, scales in the epilogue");
+      return;
+    }
+    log_path(mode, std::string("cuBLASLt / fallbacks: CUTLASS does not apply: ") + why);
+  }
   const int out_dtype = static_cast<int>(out.dtype()), f32 = static_cast<int>(DType::kF32);
   const int unit = static_cast<int>(ScaleMode::kTensor);
   const auto address = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); };
@@ -283,7 +357,7 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
       w_scales = t.raw_data();
     }
     if (x_mode == ScaleMode::kBlock) {  // cuBLASLt's VEC128 scales of its B (our tokens) are token-major: [groups, m]
-      Tensor t = ctx.transposed_scales(a_scales.size(1), m, a.device());
+      Tensor t = ctx.transposed_scales(0, a_scales.size(1), m, a.device());
       transpose_scales(t, a_scales);
       x_scales = t.raw_data();
     }

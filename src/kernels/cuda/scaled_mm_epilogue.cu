@@ -1,8 +1,8 @@
 // Element kernels of ops::scaled_mm on CUDA (scaled_mm.cc): the scale epilogue of an unscaled accumulator (int8's i32,
 // or the f32 of an fp8 GEMM run with unit scales where cuBLASLt has no outer-vector algorithm), the
-// per-128-column-block accumulation of the block-scale fallback, the transpose of per-token-group activation scales
-// into the token-major layout cuBLASLt's VEC128 mode reads, and a per-tensor scale broadcast into a vector (cuBLASLt
-// takes outer-vector scales on both operands or on neither).
+// per-128-column-block accumulation of the block-scale fallback, the transpose of block scales into the M/N-major
+// layouts cuBLASLt's VEC128 mode and CUTLASS's blockwise kernel read, a per-tensor scale broadcast into a vector
+// (cuBLASLt takes outer-vector scales on both operands or on neither), and a bias widened to the f32 CUTLASS reads.
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -42,9 +42,17 @@ __global__ void block_accumulate_kernel(T* out, float* total, const float* parti
   store_f(out + i * n + j, v);
 }
 
-__global__ void transpose_scales_kernel(float* out, const float* in, int64_t m, int64_t groups) {
+// out [groups, ld] = in [rows, groups] transposed; columns rows..ld of out (the padding TMA's alignment asks for)
+// get 0.
+__global__ void transpose_scales_kernel(float* out, int64_t ld, const float* in, int64_t rows, int64_t groups) {
   const int64_t i = blockIdx.x;
-  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) out[g * m + i] = in[i * groups + g];
+  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) out[g * ld + i] = i < rows ? in[i * groups + g] : 0.f;
+}
+
+template <typename T>
+__global__ void widen_kernel(float* out, const T* in, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = load_f(in + i);
 }
 
 __global__ void broadcast_scale_kernel(float* out, const float* scale, int64_t n) {
@@ -117,10 +125,19 @@ void scaled_mm_block_accumulate(Tensor& out, Tensor& total, const Tensor& partia
 }
 
 void transpose_scales(Tensor& out, const Tensor& in) {
-  const int64_t m = in.size(0), groups = in.size(1);
-  transpose_scales_kernel<<<static_cast<unsigned>(m), 64, 0, stream()>>>(out.data<float>(), in.data<float>(), m,
-                                                                         groups);
+  const int64_t rows = in.size(0), groups = in.size(1), ld = out.size(1);
+  transpose_scales_kernel<<<static_cast<unsigned>(ld), 64, 0, stream()>>>(out.data<float>(), ld, in.data<float>(), rows,
+                                                                          groups);
   check_launch("transpose_scales_kernel");
+}
+
+void widen_to_f32(Tensor& out, const Tensor& in) {
+  const int64_t n = in.numel();
+  dispatch_float(in.dtype(), "scaled_mm bias", [&](auto t) {
+    using T = decltype(t);
+    widen_kernel<T><<<ceil_div(n, 256), 256, 0, stream()>>>(out.data<float>(), in.data<T>(), n);
+  });
+  check_launch("widen_kernel");
 }
 
 }  // namespace llmserve::cuda
