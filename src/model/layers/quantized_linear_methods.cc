@@ -397,6 +397,22 @@ Status W4A16LinearMethod::process_weights_after_loading(LinearBase& layer) const
   if (gptq && config_.desc_act) {
     set_param(layer, "g_idx", on_device(Tensor::from_i32(perm, {k}), device));
   }
+  // CUDA, bf16: the tensor-core GEMM's layout too (ops::w4a16_gemm_pack, made on the device), for batches above the
+  // GEMV's. Both layouts stay: the 4-bit weight's memory doubles (still half of bf16's).
+  if (!device.is_cpu() && activation_dtype_ == DType::kBF16 && n % 16 == 0 && k % 16 == 0) {
+    Tensor packed = Tensor::empty({k / 16, 8 * n}, DType::kU8, device);
+    Tensor gemm_scales = Tensor::empty({groups, n}, DType::kBF16, device);
+    Tensor gemm_zeros = Tensor::empty({groups, n}, DType::kBF16, device);
+    ops::w4a16_gemm_pack(packed, gemm_scales, gemm_zeros, layer.param("qweight").data, layer.param("scales").data,
+                         layer.param("qzeros").data);
+    layer.add_parameter("gemm_qweight", packed.shape(), DType::kU8, -1, -1).data = packed;
+    layer.add_parameter("gemm_scales", gemm_scales.shape(), DType::kBF16, -1, -1).data = gemm_scales;
+    // Every zero 8 (GPTQ symmetric): every zero term is 0, and the GEMM runs without them.
+    const uint8_t* z = zeros.data<uint8_t>();
+    if (!std::all_of(z, z + n * groups, [](uint8_t v) { return v == 8; })) {
+      layer.add_parameter("gemm_zeros", gemm_zeros.shape(), DType::kBF16, -1, -1).data = gemm_zeros;
+    }
+  }
   return ok_status();
 }
 
@@ -407,14 +423,25 @@ void W4A16LinearMethod::apply(const LinearBase& layer, Tensor& out, const Tensor
 void W4A16LinearMethod::apply_rows(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias,
                                    int64_t begin, int64_t end) const {
   const bool whole = begin == 0 && end == layer.output_size_per_partition();
+  const Tensor* perm = config_.desc_act ? &layer.param("g_idx").data : nullptr;
+  const Tensor bias_rows = bias != nullptr && !whole ? bias->slice(0, begin, end) : Tensor();
+  const Tensor* bias_arg = bias == nullptr ? nullptr : (whole ? bias : &bias_rows);
+  // Above the GEMV's batch, the GEMM layout where the layer has one (rows [begin, end) are its column slices: ops.h).
+  if (x.size(0) >= kGemmMinRows && layer.has_param("gemm_qweight") && begin % 16 == 0 && end % 16 == 0) {
+    auto cols = [&](const char* name, int64_t per_row) {
+      const Tensor& t = layer.param(name).data;
+      return whole ? t : t.slice(1, per_row * begin, per_row * end);
+    };
+    const Tensor zeros = layer.has_param("gemm_zeros") ? cols("gemm_zeros", 1) : Tensor();
+    ops::w4a16_gemm(out, x, cols("gemm_qweight", 8), cols("gemm_scales", 1), zeros.defined() ? &zeros : nullptr, perm,
+                    bias_arg);
+    return;
+  }
   auto rows = [&](const char* name) {
     const Tensor& t = layer.param(name).data;
     return whole ? t : t.slice(0, begin, end);
   };
-  const Tensor* perm = config_.desc_act ? &layer.param("g_idx").data : nullptr;
-  const Tensor bias_rows = bias != nullptr && !whole ? bias->slice(0, begin, end) : Tensor();
-  ops::w4a16_linear(out, x, rows("qweight"), rows("scales"), rows("qzeros"), perm,
-                    bias == nullptr ? nullptr : (whole ? bias : &bias_rows));
+  ops::w4a16_linear(out, x, rows("qweight"), rows("scales"), rows("qzeros"), perm, bias_arg);
 }
 
 std::shared_ptr<const LinearMethod> make_linear_method(const std::optional<QuantizationConfig>& config) {

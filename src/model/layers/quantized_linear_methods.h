@@ -56,9 +56,15 @@ class ScaledMMLinearMethod final : public LinearMethod {
 // W4A16 methods: GPTQ (qweight [in / 8, out] i32 packed along the input, qzeros [groups, out / 8] with v1's -1
 // offset, scales [groups, out], g_idx [in] when desc_act) and AWQ (qweight [in, out / 8] i32 packed along the output
 // in the order 0 2 4 6 1 3 5 7, qzeros likewise, scales [groups, out]). After loading both are w4a16_linear's layout:
-// qweight [out, in / 2] u8, scales [out, groups] f32, qzeros [out, groups] u8, g_idx the act-order permutation.
+// qweight [out, in / 2] u8, scales [out, groups] f32, qzeros [out, groups] u8, g_idx the act-order permutation; on
+// CUDA with bf16 activations also ops::w4a16_gemm_pack's layout (gemm_qweight, gemm_scales, gemm_zeros unless every
+// zero is 8), which w4a16_gemm runs for kGemmMinRows rows and more (w4a16_linear's GEMV below).
 class W4A16LinearMethod final : public LinearMethod {
  public:
+  // The batch from which the GEMM layout serves: the GEMV (w4a16_linear) covers m <= 32. quant_gpu_test --bench
+  // prints both at m = 32 and above; move this where the GEMM starts to win.
+  static constexpr int64_t kGemmMinRows = 33;
+
   explicit W4A16LinearMethod(QuantizationConfig config);
   void create_weights(LinearBase& layer, int64_t input_size_per_partition,
                       const std::vector<int64_t>& output_partition_sizes, DType params_dtype) const override;
