@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -333,6 +334,14 @@ inline int nibble(int32_t word, int i) { return (static_cast<uint32_t>(word) >> 
 }  // namespace
 
 Status W4A16LinearMethod::process_weights_after_loading(LinearBase& layer) const {
+  if (const char* v = std::getenv("LLMSERVE_W4A16_GEMM_MIN_ROWS"); v != nullptr) {
+    char* end = nullptr;
+    const long long rows = std::strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || rows < 1) {
+      return invalid_argument(std::string("LLMSERVE_W4A16_GEMM_MIN_ROWS='") + v + "' is not a positive integer");
+    }
+    gemm_min_rows_ = rows;
+  }
   const Device device = layer.param("qweight").data.device();
   if (!device.is_cpu() && activation_dtype_ == DType::kF32) {
     return invalid_argument("quantization_config.quant_method '" + config_.quant_method +
@@ -427,7 +436,7 @@ void W4A16LinearMethod::apply_rows(const LinearBase& layer, Tensor& out, const T
   const Tensor bias_rows = bias != nullptr && !whole ? bias->slice(0, begin, end) : Tensor();
   const Tensor* bias_arg = bias == nullptr ? nullptr : (whole ? bias : &bias_rows);
   // Above the GEMV's batch, the GEMM layout where the layer has one (rows [begin, end) are its column slices: ops.h).
-  if (x.size(0) >= kGemmMinRows && layer.has_param("gemm_qweight") && begin % 16 == 0 && end % 16 == 0) {
+  if (x.size(0) >= gemm_min_rows_ && layer.has_param("gemm_qweight") && begin % 16 == 0 && end % 16 == 0) {
     auto cols = [&](const char* name, int64_t per_row) {
       const Tensor& t = layer.param(name).data;
       return whole ? t : t.slice(1, per_row * begin, per_row * end);

@@ -62,7 +62,9 @@ class ScaledMMLinearMethod final : public LinearMethod {
 class W4A16LinearMethod final : public LinearMethod {
  public:
   // The batch from which the GEMM layout serves: the GEMV (w4a16_linear) covers m <= 32. quant_gpu_test --bench
-  // prints both at m = 32 and above; move this where the GEMM starts to win.
+  // prints both at m = 32 and above; move this where the GEMM starts to win. The environment variable
+  // LLMSERVE_W4A16_GEMM_MIN_ROWS (a positive integer; anything else fails the load naming it) overrides it, for that
+  // measurement at the model level.
   static constexpr int64_t kGemmMinRows = 33;
 
   explicit W4A16LinearMethod(QuantizationConfig config);
@@ -77,6 +79,7 @@ class W4A16LinearMethod final : public LinearMethod {
   int64_t num_groups(int64_t input_size) const;
   QuantizationConfig config_;
   mutable DType activation_dtype_ = DType::kBF16;  // the model's (create_weights' params_dtype; one per model)
+  mutable int64_t gemm_min_rows_ = kGemmMinRows;    // kGemmMinRows or the environment's (process_weights_after_loading)
 };
 
 }  // namespace llmserve
