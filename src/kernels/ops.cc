@@ -491,8 +491,8 @@ void check_w4a16_gemm_pack(Tensor& packed, Tensor& gemm_scales, Tensor& gemm_zer
       << zeros.to_string();
   const int64_t n = qweight.size(0), k = qweight.size(1) * 2, groups = scales.size(1);
   CHECK(n % 16 == 0 && k % 16 == 0) << op << ": n " << n << " and k " << k << " must be multiples of 16";
-  CHECK(packed.shape() == Shape({k / 16, 8 * n})) << op << ": packed " << packed.to_string() << " for n " << n
-                                                  << ", k " << k;
+  CHECK(packed.shape() == Shape({k / 16, 8 * n}))
+      << op << ": packed " << packed.to_string() << " for n " << n << ", k " << k;
   CHECK(gemm_scales.shape() == Shape({groups, n}) && gemm_zeros.shape() == gemm_scales.shape())
       << op << ": gemm_scales " << gemm_scales.to_string() << ", gemm_zeros " << gemm_zeros.to_string();
 }

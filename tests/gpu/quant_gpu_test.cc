@@ -364,9 +364,9 @@ struct W4GemmCase {
   Zeros zeros = Zeros::kAwq;
   bool permuted = false;
   Bias bias = Bias::kNone;
-  int64_t pad = 0;                  // x and out row-strided
+  int64_t pad = 0;                     // x and out row-strided
   int64_t row_begin = 0, row_end = 0;  // a row slice [begin, end) of the packed weight (QKV's split); 0, 0: all rows
-  DType dtype = DType::kBF16;       // f16: the dequantize fallback
+  DType dtype = DType::kBF16;          // f16: the dequantize fallback
 };
 
 // The GEMM's error bound: besides the output's rounding and f32 accumulation, each weight is (q - 8) s' + zt' with the
@@ -407,8 +407,8 @@ void run_w4a16_gemm(const W4GemmCase& c, uint32_t seed) {
   Tensor zeros = Tensor::empty({n, groups}, DType::kU8);
   for (int64_t i = 0; i < zeros.numel(); ++i) {
     zeros.data<uint8_t>()[i] = static_cast<uint8_t>(c.zeros == Zeros::kGptqSym ? 8
-                                                    : c.zeros == Zeros::kAwq    ? rng() % 16
-                                                                                : 1 + rng() % 16);
+                                                    : c.zeros == Zeros::kAwq   ? rng() % 16
+                                                                               : 1 + rng() % 16);
   }
   std::vector<int32_t> p(k);
   std::iota(p.begin(), p.end(), 0);
@@ -423,18 +423,21 @@ void run_w4a16_gemm(const W4GemmCase& c, uint32_t seed) {
                     c.permuted ? &perm : nullptr, bias.cpu());
   // The pack on the device, bit-identical to the CPU's.
   Tensor packed = Tensor::empty({k / 16, 8 * n}, DType::kU8, Device::cuda());
-  Tensor gs = Tensor::empty({groups, n}, c.dtype, Device::cuda()), gz = Tensor::empty({groups, n}, c.dtype, Device::cuda());
+  Tensor gs = Tensor::empty({groups, n}, c.dtype, Device::cuda()),
+         gz = Tensor::empty({groups, n}, c.dtype, Device::cuda());
   ops::w4a16_gemm_pack(packed, gs, gz, to_device(qweight), to_device(scales), to_device(zeros));
   Tensor packed_cpu = Tensor::empty({k / 16, 8 * n}, DType::kU8);
   Tensor gs_cpu = Tensor::empty({groups, n}, c.dtype), gz_cpu = Tensor::empty({groups, n}, c.dtype);
   ops::w4a16_gemm_pack(packed_cpu, gs_cpu, gz_cpu, qweight, scales, zeros);
-  for (const auto& [dev, host, name] : {std::tuple<const Tensor*, const Tensor*, const char*>{&packed, &packed_cpu, "packed"},
-                                        {&gs, &gs_cpu, "gemm_scales"},
-                                        {&gz, &gz_cpu, "gemm_zeros"}}) {
+  for (const auto& [dev, host, name] :
+       {std::tuple<const Tensor*, const Tensor*, const char*>{&packed, &packed_cpu, "packed"},
+        {&gs, &gs_cpu, "gemm_scales"},
+        {&gz, &gz_cpu, "gemm_zeros"}}) {
     const Tensor back = to_host(*dev);
     ASSERT_EQ(std::memcmp(back.raw_data(), host->raw_data(), host->nbytes()), 0) << "w4a16_gemm_pack: " << name;
   }
-  const Tensor packed_rows = packed.slice(1, 8 * r0, 8 * r1), gs_rows = gs.slice(1, r0, r1), gz_rows = gz.slice(1, r0, r1);
+  const Tensor packed_rows = packed.slice(1, 8 * r0, 8 * r1), gs_rows = gs.slice(1, r0, r1),
+               gz_rows = gz.slice(1, r0, r1);
   Tensor perm_dev = to_device(perm);
   Tensor out_dev = c.pad > 0 ? poisoned_strided(m, rows, c.pad, c.dtype) : poisoned_device({m, rows}, c.dtype);
   const Tensor x_dev = c.pad > 0 ? to_device_strided(x, c.pad) : to_device(x);
@@ -542,8 +545,10 @@ Tensor random_bytes(Shape shape, DType dtype, uint32_t seed) {  // fp8: no NaN p
 // and 2 m n k at DESIGN.md's 790 TFLOP/s bf16 rate) and the share of it, and the speed-up over bf16.
 void run_gemm_bench(double bandwidth) {
   constexpr double kPeakFlops = 790e12;
-  std::printf("\nW4A16 GEMM (g128) vs bf16 at the Mistral-7B shapes; floor = max(bytes / %.0f GB/s, 2mnk / 790 "
-              "TFLOP/s)\n", bandwidth / 1e9);
+  std::printf(
+      "\nW4A16 GEMM (g128) vs bf16 at the Mistral-7B shapes; floor = max(bytes / %.0f GB/s, 2mnk / 790 "
+      "TFLOP/s)\n",
+      bandwidth / 1e9);
   std::printf("%-26s %-12s %5s %10s %8s %10s %9s %8s\n", "kernel", "n x k", "m", "us", "TFLOP/s", "floor us",
               "of floor", "vs bf16");
   struct Shape2 {
@@ -557,8 +562,8 @@ void run_gemm_bench(double bandwidth) {
     char dims[32];
     std::snprintf(dims, sizeof(dims), "%lldx%lld", static_cast<long long>(n), static_cast<long long>(k));
     auto copies_for = [](double bytes) { return static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes))); };
-    std::vector<Tensor> w16 = device_copies(random_tensor({n, k}, 1, DType::kF32, -0.05f, 0.05f).to(DType::kBF16),
-                                            copies_for(2.0 * n * k));
+    std::vector<Tensor> w16 =
+        device_copies(random_tensor({n, k}, 1, DType::kF32, -0.05f, 0.05f).to(DType::kBF16), copies_for(2.0 * n * k));
     const int copies = copies_for(0.5 * n * k);
     std::vector<Tensor> q = device_copies(random_bytes({n, k / 2}, DType::kU8, 6), copies);
     Tensor scales = to_device(random_tensor({n, groups}, 7, DType::kF32, 0.005f, 0.05f));
@@ -590,13 +595,14 @@ void run_gemm_bench(double bandwidth) {
              gpu_testing::mean_call_us(
                  [&](int i) { ops::w4a16_linear(out, x, q[i % q.size()], scales, zeros, nullptr, nullptr); }, reps),
              q_bytes + 5.0 * n * groups);
-      report("w4a16_gemm gptq sym", gpu_testing::mean_call_us([&](int i) {
-               ops::w4a16_gemm(out, x, packed[i % packed.size()], gs, nullptr, nullptr, nullptr);
-             }, reps),
-             q_bytes + 2.0 * n * groups);
-      report("w4a16_gemm awq (zeros)", gpu_testing::mean_call_us([&](int i) {
-               ops::w4a16_gemm(out, x, packed[i % packed.size()], gs, &gz, nullptr, nullptr);
-             }, reps),
+      report(
+          "w4a16_gemm gptq sym",
+          gpu_testing::mean_call_us(
+              [&](int i) { ops::w4a16_gemm(out, x, packed[i % packed.size()], gs, nullptr, nullptr, nullptr); }, reps),
+          q_bytes + 2.0 * n * groups);
+      report("w4a16_gemm awq (zeros)",
+             gpu_testing::mean_call_us(
+                 [&](int i) { ops::w4a16_gemm(out, x, packed[i % packed.size()], gs, &gz, nullptr, nullptr); }, reps),
              q_bytes + 4.0 * n * groups);
     }
   }

@@ -185,8 +185,8 @@ TEST(W4A16Test, GroupsZerosAndPermutationMatchTheReference) {
 TEST(W4A16Test, GemmLayoutMatchesTheReference) {
   uint32_t seed = 900;
   std::mt19937 rng(11);
-  for (auto [m, n, k, groups] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 48, 256, 2}, {33, 64, 128, 1},
-                                  {7, 32, 384, 3}}) {
+  for (auto [m, n, k, groups] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 48, 256, 2}, {33, 64, 128, 1}, {7, 32, 384, 3}}) {
     for (int variant = 0; variant < 3; ++variant) {  // 0: zeros 0..16, 1: symmetric (all 8, no zero terms), 2: perm
       Tensor x = random_tensor({m, k}, seed++);
       Tensor qweight = Tensor::empty({n, k / 2}, DType::kU8);
@@ -210,7 +210,8 @@ TEST(W4A16Test, GemmLayoutMatchesTheReference) {
           const uint8_t byte = qweight.data<uint8_t>()[r * (k / 2) + c / 2];
           const int q = c % 2 == 0 ? byte & 0xf : byte >> 4;
           const int64_t rb = r % 16, cb = c % 16;
-          const int64_t nib = 256 * (r / 16) + 32 * (rb % 8) + rb / 8 + 4 * (cb % 2) + 8 * ((cb / 2) % 4) + 2 * (cb / 8);
+          const int64_t nib =
+              256 * (r / 16) + 32 * (rb % 8) + rb / 8 + 4 * (cb % 2) + 8 * ((cb / 2) % 4) + 2 * (cb / 8);
           const int stored = (packed.data<uint8_t>()[(c / 16) * 8 * n + nib / 2] >> (4 * (nib % 2))) & 0xf;
           ASSERT_EQ(stored, q ^ 8) << "row " << r << " column " << c;
           const double s = bf16_to_f32(gs.data<bf16_t>()[(c / g) * n + r]);
@@ -223,8 +224,8 @@ TEST(W4A16Test, GemmLayoutMatchesTheReference) {
           for (int64_t i = 0; i < m; ++i) want[i * n + r] += w * x.data<float>()[i * k + p[c]];
         }
       }
-      const std::string what = "m " + std::to_string(m) + " n " + std::to_string(n) + " variant " +
-                               std::to_string(variant);
+      const std::string what =
+          "m " + std::to_string(m) + " n " + std::to_string(n) + " variant " + std::to_string(variant);
       Tensor out = Tensor::from_f32(std::vector<float>(m * n, NAN), {m, n});
       ops::w4a16_gemm(out, x, packed, gs, variant == 1 ? nullptr : &gz, variant == 2 ? &perm : nullptr, nullptr);
       expect_close(out, want, 1e-4, 1e-4, what);

@@ -1,7 +1,7 @@
 // Quantized-GEMM ops on CPU, the references the CUDA kernels are tested against: activation quantization
 // (dynamic per token / per token-group, static per tensor) and dequantize-then-GEMM for scaled_mm (fp8 / int8) and
-// w4a16_linear / w4a16_gemm (and w4a16_gemm_pack's layout, spelled out). Weights are dequantized in row chunks into f32 scratch, so a call holds at most a chunk, never the
-// whole weight, in f32.
+// w4a16_linear / w4a16_gemm (and w4a16_gemm_pack's layout, spelled out). Weights are dequantized in row chunks into f32
+// scratch, so a call holds at most a chunk, never the whole weight, in f32.
 #include <algorithm>
 #include <cmath>
 

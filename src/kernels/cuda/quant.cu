@@ -280,16 +280,16 @@ void w4a16_gemm_pack(Tensor& packed, Tensor& gemm_scales, Tensor& gemm_zeros, co
 
 // W[r, perm[c]] (or W[r, c]) = (q - 8) s + zt from the GEMM layout into a dense [n, k] matrix of T (the fallback).
 template <typename T, typename S>
-__global__ void w4a16_dequant_packed_kernel(T* w, const uint8_t* packed, int64_t pitch, const S* scales,
-                                            const S* zeros, int64_t scales_ld, int64_t k, int64_t g,
-                                            const int32_t* perm) {
+__global__ void w4a16_dequant_packed_kernel(T* w, const uint8_t* packed, int64_t pitch, const S* scales, const S* zeros,
+                                            int64_t scales_ld, int64_t k, int64_t g, const int32_t* perm) {
   const int64_t r = blockIdx.x;
   for (int64_t c = threadIdx.x; c < k; c += blockDim.x) {
     const int64_t rb = r % 16, cb = c % 16;
     const int64_t nib = 256 * (r / 16) + 32 * (rb % 8) + rb / 8 + 4 * (cb % 2) + 8 * ((cb / 2) % 4) + 2 * (cb / 8);
     const int q = (packed[(c / 16) * pitch + nib / 2] >> (4 * (nib & 1))) & 0xf;
     const int64_t at = (c / g) * scales_ld + r;
-    const float v = static_cast<float>((q ^ 8) - 8) * load_f(scales + at) + (zeros != nullptr ? load_f(zeros + at) : 0.f);
+    const float v =
+        static_cast<float>((q ^ 8) - 8) * load_f(scales + at) + (zeros != nullptr ? load_f(zeros + at) : 0.f);
     store_f(w + r * k + (perm != nullptr ? perm[c] : c), v);
   }
 }
@@ -321,8 +321,14 @@ void w4a16_gemm(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor
                 const Tensor* perm, const Tensor* bias) {
   const int64_t m = x.size(0), k = x.size(1), n = out.size(1), groups = gemm_scales.size(0);
   if (m == 0 || n == 0) return;
-  const W4GemmParams p{packed.data<uint8_t>(), packed.stride(0), gemm_scales.raw_data(),
-                       gemm_zeros != nullptr ? gemm_zeros->raw_data() : nullptr, gemm_scales.stride(0), n, k, groups};
+  const W4GemmParams p{packed.data<uint8_t>(),
+                       packed.stride(0),
+                       gemm_scales.raw_data(),
+                       gemm_zeros != nullptr ? gemm_zeros->raw_data() : nullptr,
+                       gemm_scales.stride(0),
+                       n,
+                       k,
+                       groups};
   const int32_t* perm_p = perm != nullptr ? perm->data<int32_t>() : nullptr;
   dispatch_float(x.dtype(), "w4a16_gemm", [&](auto t) {
     using T = decltype(t);

@@ -10,8 +10,6 @@
 // scale-only kernel; AWQ / asymmetric GPTQ the with-zero one. Two tile shapes: 128 x 64 for up to 64 tokens (one
 // column of tiles: the weight is read once), 128 x 128 above; both on the stream-K scheduler, which splits k when the
 // weight has fewer 128-row tiles than the GPU has SMs (o_proj and down at decode batch sizes).
-#include "kernels/cuda/w4a16_gemm.h"
-
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -21,6 +19,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/w4a16_gemm.h"
 
 namespace llmserve::cuda {
 namespace {
@@ -36,12 +35,13 @@ using Quant = cutlass::int4b_t;
 // nibbles 0 4 1 5 2 6 3 7 of word 4 g + t: the [0 2 4 6 1 3 5 7] order. The same map as
 // cutlass::compute_memory_reordering_atom<bf16, Layout<_1, _1>, Layout<Shape<_2, _4>, Stride<_4, _1>>>() (checked on
 // the host while writing this); ops::w4a16_gemm_pack and the CPU reference spell it out independently.
-using QuantAtom = cute::Layout<cute::Shape<cute::Shape<_8, _2>, cute::Shape<_2, _4, _2>>, cute::Stride<cute::Stride<_32, _1>, cute::Stride<_4, _8, _2>>>;
+using QuantAtom = cute::Layout<cute::Shape<cute::Shape<_8, _2>, cute::Shape<_2, _4, _2>>,
+                               cute::Stride<cute::Stride<_32, _1>, cute::Stride<_4, _8, _2>>>;
 // The whole weight: blocks tiled with n fastest (block (i, j) at nibble 256 (i + j n / 16) when unsliced); the stride
 // between k-column blocks is set at run time to the packed tensor's pitch, so a row slice keeps it.
 using LayoutQ = decltype(tile_to_shape(QuantAtom{}, make_shape(int{}, int{}, int{})));
 using StrideX = cutlass::detail::TagToStrideB_t<cutlass::layout::ColumnMajor>;  // x [m, k]: (m, k, l) k-major
-using StrideScale = cute::Stride<_1, int64_t, int64_t>;                                 // [groups, n]: n-major
+using StrideScale = cute::Stride<_1, int64_t, int64_t>;                         // [groups, n]: n-major
 
 LayoutQ layout_q(int n, int k, int64_t pitch_nibbles) {
   LayoutQ l = tile_to_shape(QuantAtom{}, make_shape(n, k, 1));
@@ -61,12 +61,12 @@ struct Config {
       cutlass::layout::ColumnMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
   using QuantOperand = cute::conditional_t<kWithZero, cute::tuple<Quant, Mma, Mma>, cute::tuple<Quant, Mma>>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, QuantOperand, LayoutQ, 32, Mma,
-      cutlass::layout::ColumnMajor, 8, float, TileShape, Cluster,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, QuantOperand, LayoutQ, 32, Mma, cutlass::layout::ColumnMajor,
+      8, float, TileShape, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
-  using Kernel =
-      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, cutlass::gemm::StreamKScheduler>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::StreamKScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 

@@ -19,7 +19,7 @@ struct W4GemmParams {
   const void* scales;     // [groups, n] bf16, row pitch scales_ld elements
   const void* zeros;      // [groups, n] bf16 zero terms, same pitch; null: every zero term is 0 (scale-only kernel)
   int64_t scales_ld;
-  int64_t n, k, groups;   // groups: k / 128-or-more columns each (or 1)
+  int64_t n, k, groups;  // groups: k / 128-or-more columns each (or 1)
 };
 
 // Whether the GEMM takes this product: bf16 x, n % 16 == 0, k % 64 == 0, groups of a multiple of 64 columns (or one),

@@ -79,7 +79,7 @@ class W4A16LinearMethod final : public LinearMethod {
   int64_t num_groups(int64_t input_size) const;
   QuantizationConfig config_;
   mutable DType activation_dtype_ = DType::kBF16;  // the model's (create_weights' params_dtype; one per model)
-  mutable int64_t gemm_min_rows_ = kGemmMinRows;    // kGemmMinRows or the environment's (process_weights_after_loading)
+  mutable int64_t gemm_min_rows_ = kGemmMinRows;   // kGemmMinRows or the environment's (process_weights_after_loading)
 };
 
 }  // namespace llmserve
