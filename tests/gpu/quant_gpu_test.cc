@@ -461,12 +461,13 @@ void run_w4a16_gemm(const W4GemmCase& c, uint32_t seed) {
                     << ", bound's sum " << mag[worst];
 }
 
-// Every m the model sends past the GEMV (33 .. 8192, odd ones; 64 / 65 across the small / large tile switch), GPTQ
+// Every m the model sends past the GEMV (33 .. 8192, odd ones; 64 / 65 across the small / large tile switch; and 1, 17,
+// 32, should LLMSERVE_W4A16_GEMM_MIN_ROWS or a measurement move the switch below the GEMV's limit), GPTQ
 // symmetric (scale-only kernel), GPTQ asymmetric and AWQ (zero terms), act-order, groups of 128 and 256 and per
 // channel, n = 272 (a partial 128-row tile), bias absent / f32 / bf16, row-strided x and out, QKV's row slices.
 TEST_F(CudaQuantTest, W4A16GemmMatchesCpu) {
   uint32_t seed = 12000;
-  for (int64_t m : {33, 47, 64, 65, 100, 129, 300, 1000, 2048}) {
+  for (int64_t m : {1, 17, 32, 33, 47, 64, 65, 100, 129, 300, 1000, 2048}) {
     const Bias bias = static_cast<Bias>(m % 3);
     run_w4a16_gemm({m, 272, 512, 4, Zeros::kGptqSym, false, bias}, seed += 10);
     run_w4a16_gemm({m, 272, 512, 4, Zeros::kAwq, false, bias}, seed += 10);
