@@ -193,11 +193,12 @@ def test_quantization_flag_must_match_the_checkpoint(llmserve_bin, checkpoints):
     assert r.returncode != 0 and "quant_method is 'gptq'" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("var", ["LLMSERVE_W4A16_GEMM_MIN_ROWS", "LLMSERVE_W4A16_GEMM_MAX_ROWS"])
 @pytest.mark.parametrize("value", ["abc", "0", "12x"])
-def test_bad_w4a16_gemm_min_rows_names_the_variable(llmserve_bin, checkpoints, value, monkeypatch):
-    monkeypatch.setenv("LLMSERVE_W4A16_GEMM_MIN_ROWS", value)
+def test_bad_w4a16_gemm_rows_name_the_variable(llmserve_bin, checkpoints, var, value, monkeypatch):
+    monkeypatch.setenv(var, value)
     r = generate(llmserve_bin, checkpoints / "llama" / "gptq_g128", PROMPTS[0], check=False)
-    assert r.returncode != 0 and f"LLMSERVE_W4A16_GEMM_MIN_ROWS='{value}' is not a positive integer" in r.stderr, r.stderr
+    assert r.returncode != 0 and f"{var}='{value}' is not a positive integer" in r.stderr, r.stderr
 
 
 # On the GPU machine (LLMSERVE_GPU_TESTS=1, LLMSERVE_BIN=build-gpu/bin/llmserve): each quantized model on cuda

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "core/logging.h"
 #include "kernels/ops.h"
@@ -334,13 +335,16 @@ inline int nibble(int32_t word, int i) { return (static_cast<uint32_t>(word) >> 
 }  // namespace
 
 Status W4A16LinearMethod::process_weights_after_loading(LinearBase& layer) const {
-  if (const char* v = std::getenv("LLMSERVE_W4A16_GEMM_MIN_ROWS"); v != nullptr) {
-    char* end = nullptr;
-    const long long rows = std::strtoll(v, &end, 10);
-    if (end == v || *end != '\0' || rows < 1) {
-      return invalid_argument(std::string("LLMSERVE_W4A16_GEMM_MIN_ROWS='") + v + "' is not a positive integer");
+  for (auto [name, rows] : {std::pair<const char*, int64_t*>{"LLMSERVE_W4A16_GEMM_MIN_ROWS", &gemm_min_rows_},
+                            {"LLMSERVE_W4A16_GEMM_MAX_ROWS", &gemm_max_rows_}}) {
+    if (const char* v = std::getenv(name); v != nullptr) {
+      char* end = nullptr;
+      const long long value = std::strtoll(v, &end, 10);
+      if (end == v || *end != '\0' || value < 1) {
+        return invalid_argument(std::string(name) + "='" + v + "' is not a positive integer");
+      }
+      *rows = value;
     }
-    gemm_min_rows_ = rows;
   }
   const Device device = layer.param("qweight").data.device();
   if (!device.is_cpu() && activation_dtype_ == DType::kF32) {
@@ -435,8 +439,10 @@ void W4A16LinearMethod::apply_rows(const LinearBase& layer, Tensor& out, const T
   const Tensor* perm = config_.desc_act ? &layer.param("g_idx").data : nullptr;
   const Tensor bias_rows = bias != nullptr && !whole ? bias->slice(0, begin, end) : Tensor();
   const Tensor* bias_arg = bias == nullptr ? nullptr : (whole ? bias : &bias_rows);
-  // Above the GEMV's batch, the GEMM layout where the layer has one (rows [begin, end) are its column slices: ops.h).
-  if (x.size(0) >= gemm_min_rows_ && layer.has_param("gemm_qweight") && begin % 16 == 0 && end % 16 == 0) {
+  // The GEMM layout for batches in [gemm_min_rows_, gemm_max_rows_] where the layer has one (rows [begin, end) are its
+  // column slices: ops.h).
+  if (x.size(0) >= gemm_min_rows_ && x.size(0) <= gemm_max_rows_ && layer.has_param("gemm_qweight") &&
+      begin % 16 == 0 && end % 16 == 0) {
     auto cols = [&](const char* name, int64_t per_row) {
       const Tensor& t = layer.param(name).data;
       return whole ? t : t.slice(1, per_row * begin, per_row * end);
