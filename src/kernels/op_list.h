@@ -23,6 +23,8 @@ void for_each_op(F&& f) {
   f(static_scaled_quantize);
   f(scaled_mm);
   f(w4a16_linear);
+  f(w4a16_gemm_pack);
+  f(w4a16_gemm);
   f(moe_route);
   f(moe_route_grouped);
   f(moe_align);

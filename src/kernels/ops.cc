@@ -472,6 +472,86 @@ void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, con
   }
 }
 
+void check_w4a16_gemm_pack(Tensor& packed, Tensor& gemm_scales, Tensor& gemm_zeros, const Tensor& qweight,
+                           const Tensor& scales, const Tensor& zeros) {
+  constexpr const char* op = "w4a16_gemm_pack";
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&packed, "packed"},
+                                {&gemm_scales, "gemm_scales"},
+                                {&gemm_zeros, "gemm_zeros"},
+                                {&qweight, "qweight"},
+                                {&scales, "scales"},
+                                {&zeros, "zeros"}}) {
+    check_contiguous(*t, op, name);
+    check_same_device(qweight, *t, op);
+  }
+  check_dtype(packed, DType::kU8, op, "packed");
+  check_dtype(qweight, DType::kU8, op, "qweight");
+  check_dtype(scales, DType::kF32, op, "scales");
+  check_dtype(zeros, DType::kU8, op, "zeros");
+  CHECK(gemm_scales.dtype() == DType::kBF16 || gemm_scales.dtype() == DType::kF16)
+      << op << ": gemm_scales " << gemm_scales.to_string() << " must be bf16 or f16";
+  check_dtype(gemm_zeros, gemm_scales.dtype(), op, "gemm_zeros");
+  CHECK(qweight.dim() == 2 && scales.dim() == 2 && zeros.shape() == scales.shape() &&
+        scales.size(0) == qweight.size(0) && scales.size(1) >= 1 && (qweight.size(1) * 2) % scales.size(1) == 0)
+      << op << ": qweight " << qweight.to_string() << ", scales " << scales.to_string() << ", zeros "
+      << zeros.to_string();
+  const int64_t n = qweight.size(0), k = qweight.size(1) * 2, groups = scales.size(1);
+  CHECK(n % 16 == 0 && k % 16 == 0) << op << ": n " << n << " and k " << k << " must be multiples of 16";
+  CHECK(packed.shape() == Shape({k / 16, 8 * n}))
+      << op << ": packed " << packed.to_string() << " for n " << n << ", k " << k;
+  CHECK(gemm_scales.shape() == Shape({groups, n}) && gemm_zeros.shape() == gemm_scales.shape())
+      << op << ": gemm_scales " << gemm_scales.to_string() << ", gemm_zeros " << gemm_zeros.to_string();
+}
+
+void check_w4a16_gemm(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor& gemm_scales,
+                      const Tensor* gemm_zeros, const Tensor* perm, const Tensor* bias) {
+  constexpr const char* op = "w4a16_gemm";
+  check_rows(x, op, "x");
+  check_rows(out, op, "out");
+  check_rows(packed, op, "packed");
+  check_rows(gemm_scales, op, "gemm_scales");
+  check_same_device(x, out, op);
+  check_same_device(x, packed, op);
+  check_same_device(x, gemm_scales, op);
+  check_dtype(packed, DType::kU8, op, "packed");
+  CHECK(gemm_scales.dtype() == DType::kBF16 || gemm_scales.dtype() == DType::kF16)
+      << op << ": gemm_scales " << gemm_scales.to_string() << " must be bf16 or f16";
+  CHECK(x.dim() == 2 && out.dim() == 2 && packed.dim() == 2 && gemm_scales.dim() == 2 && x.size(0) == out.size(0))
+      << op << ": x " << x.to_string() << ", out " << out.to_string();
+  const int64_t n = out.size(1), k = x.size(1);
+  CHECK(n % 16 == 0 && k % 16 == 0 && packed.size(0) == k / 16 && packed.size(1) == 8 * n)
+      << op << ": packed " << packed.to_string() << " for x " << x.to_string() << ", out " << out.to_string();
+  CHECK(gemm_scales.size(1) == n && gemm_scales.size(0) >= 1 && k % gemm_scales.size(0) == 0)
+      << op << ": gemm_scales " << gemm_scales.to_string() << " for x " << x.to_string();
+  if (gemm_zeros != nullptr) {
+    check_rows(*gemm_zeros, op, "gemm_zeros");
+    check_same_device(x, *gemm_zeros, op);
+    CHECK(gemm_zeros->shape() == gemm_scales.shape() && gemm_zeros->dtype() == gemm_scales.dtype())
+        << op << ": gemm_zeros " << gemm_zeros->to_string() << " vs gemm_scales " << gemm_scales.to_string();
+  }
+  CHECK(out.raw_data() != x.raw_data() || out.numel() == 0) << op << ": out must not alias x";
+  if (perm != nullptr) {
+    check_contiguous(*perm, op, "perm");
+    check_same_device(x, *perm, op);
+    check_dtype(*perm, DType::kI32, op, "perm");
+    CHECK(perm->dim() == 1 && perm->size(0) == k) << op << ": perm " << perm->to_string();
+  }
+  if (bias != nullptr) {
+    check_contiguous(*bias, op, "bias");
+    check_same_device(x, *bias, op);
+    CHECK(bias->dim() == 1 && bias->size(0) == n) << op << ": bias " << bias->to_string();
+    CHECK(bias->dtype() == DType::kF32 || bias->dtype() == out.dtype()) << op << ": bias " << bias->to_string();
+  }
+  if (x.device().is_cpu()) {
+    check_dtype(x, DType::kF32, op, "x");
+    check_dtype(out, DType::kF32, op, "out");
+  } else {
+    CHECK(x.dtype() == DType::kBF16 || x.dtype() == DType::kF16)
+        << op << ": x " << x.to_string() << " must be bf16 or f16";
+    CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
+  }
+}
+
 }  // namespace
 
 // The ops (declared in ops.h, where each one's type comes from). Schemas in TORCH_LIBRARY syntax: `Tensor!` marks
@@ -511,6 +591,16 @@ decltype(w4a16_linear) w4a16_linear(
     "w4a16_linear(Tensor! out, Tensor x, Tensor qweight, Tensor scales, Tensor zeros, Tensor? perm, Tensor? bias) "
     "-> ()",
     check_w4a16_linear);
+decltype(w4a16_gemm_pack) w4a16_gemm_pack(
+    "w4a16_gemm_pack",
+    "w4a16_gemm_pack(Tensor! packed, Tensor! gemm_scales, Tensor! gemm_zeros, Tensor qweight, Tensor scales, "
+    "Tensor zeros) -> ()",
+    check_w4a16_gemm_pack);
+decltype(w4a16_gemm) w4a16_gemm(
+    "w4a16_gemm",
+    "w4a16_gemm(Tensor! out, Tensor x, Tensor packed, Tensor gemm_scales, Tensor? gemm_zeros, Tensor? perm, "
+    "Tensor? bias) -> ()",
+    check_w4a16_gemm);
 decltype(reshape_and_cache) reshape_and_cache(
     "reshape_and_cache",
     "reshape_and_cache(Tensor key, Tensor value, Tensor! key_cache, Tensor! value_cache, Tensor slot_mapping) -> ()",

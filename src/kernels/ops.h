@@ -114,6 +114,29 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor
                const Tensor* perm, const Tensor* bias)>
     w4a16_linear;
 
+// W4A16 through a tensor-core GEMM (CUDA's mixed-input GEMM for m > 32, bf16): w4a16_linear's weight repacked once at
+// load by w4a16_gemm_pack into
+//   packed [k / 16, 8 n] u8: W's 16 x 16 blocks, block (i, j) (rows 16 i.., columns 16 j..) in bytes 128 i .. + 128 of
+//     row j; in a block W[16 i + r0 + 8 r1, 16 j + c0 + 2 c1 + 8 c2] (r0 < 8, r1 < 2, c0 < 2, c1 < 4, c2 < 2) is nibble
+//     32 r0 + r1 + 4 c0 + 8 c1 + 2 c2 (low nibble first) and holds q ^ 8, i.e. q - 8 as a signed 4-bit value (the
+//     order in which a Hopper wgmma thread takes its 8 values, paired for the fast int4 -> bf16 conversion);
+//   gemm_scales [groups, n] (16-bit) = scales^T;
+//   gemm_zeros [groups, n] (16-bit) = (8 - z) s, the zero term: W = (q - 8) s + (8 - z) s = (q - z) s. GPTQ symmetric
+//     (every z = 8) makes it 0, and w4a16_gemm takes none (a cheaper kernel).
+// n % 16 == 0, k % 16 == 0. Rows [b, e) of W (b, e multiples of 16) are packed.slice(1, 8 b, 8 e) and
+// gemm_scales / gemm_zeros .slice(1, b, e). CPU and CUDA, bit-identical.
+extern Op<void(Tensor& packed, Tensor& gemm_scales, Tensor& gemm_zeros, const Tensor& qweight, const Tensor& scales,
+               const Tensor& zeros)>
+    w4a16_gemm_pack;
+// out [m, n] = x [m, k] @ W^T (+ bias [n]) with W in w4a16_gemm_pack's layout (zeros optional: absent means every
+// zero term is 0); perm as w4a16_linear's. packed, gemm_scales and gemm_zeros may be the column slices above (dim 0
+// strided). CPU: x, out f32, W unpacked to f32 then a GEMM (the reference). CUDA: x, out bf16 (bias f32 or bf16), the
+// CUTLASS mixed-input GEMM where it applies (w4a16_gemm.h: alignment, k % 64, groups of a multiple of 64 columns),
+// else W dequantized to bf16 in a scratch and ops::linear.
+extern Op<void(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor& gemm_scales, const Tensor* gemm_zeros,
+               const Tensor* perm, const Tensor* bias)>
+    w4a16_gemm;
+
 // ---- mixture of experts (checks: kernels/moe_ops.cc; kernels/cpu/moe.cc, kernels/cuda/moe.cu + moe_gemm.cu) ----
 // The path of a FusedMoE block (model/layers/fused_moe.h): router logits (ops::linear) -> moe_route -> moe_align ->
 // moe_gemm (gate/up, gathering token rows) -> moe_gemm_silu (silu_and_mul -> down) -> moe_combine. Token t's j-th

@@ -193,12 +193,25 @@ def test_quantization_flag_must_match_the_checkpoint(llmserve_bin, checkpoints):
     assert r.returncode != 0 and "quant_method is 'gptq'" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("var", ["LLMSERVE_W4A16_GEMM_MIN_ROWS", "LLMSERVE_W4A16_GEMM_MAX_ROWS"])
+@pytest.mark.parametrize("value", ["abc", "0", "12x"])
+def test_bad_w4a16_gemm_rows_name_the_variable(llmserve_bin, checkpoints, var, value, monkeypatch):
+    monkeypatch.setenv(var, value)
+    r = generate(llmserve_bin, checkpoints / "llama" / "gptq_g128", PROMPTS[0], check=False)
+    assert r.returncode != 0 and f"{var}='{value}' is not a positive integer" in r.stderr, r.stderr
+
+
 # On the GPU machine (LLMSERVE_GPU_TESTS=1, LLMSERVE_BIN=build-gpu/bin/llmserve): each quantized model on cuda
 # (bf16 activations) against the same checkpoint on the CPU (f32), by vLLM's rule; logprobs within 0.3 (bf16).
+# W4A16 formats run twice: as shipped (the GEMV for these short batches) and with LLMSERVE_W4A16_GEMM_MIN_ROWS=1 (the
+# tensor-core GEMM layout of ops::w4a16_gemm at every batch, prompts and decode alike).
 @pytest.mark.skipif(os.environ.get("LLMSERVE_GPU_TESTS") != "1", reason="needs a GPU build (LLMSERVE_GPU_TESTS=1)")
 @pytest.mark.parametrize("arch", list(BASES))
-@pytest.mark.parametrize("fmt", list(mqc.FORMATS))
-def test_gpu_greedy_matches_cpu(llmserve_bin, checkpoints, arch, fmt):
+@pytest.mark.parametrize("fmt,gemm_min_rows", [(f, None) for f in mqc.FORMATS] +
+                         [(f, "1") for f in mqc.FORMATS if f.startswith(("gptq", "awq"))])
+def test_gpu_greedy_matches_cpu(llmserve_bin, checkpoints, arch, fmt, gemm_min_rows, monkeypatch):
+    if gemm_min_rows is not None:
+        monkeypatch.setenv("LLMSERVE_W4A16_GEMM_MIN_ROWS", gemm_min_rows)
     for prompt in PROMPTS:
         gpu = steps(generate(llmserve_bin, checkpoints / arch / fmt, prompt, "--device", "cuda", "--dtype",
                              "bfloat16").stdout)

@@ -9,10 +9,11 @@
 // tiles), n not a multiple of the 16-row tile, k with a partial last 128-column block, one and eight warps per tile,
 // bias absent / f32 / 16-bit; the W4A16 GEMV also against a tighter bound of its own (exact products:
 // W4A16GemvDecodeMatchesCpuTightly). Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of
-// sum |a b|).
+// sum |a b|). w4a16_gemm (the GEMM layout of w4a16_gemm_pack, CUTLASS's mixed-input GEMM; W4A16GemmMatchesCpu, its
+// fallbacks).
 // `--bench`: the prefill GEMMs (bf16, fp8, block-FP8, int8) at the Mistral-7B MLP shapes in TFLOP/s beside the FP8
 // peak and a large fp8 GEMM of the same run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in
-// the same process.
+// the same process, then the W4A16 GEMM beside the bf16 GEMM at m = 32, 64, 256, 2048 (bytes / FLOP floors).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +26,8 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
@@ -412,6 +415,154 @@ TEST_F(CudaQuantTest, W4A16GemvDecodeMatchesCpuTightly) {
   }
 }
 
+// ---- w4a16_gemm (the GEMM layout: CUTLASS's mixed-input GEMM above the GEMV's batch) ----
+
+// How the zeros of a GEMM case look: AWQ (0..15), GPTQ asymmetric (its stored zero + 1: 1..16), GPTQ symmetric (every
+// zero 8: no zero terms, the scale-only kernel).
+enum class Zeros { kAwq, kGptqAsym, kGptqSym };
+
+struct W4GemmCase {
+  int64_t m, n, k, groups;
+  Zeros zeros = Zeros::kAwq;
+  bool permuted = false;
+  Bias bias = Bias::kNone;
+  int64_t pad = 0;                     // x and out row-strided
+  int64_t row_begin = 0, row_end = 0;  // a row slice [begin, end) of the packed weight (QKV's split); 0, 0: all rows
+  DType dtype = DType::kBF16;          // f16: the dequantize fallback
+};
+
+// The GEMM's error bound: besides the output's rounding and f32 accumulation, each weight is (q - 8) s' + zt' with the
+// scale s' and zero term zt' rounded to bf16, their product and sum rounded again: within ~2^-8 of |q - 8| s + |8 - z|
+// s, so the bound is 4e-3 sum_c |x_c| (|q - 8| + |8 - z|) s (+ 8e-3 |cpu| + 1e-3). A wrong nibble, scale, zero term or
+// permutation is off by the order of the whole sum.
+std::vector<double> w4_gemm_magnitudes(const Tensor& x, const Tensor& qweight, const Tensor& scales,
+                                       const Tensor& zeros, const std::vector<int32_t>& perm, int64_t r0, int64_t r1) {
+  const int64_t m = x.size(0), k = x.size(1), n = r1 - r0, groups = scales.size(1), g = k / groups;
+  Tensor w = Tensor::empty({n, k}, DType::kF32), xg = Tensor::empty({m, k}, DType::kF32);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const int q = (qweight.data<uint8_t>()[(r0 + r) * (k / 2) + c / 2] >> (4 * (c & 1))) & 0xf;
+      const int64_t gi = (r0 + r) * groups + c / g;
+      w.data<float>()[r * k + c] =
+          (std::abs(q - 8.f) + std::abs(8.f - zeros.data<uint8_t>()[gi])) * scales.data<float>()[gi];
+    }
+  }
+  const Tensor xf = x.to(DType::kF32);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < k; ++c) xg.data<float>()[i * k + c] = std::abs(xf.data<float>()[i * k + perm[c]]);
+  }
+  Tensor mag = Tensor::empty({m, n}, DType::kF32);
+  ops::linear(mag, xg, w, nullptr);  // all terms positive: f32 accumulation is accurate to ~1e-7 here
+  std::vector<double> out(m * n);
+  for (int64_t i = 0; i < m * n; ++i) out[i] = mag.data<float>()[i];
+  return out;
+}
+
+void run_w4a16_gemm(const W4GemmCase& c, uint32_t seed) {
+  const int64_t m = c.m, n = c.n, k = c.k, groups = c.groups;
+  const int64_t r0 = c.row_end > 0 ? c.row_begin : 0, r1 = c.row_end > 0 ? c.row_end : n, rows = r1 - r0;
+  std::mt19937 rng(seed);
+  Tensor x = random_tensor({m, k}, seed, c.dtype);
+  Tensor qweight = Tensor::empty({n, k / 2}, DType::kU8);
+  for (int64_t i = 0; i < qweight.numel(); ++i) qweight.data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 0xff);
+  Tensor scales = random_tensor({n, groups}, seed + 1, DType::kF32, 0.005f, 0.05f);
+  Tensor zeros = Tensor::empty({n, groups}, DType::kU8);
+  for (int64_t i = 0; i < zeros.numel(); ++i) {
+    zeros.data<uint8_t>()[i] = static_cast<uint8_t>(c.zeros == Zeros::kGptqSym ? 8
+                                                    : c.zeros == Zeros::kAwq   ? rng() % 16
+                                                                               : 1 + rng() % 16);
+  }
+  std::vector<int32_t> p(k);
+  std::iota(p.begin(), p.end(), 0);
+  if (c.permuted) std::shuffle(p.begin(), p.end(), rng);
+  Tensor perm = Tensor::from_i32(p, {k});
+  CaseBias bias = make_bias(c.bias, rows, seed + 2);
+  if (c.bias == Bias::kOut && c.dtype != DType::kBF16) bias.dev = to_device(bias.host.to(c.dtype));
+  // The oracle: w4a16_linear on the CPU, on the rows of the case.
+  Tensor out_cpu = Tensor::empty({m, rows}, DType::kF32);
+  ops::w4a16_linear(out_cpu, x.to(DType::kF32), qweight.slice(0, r0, r1).contiguous(),
+                    scales.slice(0, r0, r1).contiguous(), zeros.slice(0, r0, r1).contiguous(),
+                    c.permuted ? &perm : nullptr, bias.cpu());
+  // The pack on the device, bit-identical to the CPU's.
+  Tensor packed = Tensor::empty({k / 16, 8 * n}, DType::kU8, Device::cuda());
+  Tensor gs = Tensor::empty({groups, n}, c.dtype, Device::cuda()),
+         gz = Tensor::empty({groups, n}, c.dtype, Device::cuda());
+  ops::w4a16_gemm_pack(packed, gs, gz, to_device(qweight), to_device(scales), to_device(zeros));
+  Tensor packed_cpu = Tensor::empty({k / 16, 8 * n}, DType::kU8);
+  Tensor gs_cpu = Tensor::empty({groups, n}, c.dtype), gz_cpu = Tensor::empty({groups, n}, c.dtype);
+  ops::w4a16_gemm_pack(packed_cpu, gs_cpu, gz_cpu, qweight, scales, zeros);
+  for (const auto& [dev, host, name] :
+       {std::tuple<const Tensor*, const Tensor*, const char*>{&packed, &packed_cpu, "packed"},
+        {&gs, &gs_cpu, "gemm_scales"},
+        {&gz, &gz_cpu, "gemm_zeros"}}) {
+    const Tensor back = to_host(*dev);
+    ASSERT_EQ(std::memcmp(back.raw_data(), host->raw_data(), host->nbytes()), 0) << "w4a16_gemm_pack: " << name;
+  }
+  const Tensor packed_rows = packed.slice(1, 8 * r0, 8 * r1), gs_rows = gs.slice(1, r0, r1),
+               gz_rows = gz.slice(1, r0, r1);
+  Tensor perm_dev = to_device(perm);
+  Tensor out_dev = c.pad > 0 ? poisoned_strided(m, rows, c.pad, c.dtype) : poisoned_device({m, rows}, c.dtype);
+  const Tensor x_dev = c.pad > 0 ? to_device_strided(x, c.pad) : to_device(x);
+  ops::w4a16_gemm(out_dev, x_dev, packed_rows, gs_rows, c.zeros == Zeros::kGptqSym ? nullptr : &gz_rows,
+                  c.permuted ? &perm_dev : nullptr, bias.gpu());
+  const std::string what = "w4a16_gemm m " + std::to_string(m) + " n " + std::to_string(n) + " rows " +
+                           std::to_string(r0) + ".." + std::to_string(r1) + " k " + std::to_string(k) + " groups " +
+                           std::to_string(groups) + " zeros " + std::to_string(int(c.zeros)) +
+                           (c.permuted ? " permuted " : " ") + std::string(dtype_name(c.dtype)) + " bias " +
+                           std::to_string(int(c.bias)) + " pad " + std::to_string(c.pad);
+  const std::vector<double> mag = w4_gemm_magnitudes(x, qweight, scales, zeros, p, r0, r1);
+  const std::vector<double> g = to_doubles(to_host(out_dev)), want = to_doubles(out_cpu);
+  int64_t bad = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!(std::abs(g[i] - want[i]) <= 8e-3 * std::abs(want[i]) + 1e-3 + 4e-3 * mag[i])) {
+      if (bad++ == 0) worst = i;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": first bad element " << worst << ": gpu " << g[worst] << ", cpu " << want[worst]
+                    << ", bound's sum " << mag[worst];
+}
+
+// Every m the model sends past the GEMV (33 .. 8192, odd ones; 64 / 65 across the small / large tile switch; and 1, 17,
+// 32, should LLMSERVE_W4A16_GEMM_MIN_ROWS or a measurement move the switch below the GEMV's limit), GPTQ
+// symmetric (scale-only kernel), GPTQ asymmetric and AWQ (zero terms), act-order, groups of 128 and 256 and per
+// channel, n = 272 (a partial 128-row tile), bias absent / f32 / bf16, row-strided x and out, QKV's row slices.
+TEST_F(CudaQuantTest, W4A16GemmMatchesCpu) {
+  uint32_t seed = 12000;
+  for (int64_t m : {1, 17, 32, 33, 47, 64, 65, 100, 129, 300, 1000, 2048}) {
+    const Bias bias = static_cast<Bias>(m % 3);
+    run_w4a16_gemm({m, 272, 512, 4, Zeros::kGptqSym, false, bias}, seed += 10);
+    run_w4a16_gemm({m, 272, 512, 4, Zeros::kAwq, false, bias}, seed += 10);
+    run_w4a16_gemm({m, 272, 512, 4, Zeros::kGptqAsym, true, bias}, seed += 10);  // act-order
+    run_w4a16_gemm({m, 272, 512, 4, Zeros::kGptqSym, true, bias}, seed += 10);
+    run_w4a16_gemm({m, 128, 1024, 4, Zeros::kAwq, false, bias}, seed += 10);     // groups of 256
+    run_w4a16_gemm({m, 144, 384, 1, Zeros::kGptqSym, false, bias}, seed += 10);  // per channel
+    run_w4a16_gemm({m, 144, 384, 1, Zeros::kAwq, true, bias}, seed += 10);
+    W4GemmCase strided{m, 272, 512, 4, Zeros::kAwq, m % 2 == 0, bias, /*pad=*/8};
+    run_w4a16_gemm(strided, seed += 10);
+    W4GemmCase qkv{m, 384, 512, 4, Zeros::kGptqSym, false, bias};  // q 0..256, k 256..320, v 320..384
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 256}, {256, 320}, {320, 384}}) {
+      qkv.row_begin = b, qkv.row_end = e;
+      run_w4a16_gemm(qkv, seed += 10);
+    }
+  }
+  run_w4a16_gemm({8192, 272, 512, 4, Zeros::kGptqSym, false, Bias::kF32}, seed += 10);
+  run_w4a16_gemm({8192, 272, 512, 4, Zeros::kAwq, true, Bias::kOut}, seed += 10);
+}
+
+// Where CUTLASS does not apply, the op dequantizes the GEMM layout and runs ops::linear: k % 64 != 0, f16, x rows not
+// 16-byte aligned (pad 4 with bf16: 8-byte steps).
+TEST_F(CudaQuantTest, W4A16GemmFallbacksMatchCpu) {
+  uint32_t seed = 13000;
+  for (int64_t m : {1, 33, 300}) {
+    run_w4a16_gemm({m, 48, 208, 1, Zeros::kAwq, true, Bias::kF32}, seed += 10);
+    W4GemmCase f16{m, 272, 512, 4, Zeros::kGptqAsym, false, Bias::kOut};
+    f16.dtype = DType::kF16;
+    run_w4a16_gemm(f16, seed += 10);
+    run_w4a16_gemm({m, 272, 512, 4, Zeros::kGptqSym, false, Bias::kNone, /*pad=*/4}, seed += 10);
+  }
+}
+
 // ---- --bench ----
 
 // Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer: the floor's bandwidth.
@@ -534,6 +685,75 @@ void run_gemm_bench() {
   std::printf("\n");
 }
 
+// The W4A16 GEMM (ops::w4a16_gemm on the packed layout: CUTLASS's mixed-input GEMM) at the Mistral-7B shapes and
+// m = 32, 64, 256, 2048 beside the bf16 GEMM (ops::linear) of the same shape and w4a16_linear (the GEMV at m = 32, the
+// dequantize + cuBLASLt path above): microseconds, TFLOP/s, the floor (the larger of the bytes at the copy bandwidth
+// and 2 m n k at DESIGN.md's 790 TFLOP/s bf16 rate) and the share of it, and the speed-up over bf16.
+void run_w4a16_gemm_bench(double bandwidth) {
+  constexpr double kPeakFlops = 790e12;
+  std::printf(
+      "\nW4A16 GEMM (g128) vs bf16 at the Mistral-7B shapes; floor = max(bytes / %.0f GB/s, 2mnk / 790 "
+      "TFLOP/s)\n",
+      bandwidth / 1e9);
+  std::printf("%-26s %-12s %5s %10s %8s %10s %9s %8s\n", "kernel", "n x k", "m", "us", "TFLOP/s", "floor us",
+              "of floor", "vs bf16");
+  struct Shape2 {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape2 shapes[] = {
+      {"qkv", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  for (const Shape2& sh : shapes) {
+    const int64_t n = sh.n, k = sh.k, groups = k / 128;
+    char dims[32];
+    std::snprintf(dims, sizeof(dims), "%lldx%lld", static_cast<long long>(n), static_cast<long long>(k));
+    auto copies_for = [](double bytes) { return static_cast<int>(std::max(2.0, std::ceil(400e6 / bytes))); };
+    std::vector<Tensor> w16 =
+        device_copies(random_tensor({n, k}, 1, DType::kF32, -0.05f, 0.05f).to(DType::kBF16), copies_for(2.0 * n * k));
+    const int copies = copies_for(0.5 * n * k);
+    std::vector<Tensor> q = device_copies(random_bytes({n, k / 2}, DType::kU8, 6), copies);
+    Tensor scales = to_device(random_tensor({n, groups}, 7, DType::kF32, 0.005f, 0.05f));
+    Tensor zeros_host = random_bytes({n, groups}, DType::kU8, 8);
+    for (size_t i = 0; i < zeros_host.nbytes(); ++i) zeros_host.data<uint8_t>()[i] %= 16;
+    Tensor zeros = to_device(zeros_host);
+    std::vector<Tensor> packed;
+    Tensor gs = Tensor::empty({groups, n}, DType::kBF16, Device::cuda());
+    Tensor gz = Tensor::empty({groups, n}, DType::kBF16, Device::cuda());
+    for (const Tensor& qi : q) {
+      packed.push_back(Tensor::empty({k / 16, 8 * n}, DType::kU8, Device::cuda()));
+      ops::w4a16_gemm_pack(packed.back(), gs, gz, qi, scales, zeros);
+    }
+    for (int64_t m : {32, 64, 256, 2048}) {
+      Tensor x = to_device(random_tensor({m, k}, 10, DType::kBF16));
+      Tensor out = Tensor::empty({m, n}, DType::kBF16, Device::cuda());
+      const double act_bytes = 2.0 * m * k + 2.0 * m * n, flop_us = 2.0 * m * n * k / kPeakFlops * 1e6;
+      const int reps = m >= 2048 ? 50 : 200;
+      const double bf16_us =
+          gpu_testing::mean_call_us([&](int i) { ops::linear(out, x, w16[i % w16.size()], nullptr); }, reps);
+      auto report = [&](const char* kernel, double us, double bytes) {
+        const double floor_us = std::max(bytes / bandwidth * 1e6, flop_us);
+        std::printf("%-26s %-12s %5lld %10.2f %8.1f %10.2f %8.0f%% %7.2fx\n", kernel, dims, static_cast<long long>(m),
+                    us, 2.0 * m * n * k / us / 1e6, floor_us, 100.0 * floor_us / us, bf16_us / us);
+      };
+      report("bf16 linear", bf16_us, 2.0 * n * k + act_bytes);
+      const double q_bytes = 0.5 * n * k + act_bytes;
+      report(m <= 32 ? "w4a16_linear (GEMV)" : "w4a16_linear (dequant)",
+             gpu_testing::mean_call_us(
+                 [&](int i) { ops::w4a16_linear(out, x, q[i % q.size()], scales, zeros, nullptr, nullptr); }, reps),
+             q_bytes + 5.0 * n * groups);
+      report(
+          "w4a16_gemm gptq sym",
+          gpu_testing::mean_call_us(
+              [&](int i) { ops::w4a16_gemm(out, x, packed[i % packed.size()], gs, nullptr, nullptr, nullptr); }, reps),
+          q_bytes + 2.0 * n * groups);
+      report("w4a16_gemm awq (zeros)",
+             gpu_testing::mean_call_us(
+                 [&](int i) { ops::w4a16_gemm(out, x, packed[i % packed.size()], gs, &gz, nullptr, nullptr); }, reps),
+             q_bytes + 4.0 * n * groups);
+    }
+  }
+}
+
 // Each GEMV at the Mistral-7B linear shapes, m = 1, 4, 16 (and 32 for bf16 and W4A16: batch-32 decode): microseconds
 // per call, the bytes it must read (weights, their scales and zeros), GB/s, and the share of the floor (those bytes at
 // the copy bandwidth). fp8 / int8 also with the per-token activation quantization that precedes them in a model
@@ -626,6 +846,7 @@ int run_bench() {
       }
     }
   }
+  run_w4a16_gemm_bench(bandwidth);
   return 0;
 }
 

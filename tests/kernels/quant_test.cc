@@ -1,7 +1,8 @@
 // The quantized-GEMM ops on CPU (kernels/cpu/quant.cc) against double-precision references written as plain loops:
 // dynamic / static activation quantization (fp8 e4m3, int8; per token and per 128-group), scaled_mm in every scale
-// mode (fp8 and int8), and w4a16_linear with groups, zero points and an act-order permutation. Random shapes include
-// odd m and n that 128 does not divide.
+// mode (fp8 and int8), and w4a16_linear with groups, zero points and an act-order permutation; w4a16_gemm on
+// w4a16_gemm_pack's layout (ops.h) against the same loops on the 16-bit scales and zero terms it stores, with and
+// without zero terms, act-order and row slices. Random shapes include odd m and n that 128 does not divide.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,6 +174,73 @@ TEST(W4A16Test, GroupsZerosAndPermutationMatchTheReference) {
         }
       }
       expect_close(out, want, 1e-4, 1e-4, "m " + std::to_string(m) + (permuted ? " permuted" : ""));
+    }
+  }
+}
+
+// w4a16_gemm_pack + w4a16_gemm (ops.h's GEMM layout) against a double loop over W = (q - 8) s' + zt' where s', zt' are
+// the bf16 scales and zero terms the pack stored (so the bound is tight), and against ops.h's byte map directly: each
+// stored nibble is q ^ 8 at the position the formula names. Zero terms absent when every zero is 8 (GPTQ symmetric);
+// act-order; a row slice [16, n) of the packed tensors equals those rows of the whole product.
+TEST(W4A16Test, GemmLayoutMatchesTheReference) {
+  uint32_t seed = 900;
+  std::mt19937 rng(11);
+  for (auto [m, n, k, groups] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 48, 256, 2}, {33, 64, 128, 1}, {7, 32, 384, 3}}) {
+    for (int variant = 0; variant < 3; ++variant) {  // 0: zeros 0..16, 1: symmetric (all 8, no zero terms), 2: perm
+      Tensor x = random_tensor({m, k}, seed++);
+      Tensor qweight = Tensor::empty({n, k / 2}, DType::kU8);
+      for (int64_t i = 0; i < qweight.numel(); ++i) qweight.data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 0xff);
+      Tensor scales = random_tensor({n, groups}, seed++, DType::kF32, 0.01f, 0.1f);
+      Tensor zeros = Tensor::empty({n, groups}, DType::kU8);
+      for (int64_t i = 0; i < zeros.numel(); ++i) {
+        zeros.data<uint8_t>()[i] = variant == 1 ? 8 : static_cast<uint8_t>(rng() % 17);
+      }
+      std::vector<int32_t> p(k);
+      std::iota(p.begin(), p.end(), 0);
+      if (variant == 2) std::shuffle(p.begin(), p.end(), rng);
+      Tensor perm = Tensor::from_i32(p, {k});
+      Tensor packed = Tensor::empty({k / 16, 8 * n}, DType::kU8);
+      Tensor gs = Tensor::empty({groups, n}, DType::kBF16), gz = Tensor::empty({groups, n}, DType::kBF16);
+      ops::w4a16_gemm_pack(packed, gs, gz, qweight, scales, zeros);
+      const int64_t g = k / groups;
+      std::vector<double> want(m * n, 0.0);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k; ++c) {
+          const uint8_t byte = qweight.data<uint8_t>()[r * (k / 2) + c / 2];
+          const int q = c % 2 == 0 ? byte & 0xf : byte >> 4;
+          const int64_t rb = r % 16, cb = c % 16;
+          const int64_t nib =
+              256 * (r / 16) + 32 * (rb % 8) + rb / 8 + 4 * (cb % 2) + 8 * ((cb / 2) % 4) + 2 * (cb / 8);
+          const int stored = (packed.data<uint8_t>()[(c / 16) * 8 * n + nib / 2] >> (4 * (nib % 2))) & 0xf;
+          ASSERT_EQ(stored, q ^ 8) << "row " << r << " column " << c;
+          const double s = bf16_to_f32(gs.data<bf16_t>()[(c / g) * n + r]);
+          const double zt = bf16_to_f32(gz.data<bf16_t>()[(c / g) * n + r]);
+          const double s32 = scales.data<float>()[r * groups + c / g];
+          const double zt32 = (8.0 - zeros.data<uint8_t>()[r * groups + c / g]) * s32;
+          ASSERT_NEAR(s, s32, 4e-3 * s32);  // bf16: rounded once, from f32
+          ASSERT_NEAR(zt, zt32, 4e-3 * std::abs(zt32));
+          const double w = (q - 8) * s + (variant == 1 ? 0.0 : zt);
+          for (int64_t i = 0; i < m; ++i) want[i * n + r] += w * x.data<float>()[i * k + p[c]];
+        }
+      }
+      const std::string what =
+          "m " + std::to_string(m) + " n " + std::to_string(n) + " variant " + std::to_string(variant);
+      Tensor out = Tensor::from_f32(std::vector<float>(m * n, NAN), {m, n});
+      ops::w4a16_gemm(out, x, packed, gs, variant == 1 ? nullptr : &gz, variant == 2 ? &perm : nullptr, nullptr);
+      expect_close(out, want, 1e-4, 1e-4, what);
+      // Rows [16, n): the packed tensors' column slices (ops.h).
+      const int64_t tail = n - 16;
+      Tensor rows_out = Tensor::from_f32(std::vector<float>(m * tail, NAN), {m, tail});
+      const Tensor packed_rows = packed.slice(1, 8 * 16, 8 * n), gs_rows = gs.slice(1, 16, n),
+                   gz_rows = gz.slice(1, 16, n);
+      ops::w4a16_gemm(rows_out, x, packed_rows, gs_rows, variant == 1 ? nullptr : &gz_rows,
+                      variant == 2 ? &perm : nullptr, nullptr);
+      std::vector<double> want_rows(m * tail);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t r = 0; r < tail; ++r) want_rows[i * tail + r] = want[i * n + 16 + r];
+      }
+      expect_close(rows_out, want_rows, 1e-4, 1e-4, what + " rows 16..n");
     }
   }
 }

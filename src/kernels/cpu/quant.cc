@@ -1,7 +1,7 @@
 // Quantized-GEMM ops on CPU, the references the CUDA kernels are tested against: activation quantization
 // (dynamic per token / per token-group, static per tensor) and dequantize-then-GEMM for scaled_mm (fp8 / int8) and
-// w4a16_linear. Weights are dequantized in row chunks into f32 scratch, so a call holds at most a chunk, never the
-// whole weight, in f32.
+// w4a16_linear / w4a16_gemm (and w4a16_gemm_pack's layout, spelled out). Weights are dequantized in row chunks into f32
+// scratch, so a call holds at most a chunk, never the whole weight, in f32.
 #include <algorithm>
 #include <cmath>
 
@@ -99,35 +99,31 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
   }
 }
 
-void w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
-                  const Tensor* perm, const Tensor* bias) {
-  const int64_t m = x.size(0), k = x.size(1), n = qweight.size(0), groups = scales.size(1), g = k / groups;
-  if (m == 0 || n == 0) return;
-  // Act-order: W's column c multiplies x[:, perm[c]]; gather x once into W's column order.
-  Tensor xp = x;
-  if (perm != nullptr) {
-    xp = Tensor::empty({m, k}, DType::kF32);
-    const int32_t* p = perm->data<int32_t>();
-    for (int64_t c = 0; c < k; ++c) CHECK(p[c] >= 0 && p[c] < k) << "w4a16_linear: perm[" << c << "] = " << p[c];
-    for (int64_t i = 0; i < m; ++i) {
-      const float* src = row_ptr<float>(x, i);
-      for (int64_t c = 0; c < k; ++c) xp.data<float>()[i * k + c] = src[p[c]];
-    }
+// x's columns in W's column order (act-order: W's column c multiplies x[:, perm[c]]), or x itself without perm.
+Tensor gather_columns(const Tensor& x, const Tensor* perm, const char* op) {
+  if (perm == nullptr) return x;
+  const int64_t m = x.size(0), k = x.size(1);
+  Tensor xp = Tensor::empty({m, k}, DType::kF32);
+  const int32_t* p = perm->data<int32_t>();
+  for (int64_t c = 0; c < k; ++c) CHECK(p[c] >= 0 && p[c] < k) << op << ": perm[" << c << "] = " << p[c];
+  for (int64_t i = 0; i < m; ++i) {
+    const float* src = row_ptr<float>(x, i);
+    for (int64_t c = 0; c < k; ++c) xp.data<float>()[i * k + c] = src[p[c]];
   }
+  return xp;
+}
+
+// out [m, n] = xp [m, k] @ W^T (+ bias) with W's rows made in f32 by dequantize_row(r, dst [k]), kRowsPerChunk
+// rows at a time.
+template <typename DequantizeRow>
+void chunked_dequantized_gemm(Tensor& out, const Tensor& xp, int64_t n, const Tensor* bias,
+                              DequantizeRow&& dequantize_row) {
+  const int64_t k = xp.size(1);
   for (int64_t r0 = 0; r0 < n; r0 += kRowsPerChunk) {
     const int64_t rows = std::min(kRowsPerChunk, n - r0);
     Tensor w = Tensor::empty({rows, k}, DType::kF32);
     parallel_for(rows, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const uint8_t* q = qweight.data<uint8_t>() + (r0 + r) * (k / 2);
-        const float* s = scales.data<float>() + (r0 + r) * groups;
-        const uint8_t* z = zeros.data<uint8_t>() + (r0 + r) * groups;
-        float* dst = w.data<float>() + r * k;
-        for (int64_t c = 0; c < k; ++c) {
-          const int nibble = (q[c / 2] >> (4 * (c & 1))) & 0xf;
-          dst[c] = static_cast<float>(nibble - z[c / g]) * s[c / g];
-        }
-      }
+      for (int64_t r = begin; r < end; ++r) dequantize_row(r0 + r, w.data<float>() + r * k);
     });
     Tensor out_cols = out.slice(1, r0, r0 + rows);
     if (bias == nullptr) {
@@ -139,6 +135,91 @@ void w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Ten
   }
 }
 
+void w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
+                  const Tensor* perm, const Tensor* bias) {
+  const int64_t m = x.size(0), k = x.size(1), n = qweight.size(0), groups = scales.size(1), g = k / groups;
+  if (m == 0 || n == 0) return;
+  const Tensor xp = gather_columns(x, perm, "w4a16_linear");
+  chunked_dequantized_gemm(out, xp, n, bias, [&](int64_t r, float* dst) {
+    const uint8_t* q = qweight.data<uint8_t>() + r * (k / 2);
+    const float* s = scales.data<float>() + r * groups;
+    const uint8_t* z = zeros.data<uint8_t>() + r * groups;
+    for (int64_t c = 0; c < k; ++c) {
+      const int nibble = (q[c / 2] >> (4 * (c & 1))) & 0xf;
+      dst[c] = static_cast<float>(nibble - z[c / g]) * s[c / g];
+    }
+  });
+}
+
+// ---- w4a16_gemm's packed layout (ops.h), spelled out ----
+
+// The nibble offset of W[r, c] within its 16 x 16 block: r = r0 + 8 r1, c = c0 + 2 c1 + 8 c2 ->
+// 32 r0 + r1 + 4 c0 + 8 c1 + 2 c2.
+inline int64_t block_nibble(int64_t r, int64_t c) {
+  return 32 * (r % 8) + r / 8 + 4 * (c % 2) + 8 * ((c / 2) % 4) + 2 * (c / 8);
+}
+// The byte of packed ([k / 16, ...] with row pitch `pitch` bytes) and the nibble's shift for W[r, c].
+inline int64_t packed_byte(int64_t r, int64_t c, int64_t pitch, int* shift) {
+  const int64_t nib = 256 * (r / 16) + block_nibble(r % 16, c % 16);
+  *shift = 4 * static_cast<int>(nib & 1);
+  return (c / 16) * pitch + nib / 2;
+}
+
+float load16(const Tensor& t, int64_t i, int64_t j) {
+  const int64_t at = i * t.stride(0) + j;
+  return t.dtype() == DType::kBF16 ? bf16_to_f32(t.data<bf16_t>()[at]) : f16_to_f32(t.data<f16_t>()[at]);
+}
+void store16(Tensor& t, int64_t i, int64_t j, float v) {
+  const int64_t at = i * t.stride(0) + j;
+  if (t.dtype() == DType::kBF16) {
+    t.data<bf16_t>()[at] = f32_to_bf16(v);
+  } else {
+    t.data<f16_t>()[at] = f32_to_f16(v);
+  }
+}
+
+void w4a16_gemm_pack(Tensor& packed, Tensor& gemm_scales, Tensor& gemm_zeros, const Tensor& qweight,
+                     const Tensor& scales, const Tensor& zeros) {
+  const int64_t n = qweight.size(0), k = qweight.size(1) * 2, groups = scales.size(1), pitch = packed.stride(0);
+  uint8_t* dst = packed.data<uint8_t>();
+  parallel_for(n / 16, 1, [&](int64_t begin, int64_t end) {  // 16-row bands: whole bytes, no two threads share one
+    for (int64_t band = begin; band < end; ++band) {
+      for (int64_t r = 16 * band; r < 16 * band + 16; ++r) {
+        const uint8_t* q = qweight.data<uint8_t>() + r * (k / 2);
+        for (int64_t c = 0; c < k; ++c) {
+          const int nibble = ((q[c / 2] >> (4 * (c & 1))) & 0xf) ^ 8;
+          int shift = 0;
+          uint8_t& byte = dst[packed_byte(r, c, pitch, &shift)];
+          byte = static_cast<uint8_t>((byte & (0xf0 >> shift)) | (nibble << shift));
+        }
+      }
+    }
+  });
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < groups; ++j) {
+      const float s = scales.data<float>()[r * groups + j];
+      store16(gemm_scales, j, r, s);
+      store16(gemm_zeros, j, r, static_cast<float>(8 - zeros.data<uint8_t>()[r * groups + j]) * s);
+    }
+  }
+}
+
+void w4a16_gemm(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor& gemm_scales, const Tensor* gemm_zeros,
+                const Tensor* perm, const Tensor* bias) {
+  const int64_t m = x.size(0), k = x.size(1), n = out.size(1), groups = gemm_scales.size(0), g = k / groups;
+  if (m == 0 || n == 0) return;
+  const Tensor xp = gather_columns(x, perm, "w4a16_gemm");
+  const uint8_t* src = packed.data<uint8_t>();
+  chunked_dequantized_gemm(out, xp, n, bias, [&](int64_t r, float* dst) {
+    for (int64_t c = 0; c < k; ++c) {
+      int shift = 0;
+      const int nibble = (src[packed_byte(r, c, packed.stride(0), &shift)] >> shift) & 0xf;
+      const float s = load16(gemm_scales, c / g, r), zt = gemm_zeros != nullptr ? load16(*gemm_zeros, c / g, r) : 0.f;
+      dst[c] = static_cast<float>((nibble ^ 8) - 8) * s + zt;
+    }
+  });
+}
+
 }  // namespace
 
 void register_quant_kernels() {
@@ -146,6 +227,8 @@ void register_quant_kernels() {
   ops::static_scaled_quantize.register_kernel(DeviceType::kCPU, static_scaled_quantize);
   ops::scaled_mm.register_kernel(DeviceType::kCPU, scaled_mm);
   ops::w4a16_linear.register_kernel(DeviceType::kCPU, w4a16_linear);
+  ops::w4a16_gemm_pack.register_kernel(DeviceType::kCPU, w4a16_gemm_pack);
+  ops::w4a16_gemm.register_kernel(DeviceType::kCPU, w4a16_gemm);
 }
 
 }  // namespace llmserve::cpu

@@ -39,6 +39,7 @@ class LinearBase {
   Parameter& add_parameter(const std::string& name, Shape shape, DType dtype, int output_dim, int input_dim);
   const Parameter& param(const std::string& name) const;
   Parameter& param(const std::string& name);
+  bool has_param(const std::string& name) const { return params_.count(name) != 0; }
   // Appends (prefix + "." + name, parameter) for every parameter.
   void named_parameters(const std::string& prefix, NamedParameters& out);
   Status process_weights_after_loading() { return method_->process_weights_after_loading(*this); }

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "core/logging.h"
 #include "kernels/ops.h"
@@ -333,6 +335,17 @@ inline int nibble(int32_t word, int i) { return (static_cast<uint32_t>(word) >> 
 }  // namespace
 
 Status W4A16LinearMethod::process_weights_after_loading(LinearBase& layer) const {
+  for (auto [name, rows] : {std::pair<const char*, int64_t*>{"LLMSERVE_W4A16_GEMM_MIN_ROWS", &gemm_min_rows_},
+                            {"LLMSERVE_W4A16_GEMM_MAX_ROWS", &gemm_max_rows_}}) {
+    if (const char* v = std::getenv(name); v != nullptr) {
+      char* end = nullptr;
+      const long long value = std::strtoll(v, &end, 10);
+      if (end == v || *end != '\0' || value < 1) {
+        return invalid_argument(std::string(name) + "='" + v + "' is not a positive integer");
+      }
+      *rows = value;
+    }
+  }
   const Device device = layer.param("qweight").data.device();
   if (!device.is_cpu() && activation_dtype_ == DType::kF32) {
     return invalid_argument("quantization_config.quant_method '" + config_.quant_method +
@@ -397,6 +410,22 @@ Status W4A16LinearMethod::process_weights_after_loading(LinearBase& layer) const
   if (gptq && config_.desc_act) {
     set_param(layer, "g_idx", on_device(Tensor::from_i32(perm, {k}), device));
   }
+  // CUDA, bf16: the tensor-core GEMM's layout too (ops::w4a16_gemm_pack, made on the device), for batches above the
+  // GEMV's. Both layouts stay: the 4-bit weight's memory doubles (still half of bf16's).
+  if (!device.is_cpu() && activation_dtype_ == DType::kBF16 && n % 16 == 0 && k % 16 == 0) {
+    Tensor packed = Tensor::empty({k / 16, 8 * n}, DType::kU8, device);
+    Tensor gemm_scales = Tensor::empty({groups, n}, DType::kBF16, device);
+    Tensor gemm_zeros = Tensor::empty({groups, n}, DType::kBF16, device);
+    ops::w4a16_gemm_pack(packed, gemm_scales, gemm_zeros, layer.param("qweight").data, layer.param("scales").data,
+                         layer.param("qzeros").data);
+    layer.add_parameter("gemm_qweight", packed.shape(), DType::kU8, -1, -1).data = packed;
+    layer.add_parameter("gemm_scales", gemm_scales.shape(), DType::kBF16, -1, -1).data = gemm_scales;
+    // Every zero 8 (GPTQ symmetric): every zero term is 0, and the GEMM runs without them.
+    const uint8_t* z = zeros.data<uint8_t>();
+    if (!std::all_of(z, z + n * groups, [](uint8_t v) { return v == 8; })) {
+      layer.add_parameter("gemm_zeros", gemm_zeros.shape(), DType::kBF16, -1, -1).data = gemm_zeros;
+    }
+  }
   return ok_status();
 }
 
@@ -407,14 +436,27 @@ void W4A16LinearMethod::apply(const LinearBase& layer, Tensor& out, const Tensor
 void W4A16LinearMethod::apply_rows(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias,
                                    int64_t begin, int64_t end) const {
   const bool whole = begin == 0 && end == layer.output_size_per_partition();
+  const Tensor* perm = config_.desc_act ? &layer.param("g_idx").data : nullptr;
+  const Tensor bias_rows = bias != nullptr && !whole ? bias->slice(0, begin, end) : Tensor();
+  const Tensor* bias_arg = bias == nullptr ? nullptr : (whole ? bias : &bias_rows);
+  // The GEMM layout for batches in [gemm_min_rows_, gemm_max_rows_] where the layer has one (rows [begin, end) are its
+  // column slices: ops.h).
+  if (x.size(0) >= gemm_min_rows_ && x.size(0) <= gemm_max_rows_ && layer.has_param("gemm_qweight") &&
+      begin % 16 == 0 && end % 16 == 0) {
+    auto cols = [&](const char* name, int64_t per_row) {
+      const Tensor& t = layer.param(name).data;
+      return whole ? t : t.slice(1, per_row * begin, per_row * end);
+    };
+    const Tensor zeros = layer.has_param("gemm_zeros") ? cols("gemm_zeros", 1) : Tensor();
+    ops::w4a16_gemm(out, x, cols("gemm_qweight", 8), cols("gemm_scales", 1), zeros.defined() ? &zeros : nullptr, perm,
+                    bias_arg);
+    return;
+  }
   auto rows = [&](const char* name) {
     const Tensor& t = layer.param(name).data;
     return whole ? t : t.slice(0, begin, end);
   };
-  const Tensor* perm = config_.desc_act ? &layer.param("g_idx").data : nullptr;
-  const Tensor bias_rows = bias != nullptr && !whole ? bias->slice(0, begin, end) : Tensor();
-  ops::w4a16_linear(out, x, rows("qweight"), rows("scales"), rows("qzeros"), perm,
-                    bias == nullptr ? nullptr : (whole ? bias : &bias_rows));
+  ops::w4a16_linear(out, x, rows("qweight"), rows("scales"), rows("qzeros"), perm, bias_arg);
 }
 
 std::shared_ptr<const LinearMethod> make_linear_method(const std::optional<QuantizationConfig>& config) {

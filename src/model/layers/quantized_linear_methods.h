@@ -56,9 +56,18 @@ class ScaledMMLinearMethod final : public LinearMethod {
 // W4A16 methods: GPTQ (qweight [in / 8, out] i32 packed along the input, qzeros [groups, out / 8] with v1's -1
 // offset, scales [groups, out], g_idx [in] when desc_act) and AWQ (qweight [in, out / 8] i32 packed along the output
 // in the order 0 2 4 6 1 3 5 7, qzeros likewise, scales [groups, out]). After loading both are w4a16_linear's layout:
-// qweight [out, in / 2] u8, scales [out, groups] f32, qzeros [out, groups] u8, g_idx the act-order permutation.
+// qweight [out, in / 2] u8, scales [out, groups] f32, qzeros [out, groups] u8, g_idx the act-order permutation; on
+// CUDA with bf16 activations also ops::w4a16_gemm_pack's layout (gemm_qweight, gemm_scales, gemm_zeros unless every
+// zero is 8), which w4a16_gemm runs for kGemmMinRows to kGemmMaxRows rows (w4a16_linear otherwise).
 class W4A16LinearMethod final : public LinearMethod {
  public:
+  // The batches the GEMM layout serves, [kGemmMinRows, kGemmMaxRows]; w4a16_linear the rest (the GEMV up to m = 32,
+  // dequantize + cuBLASLt above). quant_gpu_test --bench prints all three at m = 32, 64, 256, 2048: move these where
+  // the GEMM wins and loses. The environment variables LLMSERVE_W4A16_GEMM_MIN_ROWS / _MAX_ROWS (positive integers;
+  // anything else fails the load naming the variable) override them, for that measurement at the model level.
+  static constexpr int64_t kGemmMinRows = 33;
+  static constexpr int64_t kGemmMaxRows = int64_t{1} << 62;
+
   explicit W4A16LinearMethod(QuantizationConfig config);
   void create_weights(LinearBase& layer, int64_t input_size_per_partition,
                       const std::vector<int64_t>& output_partition_sizes, DType params_dtype) const override;
@@ -71,6 +80,8 @@ class W4A16LinearMethod final : public LinearMethod {
   int64_t num_groups(int64_t input_size) const;
   QuantizationConfig config_;
   mutable DType activation_dtype_ = DType::kBF16;  // the model's (create_weights' params_dtype; one per model)
+  // kGemmMinRows / kGemmMaxRows or the environment's (read by process_weights_after_loading).
+  mutable int64_t gemm_min_rows_ = kGemmMinRows, gemm_max_rows_ = kGemmMaxRows;
 };
 
 }  // namespace llmserve
