@@ -218,18 +218,19 @@ TEST_F(MoeGpuTest, GroupedGemmStreamingMatchesCpu) {
   }
 }
 
-// Sends blocks of kMoeGemmTileRows to the CUTLASS grouped GEMM (on) or the WMMA tile kernel (off) for a scope.
+// Sends moe_align blocks that are multiples of `block` to the CUTLASS grouped GEMM for a scope (0: every tile block
+// to the WMMA kernel), then restores the default.
 class CutlassPath {
  public:
-  explicit CutlassPath(bool on) { cuda::set_moe_gemm_cutlass(on); }
-  ~CutlassPath() { cuda::set_moe_gemm_cutlass(true); }
+  explicit CutlassPath(int64_t block) { cuda::set_moe_gemm_cutlass_block(block); }
+  ~CutlassPath() { cuda::set_moe_gemm_cutlass_block(ops::kMoeGemmTileRows); }
   CutlassPath(const CutlassPath&) = delete;
   CutlassPath& operator=(const CutlassPath&) = delete;
 };
 
-// The WMMA tile kernel (blocks of 16 always; blocks of 64 with the CUTLASS path off).
+// The WMMA tile kernel (blocks of 16 and 64 with the CUTLASS path off).
 TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
-  const CutlassPath wmma(false);
+  const CutlassPath wmma(0);
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {  // f32 falls back to the row-wise kernel
     for (int64_t block : {ops::kMoeGemmSmallTileRows, ops::kMoeGemmTileRows}) {
       for (int64_t T : {1, 17, 200, 700, 3000}) {
@@ -255,24 +256,32 @@ TEST_F(MoeGpuTest, GroupedGemmCutlassMatchesCpu) {
     Tensor w100 = Tensor::empty({4, 100, 256}, DType::kBF16, Device::cuda());
     ASSERT_FALSE(cuda::moe_gemm_cutlass_applies(out, x, w100));
   }
-  const CutlassPath cutlass(true);
+  const CutlassPath cutlass(ops::kMoeGemmTileRows);
   const int64_t block = ops::kMoeGemmTileRows;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (int64_t T : {1, 3, 17, 200, 257, 700, 2048, 3001}) {
       const uint32_t seed = static_cast<uint32_t>(T * 7);
-      check_gemm(dtype, random_ids(T, 8, 128, seed), 128, 192, 256, block, true, seed);      // gate/up-like
+      check_gemm(dtype, random_ids(T, 8, 128, seed), 128, 192, 256, block, true, seed);          // gate/up-like
       check_gemm(dtype, random_ids(T, 8, 128, seed + 1), 128, 256, 96, block, false, seed + 1);  // down-like
-      check_gemm(dtype, random_ids(T, 2, 4, seed + 2), 4, 200, 72, block, true, seed + 2);   // partial tiles
-      check_gemm(dtype, skewed_ids(T, 4, 16, seed + 3), 16, 64, 128, block, true, seed + 3);  // one big group
-      check_gemm(dtype, random_ids(T, 2, 4, seed + 4), 4, 100, 72, block, true, seed + 4);   // WMMA fallback
+      check_gemm(dtype, random_ids(T, 2, 4, seed + 2), 4, 200, 72, block, true, seed + 2);       // partial tiles
+      check_gemm(dtype, skewed_ids(T, 4, 16, seed + 3), 16, 64, 128, block, true, seed + 3);     // one big group
+      check_gemm(dtype, random_ids(T, 2, 4, seed + 4), 4, 100, 72, block, true, seed + 4);       // WMMA fallback
     }
+  }
+  // Blocks of 16 on CUTLASS too (what set_moe_gemm_cutlass_block(kMoeGemmSmallTileRows) selects): other padding.
+  const CutlassPath small(ops::kMoeGemmSmallTileRows);
+  for (int64_t T : {5, 100, 300}) {
+    const uint32_t seed = static_cast<uint32_t>(T * 11);
+    check_gemm(DType::kBF16, random_ids(T, 8, 128, seed), 128, 192, 256, ops::kMoeGemmSmallTileRows, true, seed);
+    check_gemm(DType::kBF16, random_ids(T, 8, 128, seed + 1), 128, 256, 96, ops::kMoeGemmSmallTileRows, false,
+               seed + 1);
   }
 }
 
 // The CUTLASS path inside a CUDA graph: moe_align + moe_gemm captured once (after an eager warm-up sized the
 // scratch), then replayed for new routings written into the captured ids: every group size is read on the device.
 TEST_F(MoeGpuTest, GroupedGemmCutlassReplaysInAGraph) {
-  const CutlassPath cutlass(true);
+  const CutlassPath cutlass(ops::kMoeGemmTileRows);
   const int64_t T = 300, k = 8, E = 128, N = 192, K = 256, block = ops::kMoeGemmTileRows;
   const DType dtype = DType::kBF16;
   const int64_t capacity = ops::moe_align_capacity(T * k, E, block);
@@ -432,16 +441,18 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
 
 // --bench: the expert GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
 // token count: moe_align + gate/up moe_gemm + moe_gemm_silu (down), on the weight-streaming path (block 1; silu
-// fused), the WMMA tiles (block 16 / 64; silu_and_mul + tiles) and, for block 64, the CUTLASS grouped GEMM (silu_and_mul
-// + CUTLASS; the layer's path there), "<-" marking the one the layer takes, beside two floors: the experts' bytes
-// touched at the measured copy bandwidth (decode) and the FLOPs at the given matmul rate (prefill). "align" is
-// moe_align alone, "gate/up" and "down" the two GEMM calls alone (all inside "us").
+// fused), the WMMA tiles (block 16 / 64; silu_and_mul + tiles) and the CUTLASS grouped GEMM on the same block
+// (silu_and_mul + CUTLASS; the layer's path at block 64), "<-" marking the one the layer takes, beside two floors: the
+// experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs at the given matmul rate (prefill).
+// "align" is moe_align alone, "gate/up" and "down" the two GEMM calls alone (all inside "us").
 int run_bench() {
   const int64_t E = 128, k = 8, H = 2048, I = 768;
   const DType dtype = DType::kBF16;
   const double peak_flops = 790e12, bandwidth = 4.23e12;  // DESIGN.md's measured H200 ceilings
-  std::printf("Qwen3-30B-A3B expert GEMMs, bf16; floors: %.0f TFLOP/s dense bf16 matmul (the \"of peak\" column), "
-              "%.2f TB/s\n", peak_flops / 1e12, bandwidth / 1e12);
+  std::printf(
+      "Qwen3-30B-A3B expert GEMMs, bf16; floors: %.0f TFLOP/s dense bf16 matmul (the \"of peak\" column), "
+      "%.2f TB/s\n",
+      peak_flops / 1e12, bandwidth / 1e12);
   Tensor w13 = to_device(random_tensor({E, 2 * I, H}, 1, DType::kF32, -0.05f, 0.05f).to(dtype));
   Tensor w2 = to_device(random_tensor({E, H, I}, 2, DType::kF32, -0.05f, 0.05f).to(dtype));
   std::printf("%7s %7s %5s %10s %8s %9s %9s %12s %11s %9s %9s %8s\n", "tokens", "path", "block", "us", "align",
@@ -470,12 +481,11 @@ int run_bench() {
       int64_t block;
       bool cutlass;
     };
-    std::vector<Path> paths = {{"stream", 1, false}, {"tiles", tile_block, false}};
-    if (tile_block == ops::kMoeGemmTileRows) paths.push_back({"cutlass", tile_block, true});
+    const Path paths[] = {{"stream", 1, false}, {"tiles", tile_block, false}, {"cutlass", tile_block, true}};
     for (const Path& path : paths) {
       const int64_t block = path.block;
       if (block == 1 && P > 32 * std::min(P, E)) continue;  // > 32 rows per expert: the streaming path re-reads
-      const CutlassPath use(path.cutlass);
+      const CutlassPath use(path.cutlass ? block : 0);
       const int64_t cap = ops::moe_align_capacity(P, E, block);
       Tensor s = sorted.slice(0, 0, cap), gu = gu_all.slice(0, 0, cap), h = h_all.slice(0, 0, cap);
       Tensor d = d_all.slice(0, 0, cap);
@@ -490,7 +500,8 @@ int run_bench() {
             ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
           },
           20);
-      const bool taken = block == chosen && (block != ops::kMoeGemmTileRows || path.cutlass);
+      // The layer's default: CUTLASS for blocks of kMoeGemmTileRows, the WMMA tiles for blocks of 16.
+      const bool taken = block == chosen && (block == 1 || path.cutlass == (block % ops::kMoeGemmTileRows == 0));
       std::printf("%7lld %7s %5lld %10.1f %8.1f %9.1f %9.1f %9.1f MB %11.1f %8.0f%% %9.1f %7.0f%% %s\n",
                   static_cast<long long>(T), path.name, static_cast<long long>(block), us, align_us, gu_us, down_us,
                   bytes / 1e6, floor_us, 100.0 * floor_us / us, flops / us / 1e6,

@@ -27,10 +27,11 @@ bool gemv_applies(const Tensor& out, const Tensor& x, const Tensor& weight);
 void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
 // ---- moe_gemm's paths (moe_gemm.cu), for tests and benchmarks ----
-// Blocks that are multiples of ops::kMoeGemmTileRows run the CUTLASS grouped GEMM (moe_gemm_cutlass.cu) where it
-// applies (f16 / bf16, 16-byte aligned rows, sm_90; the default); false sends them to the WMMA tile kernel instead.
-// Process-wide: the GPU tests check both paths against the CPU, `moe_gpu_test --bench` times both.
-void set_moe_gemm_cutlass(bool enabled);
+// moe_align blocks that are multiples of `block` run the CUTLASS grouped GEMM (moe_gemm_cutlass.cu) where it applies
+// (f16 / bf16, 16-byte aligned rows, sm_90); the others run the WMMA tile kernel (or streaming, for block 1). Default
+// ops::kMoeGemmTileRows; ops::kMoeGemmSmallTileRows adds the mid-size batches; 0: none. Process-wide: the GPU tests
+// check both kernels against the CPU, `moe_gpu_test --bench` times both.
+void set_moe_gemm_cutlass_block(int64_t block);
 
 // ---- size limits of the CUDA kernels ----
 

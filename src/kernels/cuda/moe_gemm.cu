@@ -1,6 +1,6 @@
 // The grouped GEMM of the mixture-of-experts ops on CUDA (ops::moe_gemm, ops::moe_gemm_silu; matching
 // kernels/cpu/moe.cc): for 16-bit operands padded to kMoeGemmTileRows, the CUTLASS grouped GEMM on Hopper
-// (moe_gemm_cutlass.cu); elsewhere (16-row padding, other GPUs, unaligned rows) tensor-core tiles of 64 or 16 rows of
+// (moe_gemm_cutlass.cu); elsewhere (16-row padding, other GPUs, unaligned rows) WMMA tiles of 64 or 16 rows of
 // one expert, a 3-stage cp.async pipeline feeding them; otherwise, for decode-sized batches,
 // a kernel streaming each chosen expert's weight rows once against all of its rows (for the down projection it also
 // applies silu_and_mul on its input read); a plain row-wise kernel for f32. Every size beyond the host-known capacity
@@ -485,7 +485,7 @@ void launch_tiles(Tensor& out, const Tensor& x, const Tensor& weight, const Tens
   check_launch("moe_gemm_tiles_kernel");
 }
 
-std::atomic<bool> cutlass_enabled{true};  // set_moe_gemm_cutlass
+std::atomic<int64_t> cutlass_block_multiple{ops::kMoeGemmTileRows};  // set_moe_gemm_cutlass_block
 
 template <typename T>
 void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
@@ -499,8 +499,8 @@ void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const T
   const int32_t* offsets = expert_offsets.data<int32_t>();
   const int experts = static_cast<int>(num_experts), gather = static_cast<int>(gather_top_k);
   if constexpr (!std::is_same_v<T, float>) {
-    if (block % ops::kMoeGemmTileRows == 0 && cutlass_enabled.load(std::memory_order_relaxed) &&
-        moe_gemm_cutlass_applies(out, x, weight)) {
+    const int64_t cutlass_block = cutlass_block_multiple.load(std::memory_order_relaxed);
+    if (cutlass_block > 0 && block % cutlass_block == 0 && moe_gemm_cutlass_applies(out, x, weight)) {
       return moe_gemm_cutlass(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
     }
     if (vec && block % 64 == 0) return launch_tiles<T, 64>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
@@ -551,7 +551,10 @@ void moe_gemm_silu(Tensor& out, Tensor& act, const Tensor& gate_up, const Tensor
 
 }  // namespace
 
-void set_moe_gemm_cutlass(bool enabled) { cutlass_enabled.store(enabled, std::memory_order_relaxed); }
+void set_moe_gemm_cutlass_block(int64_t block) {
+  CHECK(block >= 0) << "set_moe_gemm_cutlass_block: " << block;
+  cutlass_block_multiple.store(block, std::memory_order_relaxed);
+}
 
 void register_moe_gemm_kernels() {
   ops::moe_gemm.register_kernel(DeviceType::kCUDA, moe_gemm);

@@ -4,22 +4,21 @@
 // pointers and strides into device arrays, and CUTLASS gets no host problem shapes (its persistent scheduler then
 // launches one CTA per SM and walks the groups' tiles on the device), so nothing syncs with the host and the call
 // can be captured in a CUDA graph once the warm-up has sized the scratch.
-#include "kernels/cuda/moe_gemm_cutlass.h"
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
 
 #include <cute/tensor.hpp>
-#include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/group_array_problem_shape.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
-
 #include <mutex>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/moe_gemm_cutlass.h"
 
 namespace llmserve::cuda {
 namespace {
@@ -107,8 +106,13 @@ struct GroupArrays {
             static_cast<typename G::RowStride*>(parts[6])};
   }
   static std::vector<int64_t> sizes() {
-    return {sizeof(GroupShape),           sizeof(Element*),           sizeof(Element*), sizeof(Element*),
-            sizeof(typename G::RowStride), sizeof(typename G::RowStride), sizeof(typename G::RowStride)};
+    return {sizeof(GroupShape),
+            sizeof(Element*),
+            sizeof(Element*),
+            sizeof(Element*),
+            sizeof(typename G::RowStride),
+            sizeof(typename G::RowStride),
+            sizeof(typename G::RowStride)};
   }
 };
 
