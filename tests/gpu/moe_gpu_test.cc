@@ -228,6 +228,15 @@ class CutlassPath {
   CutlassPath& operator=(const CutlassPath&) = delete;
 };
 
+// Forces the CUTLASS path's tile rows (64: ping-pong, 128: cooperative; 0: by rows per expert) for a scope.
+class CutlassTileRows {
+ public:
+  explicit CutlassTileRows(int64_t rows) { cuda::set_moe_gemm_cutlass_tile_rows(rows); }
+  ~CutlassTileRows() { cuda::set_moe_gemm_cutlass_tile_rows(0); }
+  CutlassTileRows(const CutlassTileRows&) = delete;
+  CutlassTileRows& operator=(const CutlassTileRows&) = delete;
+};
+
 // The WMMA tile kernel (blocks of 16 and 64 with the CUTLASS path off).
 TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
   const CutlassPath wmma(0);
@@ -242,7 +251,8 @@ TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
   }
 }
 
-// Blocks of kMoeGemmTileRows on the CUTLASS grouped GEMM (moe_gemm_cutlass.cu; H100 / H200): token counts from one
+// Blocks of kMoeGemmTileRows on the CUTLASS grouped GEMM (moe_gemm_cutlass.cu; H100 / H200), with its tile rows
+// chosen by rows per expert, then forced to each of its two configurations: token counts from one
 // (nearly every expert without rows) past the layer's switch to 64-row padding, one expert owning every token (many
 // 64-row tiles in one group), odd N and K (partial 256-column and 64-deep tiles), gathered and grouped x; each group
 // is the expert's pairs only, its padding rows must come back as zeros (out is NaN-poisoned). N = 100 does not meet
@@ -258,14 +268,18 @@ TEST_F(MoeGpuTest, GroupedGemmCutlassMatchesCpu) {
   }
   const CutlassPath cutlass(ops::kMoeGemmTileRows);
   const int64_t block = ops::kMoeGemmTileRows;
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (int64_t T : {1, 3, 17, 200, 257, 700, 2048, 3001}) {
-      const uint32_t seed = static_cast<uint32_t>(T * 7);
-      check_gemm(dtype, random_ids(T, 8, 128, seed), 128, 192, 256, block, true, seed);          // gate/up-like
-      check_gemm(dtype, random_ids(T, 8, 128, seed + 1), 128, 256, 96, block, false, seed + 1);  // down-like
-      check_gemm(dtype, random_ids(T, 2, 4, seed + 2), 4, 200, 72, block, true, seed + 2);       // partial tiles
-      check_gemm(dtype, skewed_ids(T, 4, 16, seed + 3), 16, 64, 128, block, true, seed + 3);     // one big group
-      check_gemm(dtype, random_ids(T, 2, 4, seed + 4), 4, 100, 72, block, true, seed + 4);       // WMMA fallback
+  for (int64_t tile_rows : {0, 64, 128}) {
+    const CutlassTileRows tiles(tile_rows);
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (int64_t T : {1, 3, 17, 200, 257, 700, 2048, 3001}) {
+        if (tile_rows != 0 && dtype == DType::kF16 && T % 2 == 0) continue;  // f16 forced: odd counts suffice
+        const uint32_t seed = static_cast<uint32_t>(T * 7 + tile_rows);
+        check_gemm(dtype, random_ids(T, 8, 128, seed), 128, 192, 256, block, true, seed);          // gate/up-like
+        check_gemm(dtype, random_ids(T, 8, 128, seed + 1), 128, 256, 96, block, false, seed + 1);  // down-like
+        check_gemm(dtype, random_ids(T, 2, 4, seed + 2), 4, 200, 72, block, true, seed + 2);       // partial tiles
+        check_gemm(dtype, skewed_ids(T, 4, 16, seed + 3), 16, 64, 128, block, true, seed + 3);     // one big group
+        check_gemm(dtype, random_ids(T, 2, 4, seed + 4), 4, 100, 72, block, true, seed + 4);       // WMMA fallback
+      }
     }
   }
   // Blocks of 16 on CUTLASS too (what set_moe_gemm_cutlass_block(kMoeGemmSmallTileRows) selects): other padding.
@@ -441,10 +455,10 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
 
 // --bench: the expert GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
 // token count: moe_align + gate/up moe_gemm + moe_gemm_silu (down), on the weight-streaming path (block 1; silu
-// fused), the WMMA tiles (block 16 / 64; silu_and_mul + tiles) and the CUTLASS grouped GEMM on the same block
-// (silu_and_mul + CUTLASS; the layer's path at block 64), "<-" marking the one the layer takes, beside two floors: the
-// experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs at the given matmul rate (prefill).
-// "align" is moe_align alone, "gate/up" and "down" the two GEMM calls alone (all inside "us").
+// fused), the WMMA tiles (block 16 / 64; silu_and_mul + tiles) and the CUTLASS grouped GEMM on the same block with
+// 64- and 128-row tiles (silu_and_mul + CUTLASS; the layer's path at block 64), "<-" marking the one the layer takes,
+// beside two floors: the experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs at the given
+// matmul rate (prefill). "align" is moe_align alone, "gate/up" and "down" the two GEMM calls alone (all inside "us").
 int run_bench() {
   const int64_t E = 128, k = 8, H = 2048, I = 768;
   const DType dtype = DType::kBF16;
@@ -480,12 +494,17 @@ int run_bench() {
       const char* name;
       int64_t block;
       bool cutlass;
+      int64_t tile_rows;
     };
-    const Path paths[] = {{"stream", 1, false}, {"tiles", tile_block, false}, {"cutlass", tile_block, true}};
+    const Path paths[] = {{"stream", 1, false, 0},
+                          {"tiles", tile_block, false, 0},
+                          {"cutl64", tile_block, true, 64},
+                          {"cutl128", tile_block, true, 128}};
     for (const Path& path : paths) {
       const int64_t block = path.block;
       if (block == 1 && P > 32 * std::min(P, E)) continue;  // > 32 rows per expert: the streaming path re-reads
       const CutlassPath use(path.cutlass ? block : 0);
+      const CutlassTileRows rows_forced(path.tile_rows);
       const int64_t cap = ops::moe_align_capacity(P, E, block);
       Tensor s = sorted.slice(0, 0, cap), gu = gu_all.slice(0, 0, cap), h = h_all.slice(0, 0, cap);
       Tensor d = d_all.slice(0, 0, cap);
@@ -500,8 +519,11 @@ int run_bench() {
             ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
           },
           20);
-      // The layer's default: CUTLASS for blocks of kMoeGemmTileRows, the WMMA tiles for blocks of 16.
-      const bool taken = block == chosen && (block == 1 || path.cutlass == (block % ops::kMoeGemmTileRows == 0));
+      // The layer's default: CUTLASS for blocks of kMoeGemmTileRows (128-row tiles from 256 rows per expert, as
+      // moe_gemm_cutlass.cu picks), the WMMA tiles for blocks of 16.
+      const int64_t auto_rows = cap >= 256 * E ? 128 : 64;
+      const bool taken = block == chosen && (block == 1 || path.cutlass == (block % ops::kMoeGemmTileRows == 0)) &&
+                         (!path.cutlass || path.tile_rows == auto_rows);
       std::printf("%7lld %7s %5lld %10.1f %8.1f %9.1f %9.1f %9.1f MB %11.1f %8.0f%% %9.1f %7.0f%% %s\n",
                   static_cast<long long>(T), path.name, static_cast<long long>(block), us, align_us, gu_us, down_us,
                   bytes / 1e6, floor_us, 100.0 * floor_us / us, flops / us / 1e6,

@@ -32,6 +32,9 @@ void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias
 // ops::kMoeGemmTileRows; ops::kMoeGemmSmallTileRows adds the mid-size batches; 0: none. Process-wide: the GPU tests
 // check both kernels against the CPU, `moe_gpu_test --bench` times both.
 void set_moe_gemm_cutlass_block(int64_t block);
+// The CUTLASS path's tile rows: 0 (default) by the rows per expert (moe_gemm_cutlass.cu), 64 (ping-pong) or 128
+// (cooperative) forced.
+void set_moe_gemm_cutlass_tile_rows(int64_t rows);
 
 // ---- size limits of the CUDA kernels ----
 

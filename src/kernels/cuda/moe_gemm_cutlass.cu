@@ -1,12 +1,13 @@
 // moe_gemm's tile path on Hopper (moe_gemm_cutlass.h): one CUTLASS 3.x ptr-array grouped GEMM over the experts, each
-// expert a group of (its pairs' rows) x N x K with TMA loads and wgmma in the warp-specialized ping-pong kernel, f32
-// accumulation. The group sizes stay on the device (moe_align's offsets): a setup kernel writes each group's shape,
-// pointers and strides into device arrays, and CUTLASS gets no host problem shapes (its persistent scheduler then
-// launches one CTA per SM and walks the groups' tiles on the device), so nothing syncs with the host and the call
-// can be captured in a CUDA graph once the warm-up has sized the scratch.
+// expert a group of (its pairs' rows) x N x K with TMA loads and wgmma in a warp-specialized kernel (ping-pong or
+// cooperative, by the rows per expert), f32 accumulation. The group sizes stay on the device (moe_align's offsets): a
+// setup kernel writes each group's shape, pointers and strides into device arrays, and CUTLASS gets no host problem
+// shapes (its persistent scheduler then launches one CTA per SM and walks the groups' tiles on the device), so nothing
+// syncs with the host and the call can be captured in a CUDA graph once the warm-up has sized the scratch.
 #include <cutlass/cutlass.h>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 
+#include <atomic>
 #include <cute/tensor.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/moe_gemm_cutlass.h"
 
 namespace llmserve::cuda {
@@ -37,51 +39,66 @@ struct CutlassElement<__half> {
   using type = cutlass::half_t;
 };
 
+// Every operand is (rows, K or N) with a 64-bit leading stride and unit inner stride.
+using RowStride = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;
+
+// The two tile configurations, by the rows an expert holds. 64 x 256 x 64 ping-pong: each of the two consumer warp
+// groups owns a whole 64-row tile (one computes while the other stores, which hides the epilogue of a short K such as
+// the down projection's 768), and 64-row tiles waste less than 128 on experts holding ~128 rows (Qwen3-30B-A3B at
+// 2048 tokens: 16384 pairs over 128 experts). 128 x 256 x 64 cooperative: both warp groups on one tile, twice the
+// FLOPs per byte loaded, for experts holding several hundred rows.
+struct PingpongTiles {
+  using TileShape = cute::Shape<cute::_64, cute::_256, cute::_64>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+struct CooperativeTiles {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+
 // A [M_e, K] row-major (the expert's input rows), B the expert's weight [N, K] (CUTLASS's column-major K x N), D
-// [M_e, N] row-major into out; no C (the epilogue only stores alpha * acc). Tile 64 x 256 x 64, one CTA per cluster:
-// the ping-pong kernel's two consumer warp groups each own a whole 64-row tile (one computes while the other stores,
-// which hides the epilogue of the down projection's short K = 768), and 64 rows waste less than 128 on experts
-// holding ~128 rows (Qwen3-30B-A3B at 2048 tokens: 16384 pairs over 128 experts).
-template <typename T>
+// [M_e, N] row-major into out; no C (the epilogue only stores alpha * acc); one CTA per cluster.
+template <typename T, typename Tiles>
 struct GroupedGemm {
   using Element = typename CutlassElement<T>::type;
-  using TileShape = cute::Shape<cute::_64, cute::_256, cute::_64>;
+  using TileShape = typename Tiles::TileShape;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   static constexpr int kAlignment = 8;  // elements per 16 bytes
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor*, kAlignment,
-      Element, cutlass::layout::RowMajor*, kAlignment, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+      Element, cutlass::layout::RowMajor*, kAlignment, typename Tiles::EpilogueSchedule,
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor*, kAlignment, Element,
       cutlass::layout::ColumnMajor*, kAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>::CollectiveOp;
+      typename Tiles::KernelSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
-  // Every operand is (rows, K or N) with a 64-bit leading stride and unit inner stride.
-  using RowStride = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;
-  static_assert(std::is_same_v<StrideA, RowStride> && std::is_same_v<StrideB, RowStride> &&
-                    std::is_same_v<StrideD, RowStride>,
+  static_assert(std::is_same_v<typename Kernel::InternalStrideA, RowStride> &&
+                    std::is_same_v<typename Kernel::InternalStrideB, RowStride> &&
+                    std::is_same_v<typename Kernel::InternalStrideD, RowStride>,
                 "moe_groups_kernel writes every stride as (leading, 1, 0)");
 };
+
+// Experts averaging at least this many rows (capacity / experts) take CooperativeTiles, fewer PingpongTiles.
+constexpr int64_t kCooperativeMinRows = 256;
+std::atomic<int64_t> forced_tile_rows{0};  // set_moe_gemm_cutlass_tile_rows
 
 // The per-group argument arrays CUTLASS reads on the device, carved from one buffer.
 template <typename T>
 struct GroupArrays {
-  using G = GroupedGemm<T>;
-  using Element = typename G::Element;
+  using Element = typename CutlassElement<T>::type;
   GroupShape* shapes;
   const Element** a;
   const Element** b;
   Element** d;
-  typename G::RowStride* stride_a;
-  typename G::RowStride* stride_b;
-  typename G::RowStride* stride_d;
+  RowStride* stride_a;
+  RowStride* stride_b;
+  RowStride* stride_d;
 
   // Bytes for `groups` groups (each array 256-byte aligned).
   static int64_t bytes(int64_t groups) {
@@ -97,22 +114,14 @@ struct GroupArrays {
       parts[i] = p;
       p += (s[i] * groups + 255) / 256 * 256;
     }
-    return {static_cast<GroupShape*>(parts[0]),
-            static_cast<const Element**>(parts[1]),
-            static_cast<const Element**>(parts[2]),
-            static_cast<Element**>(parts[3]),
-            static_cast<typename G::RowStride*>(parts[4]),
-            static_cast<typename G::RowStride*>(parts[5]),
-            static_cast<typename G::RowStride*>(parts[6])};
+    return {static_cast<GroupShape*>(parts[0]),     static_cast<const Element**>(parts[1]),
+            static_cast<const Element**>(parts[2]), static_cast<Element**>(parts[3]),
+            static_cast<RowStride*>(parts[4]),      static_cast<RowStride*>(parts[5]),
+            static_cast<RowStride*>(parts[6])};
   }
   static std::vector<int64_t> sizes() {
-    return {sizeof(GroupShape),
-            sizeof(Element*),
-            sizeof(Element*),
-            sizeof(Element*),
-            sizeof(typename G::RowStride),
-            sizeof(typename G::RowStride),
-            sizeof(typename G::RowStride)};
+    return {sizeof(GroupShape), sizeof(Element*),  sizeof(Element*), sizeof(Element*),
+            sizeof(RowStride),  sizeof(RowStride), sizeof(RowStride)};
   }
 };
 
@@ -123,8 +132,8 @@ constexpr int kSetupThreads = 256;
 // contract) in 16-byte words (n % 8 == 0). An expert without pairs is a group of 0 rows, which the scheduler skips.
 template <typename T>
 __global__ void __launch_bounds__(kSetupThreads)
-    moe_groups_kernel(GroupArrays<T> g, const typename GroupedGemm<T>::Element* a, int64_t lda,
-                      const typename GroupedGemm<T>::Element* weight, typename GroupedGemm<T>::Element* out,
+    moe_groups_kernel(GroupArrays<T> g, const typename GroupArrays<T>::Element* a, int64_t lda,
+                      const typename GroupArrays<T>::Element* weight, typename GroupArrays<T>::Element* out,
                       int64_t ldd, const int32_t* sorted_pairs, const int32_t* offsets, int n, int k) {
   __shared__ int rows;
   const int e = blockIdx.x;
@@ -192,11 +201,34 @@ void* grown(Scratch& s, Tensor& t, int64_t bytes, Device device) {
 std::mutex scratch_mu;
 Scratch scratch_by_device[16];
 
+// One grouped GEMM over the arrays moe_groups_kernel filled (queued before it on the same stream).
+template <typename G, typename T>
+void run_gemm(Scratch& s, const GroupArrays<T>& arrays, int64_t groups, Device device) {
+  cutlass::KernelHardwareInfo hw;
+  hw.device_id = device.index;
+  hw.sm_count = num_sms();
+  typename G::Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                   {static_cast<int>(groups), arrays.shapes, nullptr},
+                                   {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b},
+                                   {{}, nullptr, nullptr, arrays.d, arrays.stride_d},
+                                   hw};
+  args.epilogue.thread.alpha = 1.f;
+  args.epilogue.thread.beta = 0.f;
+  typename G::Gemm gemm;
+  void* workspace = grown(s, s.workspace, static_cast<int64_t>(G::Gemm::get_workspace_size(args)), device);
+  cutlass::Status status = gemm.can_implement(args);
+  CHECK(status == cutlass::Status::kSuccess) << "moe_gemm_cutlass: " << cutlassGetStatusString(status);
+  status = gemm.initialize(args, workspace, stream());
+  CHECK(status == cutlass::Status::kSuccess) << "moe_gemm_cutlass: initialize: " << cutlassGetStatusString(status);
+  status = gemm.run(stream());
+  CHECK(status == cutlass::Status::kSuccess) << "moe_gemm_cutlass: run: " << cutlassGetStatusString(status);
+  check_launch("moe_gemm_cutlass");
+}
+
 template <typename T>
 void run_grouped(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
                  const Tensor& expert_offsets, int64_t gather_top_k) {
-  using G = GroupedGemm<T>;
-  using Element = typename G::Element;
+  using Element = typename GroupArrays<T>::Element;
   const int64_t capacity = out.size(0), groups = weight.size(0), n = weight.size(1), k = weight.size(2);
   const Device device = out.device();
   CHECK(device.index >= 0 && device.index < 16) << "moe_gemm_cutlass: device " << device.index;
@@ -221,26 +253,13 @@ void run_grouped(Tensor& out, const Tensor& x, const Tensor& weight, const Tenso
       arrays, a, lda, reinterpret_cast<const Element*>(weight.data<T>()), d, out.stride(0), pairs, offsets,
       static_cast<int>(n), static_cast<int>(k));
   check_launch("moe_groups_kernel");
-
-  cutlass::KernelHardwareInfo hw;
-  hw.device_id = device.index;
-  hw.sm_count = num_sms();
-  typename G::Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
-                                   {static_cast<int>(groups), arrays.shapes, nullptr},
-                                   {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b},
-                                   {{}, nullptr, nullptr, arrays.d, arrays.stride_d},
-                                   hw};
-  args.epilogue.thread.alpha = 1.f;
-  args.epilogue.thread.beta = 0.f;
-  typename G::Gemm gemm;
-  void* workspace = grown(s, s.workspace, static_cast<int64_t>(G::Gemm::get_workspace_size(args)), device);
-  cutlass::Status status = gemm.can_implement(args);
-  CHECK(status == cutlass::Status::kSuccess) << "moe_gemm_cutlass: " << cutlassGetStatusString(status);
-  status = gemm.initialize(args, workspace, stream());
-  CHECK(status == cutlass::Status::kSuccess) << "moe_gemm_cutlass: initialize: " << cutlassGetStatusString(status);
-  status = gemm.run(stream());
-  CHECK(status == cutlass::Status::kSuccess) << "moe_gemm_cutlass: run: " << cutlassGetStatusString(status);
-  check_launch("moe_gemm_cutlass");
+  const int64_t forced = forced_tile_rows.load(std::memory_order_relaxed);
+  const bool cooperative = forced != 0 ? forced == 128 : capacity >= kCooperativeMinRows * groups;
+  if (cooperative) {
+    run_gemm<GroupedGemm<T, CooperativeTiles>>(s, arrays, groups, device);
+  } else {
+    run_gemm<GroupedGemm<T, PingpongTiles>>(s, arrays, groups, device);
+  }
 }
 
 // Whether the current device runs sm_90a code (cached per device).
@@ -255,6 +274,11 @@ bool device_is_sm90() {
 }
 
 }  // namespace
+
+void set_moe_gemm_cutlass_tile_rows(int64_t rows) {
+  CHECK(rows == 0 || rows == 64 || rows == 128) << "set_moe_gemm_cutlass_tile_rows: " << rows << " (want 0, 64, 128)";
+  forced_tile_rows.store(rows, std::memory_order_relaxed);
+}
 
 bool moe_gemm_cutlass_applies(const Tensor& out, const Tensor& x, const Tensor& weight) {
   const DType dtype = x.dtype();
