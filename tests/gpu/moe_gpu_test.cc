@@ -307,6 +307,7 @@ TEST_F(MoeGpuTest, GroupedGemmCutlassReplaysInAGraph) {
   Tensor rows = Tensor::empty({T * k}, DType::kI32, Device::cuda());
   Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
   Tensor out = poisoned_device({capacity, N}, dtype);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the inputs' copies, before another stream reads them
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cudaGraph_t graph;
@@ -325,7 +326,8 @@ TEST_F(MoeGpuTest, GroupedGemmCutlassReplaysInAGraph) {
   for (uint32_t seed : {44u, 45u, 46u}) {
     // A skewed routing on one replay: group sizes far from the captured call's.
     Tensor host_ids = seed == 45u ? skewed_ids(T, k, E, seed) : random_ids(T, k, E, seed);
-    ids.copy_from(to_device(host_ids));
+    Tensor staged = to_device(host_ids);
+    ids.copy_from(staged);
     ASSERT_EQ(cudaMemsetAsync(out.raw_data(), 0xff, out.nbytes(), stream), cudaSuccess);  // NaN poison
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
