@@ -19,7 +19,7 @@
 #include "core/cuda_stream.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/moe_gemm_cutlass.h"
+#include "kernels/cuda/cutlass_moe_gemm.h"
 #include "kernels/ops.h"
 
 namespace llmserve {
@@ -251,7 +251,7 @@ TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
   }
 }
 
-// Blocks of kMoeGemmTileRows on the CUTLASS grouped GEMM (moe_gemm_cutlass.cu; H100 / H200), with its tile rows
+// Blocks of kMoeGemmTileRows on the CUTLASS grouped GEMM (cutlass_moe_gemm.cu; H100 / H200), with its tile rows
 // chosen by rows per expert, then forced to each of its two configurations: token counts from one
 // (nearly every expert without rows) past the layer's switch to 64-row padding, one expert owning every token (many
 // 64-row tiles in one group), odd N and K (partial 256-column and 64-deep tiles), gathered and grouped x; each group
@@ -522,7 +522,7 @@ int run_bench() {
           },
           20);
       // The layer's default: CUTLASS for blocks of kMoeGemmTileRows (128-row tiles from 256 rows per expert, as
-      // moe_gemm_cutlass.cu picks), the WMMA tiles for blocks of 16.
+      // cutlass_moe_gemm.cu picks), the WMMA tiles for blocks of 16.
       const int64_t auto_rows = cap >= 256 * E ? 128 : 64;
       const bool taken = block == chosen && (block == 1 || path.cutlass == (block % ops::kMoeGemmTileRows == 0)) &&
                          (!path.cutlass || path.tile_rows == auto_rows);

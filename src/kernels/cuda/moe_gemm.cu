@@ -1,6 +1,6 @@
 // The grouped GEMM of the mixture-of-experts ops on CUDA (ops::moe_gemm, ops::moe_gemm_silu; matching
 // kernels/cpu/moe.cc): for 16-bit operands padded to kMoeGemmTileRows, the CUTLASS grouped GEMM on Hopper
-// (moe_gemm_cutlass.cu); elsewhere (16-row padding, other GPUs, unaligned rows) WMMA tiles of 64 or 16 rows of
+// (cutlass_moe_gemm.cu); elsewhere (16-row padding, other GPUs, unaligned rows) WMMA tiles of 64 or 16 rows of
 // one expert, a 3-stage cp.async pipeline feeding them; otherwise, for decode-sized batches,
 // a kernel streaming each chosen expert's weight rows once against all of its rows (for the down projection it also
 // applies silu_and_mul on its input read); a plain row-wise kernel for f32. Every size beyond the host-known capacity
@@ -17,8 +17,8 @@
 #include "kernels/cuda/attention_common.cuh"  // cp.async helpers
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cutlass_moe_gemm.h"
 #include "kernels/cuda/gemv_common.cuh"
-#include "kernels/cuda/moe_gemm_cutlass.h"
 
 namespace llmserve::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// The CUTLASS 3.x grouped GEMM behind moe_gemm's tile path on Hopper (moe_gemm_cutlass.cu), for moe_gemm.cu.
+// The CUTLASS 3.x grouped GEMM behind moe_gemm's tile path on Hopper (cutlass_moe_gemm.cu), for moe_gemm.cu.
 // Plain C++ (no CUDA or CUTLASS includes), so only its own TU pays CUTLASS's compile time.
 #pragma once
 

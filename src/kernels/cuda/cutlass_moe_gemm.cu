@@ -1,4 +1,4 @@
-// moe_gemm's tile path on Hopper (moe_gemm_cutlass.h): one CUTLASS 3.x ptr-array grouped GEMM over the experts, each
+// moe_gemm's tile path on Hopper (cutlass_moe_gemm.h): one CUTLASS 3.x ptr-array grouped GEMM over the experts, each
 // expert a group of (its pairs' rows) x N x K with TMA loads and wgmma in a warp-specialized kernel (ping-pong or
 // cooperative, by the rows per expert), f32 accumulation. The group sizes stay on the device (moe_align's offsets): a
 // setup kernel writes each group's shape, pointers and strides into device arrays, and CUTLASS gets no host problem
@@ -20,7 +20,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/moe_gemm_cutlass.h"
+#include "kernels/cuda/cutlass_moe_gemm.h"
 
 namespace llmserve::cuda {
 namespace {
