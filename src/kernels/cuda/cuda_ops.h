@@ -29,8 +29,9 @@ void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias
 // ---- moe_gemm's paths (moe_gemm.cu), for tests and benchmarks ----
 // moe_align blocks that are multiples of `block` run the CUTLASS grouped GEMM (cutlass_moe_gemm.cu) where it applies
 // (f16 / bf16, 16-byte aligned rows, sm_90); the others run the WMMA tile kernel (or streaming, for block 1). Default
-// ops::kMoeGemmTileRows; ops::kMoeGemmSmallTileRows adds the mid-size batches; 0: none. Process-wide: the GPU tests
-// check both kernels against the CPU, `moe_gpu_test --bench` times both.
+// ops::kMoeGemmTileRows (0 when the environment sets LLMSERVE_MOE_CUTLASS=0); ops::kMoeGemmSmallTileRows adds the
+// mid-size batches; 0: none. Process-wide: the GPU tests check both kernels against the CPU, `moe_gpu_test --bench`
+// times both.
 void set_moe_gemm_cutlass_block(int64_t block);
 // The CUTLASS path's tile rows: 0 (default) by the rows per expert (cutlass_moe_gemm.cu), 64 (ping-pong) or 128
 // (cooperative) forced.

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -485,7 +487,13 @@ void launch_tiles(Tensor& out, const Tensor& x, const Tensor& weight, const Tens
   check_launch("moe_gemm_tiles_kernel");
 }
 
-std::atomic<int64_t> cutlass_block_multiple{ops::kMoeGemmTileRows};  // set_moe_gemm_cutlass_block
+// The blocks that take CUTLASS (set_moe_gemm_cutlass_block). LLMSERVE_MOE_CUTLASS=0 starts the process with none,
+// so a whole-model benchmark can compare against the WMMA tiles with the same binary.
+int64_t initial_cutlass_block() {
+  const char* v = std::getenv("LLMSERVE_MOE_CUTLASS");
+  return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : ops::kMoeGemmTileRows;
+}
+std::atomic<int64_t> cutlass_block_multiple{initial_cutlass_block()};
 
 template <typename T>
 void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
