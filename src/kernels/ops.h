@@ -147,12 +147,12 @@ inline constexpr int64_t kMaxMoeTopK = 32;
 // moe_route's scoring argument.
 inline constexpr int64_t kMoeScoringSoftmax = 0;  // softmax over all experts' logits, in f32 (Mixtral, Qwen-MoE)
 inline constexpr int64_t kMoeScoringSigmoid = 1;  // sigmoid of each logit
-// CUDA: moe_gemm's tensor-core tiles cover kMoeGemmTileRows rows of one expert (moe_align's block a multiple of it),
-// or kMoeGemmSmallTileRows when the block is a multiple of that only (batches where an expert gets a few rows: less
-// padding computed); while the touched experts average at most kMoeStreamMaxRowsPerExpert pairs, a weight-streaming
-// kernel (each expert's weight rows read once per call, dotted with all of its rows) runs instead (block 1). The
-// switch point is measured (`moe_gpu_test --bench`, H200, Qwen3-30B-A3B layer): streaming wins at 4 pairs per expert
-// (64 tokens x top-8 over 128 experts: 476 vs 537 us), the tiles at 8 (737 vs 545 us).
+// CUDA: moe_gemm's tensor-core tiles cover kMoeGemmTileRows rows of one expert (moe_align's block a multiple of it;
+// Hopper, 16-bit: a CUTLASS grouped GEMM over each expert's pairs, padding zeroed), or kMoeGemmSmallTileRows when the
+// block is a multiple of that only (less padding computed); while the touched experts average at most
+// kMoeStreamMaxRowsPerExpert pairs, a weight-streaming kernel (each expert's weight rows read once per call, dotted
+// with all of its rows) runs instead (block 1). Switch measured (`moe_gpu_test --bench`, H200, Qwen3-30B-A3B layer):
+// streaming wins at 4 pairs per expert (64 tokens x top-8, 128 experts: 476 vs 537 us), the tiles at 8 (737 vs 545).
 inline constexpr int64_t kMoeGemmTileRows = 64;
 inline constexpr int64_t kMoeGemmSmallTileRows = 16;
 inline constexpr int64_t kMoeStreamMaxRowsPerExpert = 4;

@@ -1,9 +1,10 @@
 // The mixture-of-experts CUDA kernels vs the CPU ops (kernels/cpu/moe.cc, themselves tested against plain loops in
 // tests/kernels/moe_test.cc): router ids and weights (logits on a 1/8 grid: many exact ties, no near ties, so ids
 // must be equal), the stable grouping with and without tile padding, every grouped-GEMM kernel (weight streaming and
-// row-wise: block 1; tensor-core tiles: blocks of 16 and 64 rows) over 1 to 3000 tokens, the down projection with
-// the activation fused (moe_gemm_silu), the combine, and the whole chain. Outputs are NaN-poisoned before each run.
-// `--bench` prints both grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes).
+// row-wise: block 1; WMMA tiles: blocks of 16 and 64 rows; the CUTLASS grouped GEMM: blocks of 64, also replayed in
+// a CUDA graph) over 1 to 3000 tokens, the down projection with the activation fused (moe_gemm_silu), the combine,
+// and the whole chain. Outputs are NaN-poisoned before each run.
+// `--bench` prints the grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,8 @@
 
 #include "core/cuda_stream.h"
 #include "gpu_test_util.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cutlass_moe_gemm.h"
 #include "kernels/ops.h"
 
 namespace llmserve {
@@ -215,7 +218,28 @@ TEST_F(MoeGpuTest, GroupedGemmStreamingMatchesCpu) {
   }
 }
 
+// Sends moe_align blocks that are multiples of `block` to the CUTLASS grouped GEMM for a scope (0: every tile block
+// to the WMMA kernel), then restores the default.
+class CutlassPath {
+ public:
+  explicit CutlassPath(int64_t block) { cuda::set_moe_gemm_cutlass_block(block); }
+  ~CutlassPath() { cuda::set_moe_gemm_cutlass_block(ops::kMoeGemmTileRows); }
+  CutlassPath(const CutlassPath&) = delete;
+  CutlassPath& operator=(const CutlassPath&) = delete;
+};
+
+// Forces the CUTLASS path's tile rows (64: ping-pong, 128: cooperative; 0: by rows per expert) for a scope.
+class CutlassTileRows {
+ public:
+  explicit CutlassTileRows(int64_t rows) { cuda::set_moe_gemm_cutlass_tile_rows(rows); }
+  ~CutlassTileRows() { cuda::set_moe_gemm_cutlass_tile_rows(0); }
+  CutlassTileRows(const CutlassTileRows&) = delete;
+  CutlassTileRows& operator=(const CutlassTileRows&) = delete;
+};
+
+// The WMMA tile kernel (blocks of 16 and 64 with the CUTLASS path off).
 TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
+  const CutlassPath wmma(0);
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {  // f32 falls back to the row-wise kernel
     for (int64_t block : {ops::kMoeGemmSmallTileRows, ops::kMoeGemmTileRows}) {
       for (int64_t T : {1, 17, 200, 700, 3000}) {
@@ -225,6 +249,106 @@ TEST_F(MoeGpuTest, GroupedGemmTilesMatchCpu) {
       }
     }
   }
+}
+
+// Blocks of kMoeGemmTileRows on the CUTLASS grouped GEMM (cutlass_moe_gemm.cu; H100 / H200), with its tile rows
+// chosen by rows per expert, then forced to each of its two configurations: token counts from one
+// (nearly every expert without rows) past the layer's switch to 64-row padding, one expert owning every token (many
+// 64-row tiles in one group), odd N and K (partial 256-column and 64-deep tiles), gathered and grouped x; each group
+// is the expert's pairs only, its padding rows must come back as zeros (out is NaN-poisoned). N = 100 does not meet
+// TMA's 16-byte rows: the WMMA tiles take it, checked here with the CUTLASS path on.
+TEST_F(MoeGpuTest, GroupedGemmCutlassMatchesCpu) {
+  {
+    Tensor out = Tensor::empty({64, 192}, DType::kBF16, Device::cuda());
+    Tensor x = Tensor::empty({8, 256}, DType::kBF16, Device::cuda());
+    Tensor w = Tensor::empty({4, 192, 256}, DType::kBF16, Device::cuda());
+    ASSERT_TRUE(cuda::moe_gemm_cutlass_applies(out, x, w)) << "the CUTLASS path needs an sm_90 GPU";
+    Tensor w100 = Tensor::empty({4, 100, 256}, DType::kBF16, Device::cuda());
+    ASSERT_FALSE(cuda::moe_gemm_cutlass_applies(out, x, w100));
+  }
+  const CutlassPath cutlass(ops::kMoeGemmTileRows);
+  const int64_t block = ops::kMoeGemmTileRows;
+  for (int64_t tile_rows : {0, 64, 128}) {
+    const CutlassTileRows tiles(tile_rows);
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (int64_t T : {1, 3, 17, 200, 257, 700, 2048, 3001}) {
+        if (tile_rows != 0 && dtype == DType::kF16 && T % 2 == 0) continue;  // f16 forced: odd counts suffice
+        const uint32_t seed = static_cast<uint32_t>(T * 7 + tile_rows);
+        check_gemm(dtype, random_ids(T, 8, 128, seed), 128, 192, 256, block, true, seed);          // gate/up-like
+        check_gemm(dtype, random_ids(T, 8, 128, seed + 1), 128, 256, 96, block, false, seed + 1);  // down-like
+        check_gemm(dtype, random_ids(T, 2, 4, seed + 2), 4, 200, 72, block, true, seed + 2);       // partial tiles
+        check_gemm(dtype, skewed_ids(T, 4, 16, seed + 3), 16, 64, 128, block, true, seed + 3);     // one big group
+        check_gemm(dtype, random_ids(T, 2, 4, seed + 4), 4, 100, 72, block, true, seed + 4);       // WMMA fallback
+      }
+    }
+  }
+  // Blocks of 16 on CUTLASS too (what set_moe_gemm_cutlass_block(kMoeGemmSmallTileRows) selects): other padding.
+  const CutlassPath small(ops::kMoeGemmSmallTileRows);
+  for (int64_t T : {5, 100, 300}) {
+    const uint32_t seed = static_cast<uint32_t>(T * 11);
+    check_gemm(DType::kBF16, random_ids(T, 8, 128, seed), 128, 192, 256, ops::kMoeGemmSmallTileRows, true, seed);
+    check_gemm(DType::kBF16, random_ids(T, 8, 128, seed + 1), 128, 256, 96, ops::kMoeGemmSmallTileRows, false,
+               seed + 1);
+  }
+}
+
+// The CUTLASS path inside a CUDA graph: moe_align + moe_gemm captured once (after an eager warm-up sized the
+// scratch), then replayed for new routings written into the captured ids: every group size is read on the device.
+TEST_F(MoeGpuTest, GroupedGemmCutlassReplaysInAGraph) {
+  const CutlassPath cutlass(ops::kMoeGemmTileRows);
+  const int64_t T = 300, k = 8, E = 128, N = 192, K = 256, block = ops::kMoeGemmTileRows;
+  const DType dtype = DType::kBF16;
+  const int64_t capacity = ops::moe_align_capacity(T * k, E, block);
+  Tensor x = random_tensor({T, K}, 41).to(dtype).to(DType::kF32);
+  Tensor w = random_tensor({E, N, K}, 42, DType::kF32, -0.2f, 0.2f).to(dtype).to(DType::kF32);
+  Tensor dx = to_device(x.to(dtype)), dw = to_device(w.to(dtype));
+  Tensor ids = to_device(random_ids(T, k, E, 43));
+  Tensor sorted = Tensor::empty({capacity}, DType::kI32, Device::cuda());
+  Tensor rows = Tensor::empty({T * k}, DType::kI32, Device::cuda());
+  Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
+  Tensor out = poisoned_device({capacity, N}, dtype);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the inputs' copies, before another stream reads them
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  {
+    cuda::StreamGuard guard(stream);
+    ops::moe_align(sorted, rows, off, ids, block);  // eager: sizes the scratch
+    ops::moe_gemm(out, dx, dw, sorted, off, k, block);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ops::moe_align(sorted, rows, off, ids, block);
+    ops::moe_gemm(out, dx, dw, sorted, off, k, block);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  }
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (uint32_t seed : {44u, 45u, 46u}) {
+    // A skewed routing on one replay: group sizes far from the captured call's.
+    Tensor host_ids = seed == 45u ? skewed_ids(T, k, E, seed) : random_ids(T, k, E, seed);
+    Tensor staged = to_device(host_ids);
+    ids.copy_from(staged);
+    ASSERT_EQ(cudaMemsetAsync(out.raw_data(), 0xff, out.nbytes(), stream), cudaSuccess);  // NaN poison
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const Aligned c = align_on(host_ids, E, block, Device::cpu());
+    const int64_t used = c.expert_offsets.data<int32_t>()[E];
+    Tensor ref = Tensor::empty({capacity, N}, DType::kF32);
+    ops::moe_gemm(ref, x, w, c.sorted_pairs, c.expert_offsets, k, block);
+    Tensor got = to_host(out).slice(0, 0, used).contiguous();
+    const std::string what = "graph replay seed " + std::to_string(seed);
+    expect_close(got, to_doubles(ref.slice(0, 0, used).contiguous()), gpu_testing::rounding_atol(dtype) * 4,
+                 gpu_testing::rounding_rtol(dtype), what);
+    for (int64_t r = 0; r < used; ++r) {
+      if (c.sorted_pairs.data<int32_t>()[r] >= 0) continue;
+      for (int64_t n = 0; n < N; ++n) ASSERT_EQ(testing::at(got, r * N + n), 0.0) << what << " pad row " << r;
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 // moe_gemm_silu (the down projection reading silu(g) * u from the gate/up output) against the CPU op: fused in the
@@ -333,17 +457,22 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
 
 // --bench: the expert GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
 // token count: moe_align + gate/up moe_gemm + moe_gemm_silu (down), on the weight-streaming path (block 1; silu
-// fused) and on the tile path (block 16 / 64; silu_and_mul + tiles), "<-" marking the one moe_align_block picks,
+// fused), the WMMA tiles (block 16 / 64; silu_and_mul + tiles) and the CUTLASS grouped GEMM on the same block with
+// 64- and 128-row tiles (silu_and_mul + CUTLASS; the layer's path at block 64), "<-" marking the one the layer takes,
 // beside two floors: the experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs at the given
-// matmul rate (prefill). "align" is moe_align alone (inside "us").
+// matmul rate (prefill). "align" is moe_align alone, "gate/up" and "down" the two GEMM calls alone (all inside "us").
 int run_bench() {
   const int64_t E = 128, k = 8, H = 2048, I = 768;
   const DType dtype = DType::kBF16;
   const double peak_flops = 790e12, bandwidth = 4.23e12;  // DESIGN.md's measured H200 ceilings
+  std::printf(
+      "Qwen3-30B-A3B expert GEMMs, bf16; floors: %.0f TFLOP/s dense bf16 matmul (the \"of peak\" column), "
+      "%.2f TB/s\n",
+      peak_flops / 1e12, bandwidth / 1e12);
   Tensor w13 = to_device(random_tensor({E, 2 * I, H}, 1, DType::kF32, -0.05f, 0.05f).to(dtype));
   Tensor w2 = to_device(random_tensor({E, H, I}, 2, DType::kF32, -0.05f, 0.05f).to(dtype));
-  std::printf("%7s %7s %5s %10s %8s %12s %11s %9s %9s %8s\n", "tokens", "path", "block", "us", "align", "bytes floor",
-              "us (bytes)", "of floor", "TFLOP/s", "of peak");
+  std::printf("%7s %7s %5s %10s %8s %9s %9s %12s %11s %9s %9s %8s\n", "tokens", "path", "block", "us", "align",
+              "gate/up", "down", "bytes floor", "us (bytes)", "of floor", "TFLOP/s", "of peak");
   for (int64_t T : {1, 4, 16, 32, 64, 128, 256, 512, 2048, 8192}) {
     const int64_t P = T * k, chosen = ops::moe_align_block(Device::cuda(), P, E);
     const int64_t tile_block = P < 16 * E ? ops::kMoeGemmSmallTileRows : ops::kMoeGemmTileRows;
@@ -363,12 +492,28 @@ int run_bench() {
     const double experts = static_cast<double>(std::count(touched.begin(), touched.end(), true));
     const double bytes = experts * 3.0 * H * I * dtype_size(dtype);
     const double floor_us = bytes / bandwidth * 1e6, flops = 2.0 * P * 3.0 * H * I;
-    for (int64_t block : {int64_t{1}, tile_block}) {
+    struct Path {
+      const char* name;
+      int64_t block;
+      bool cutlass;
+      int64_t tile_rows;
+    };
+    const Path paths[] = {{"stream", 1, false, 0},
+                          {"tiles", tile_block, false, 0},
+                          {"cutl64", tile_block, true, 64},
+                          {"cutl128", tile_block, true, 128}};
+    for (const Path& path : paths) {
+      const int64_t block = path.block;
       if (block == 1 && P > 32 * std::min(P, E)) continue;  // > 32 rows per expert: the streaming path re-reads
+      const CutlassPath use(path.cutlass ? block : 0);
+      const CutlassTileRows rows_forced(path.tile_rows);
       const int64_t cap = ops::moe_align_capacity(P, E, block);
       Tensor s = sorted.slice(0, 0, cap), gu = gu_all.slice(0, 0, cap), h = h_all.slice(0, 0, cap);
       Tensor d = d_all.slice(0, 0, cap);
       const double align_us = gpu_testing::mean_call_us([&](int) { ops::moe_align(s, rows, off, ids, block); }, 20);
+      const double gu_us = gpu_testing::mean_call_us([&](int) { ops::moe_gemm(gu, x, w13, s, off, k, block); }, 20);
+      const double down_us =
+          gpu_testing::mean_call_us([&](int) { ops::moe_gemm_silu(d, h, gu, w2, s, off, block); }, 20);
       const double us = gpu_testing::mean_call_us(
           [&](int) {
             ops::moe_align(s, rows, off, ids, block);
@@ -376,10 +521,15 @@ int run_bench() {
             ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
           },
           20);
-      std::printf("%7lld %7s %5lld %10.1f %8.1f %9.1f MB %11.1f %8.0f%% %9.1f %7.0f%% %s\n", static_cast<long long>(T),
-                  block == 1 ? "stream" : "tiles", static_cast<long long>(block), us, align_us, bytes / 1e6, floor_us,
-                  100.0 * floor_us / us, flops / us / 1e6, 100.0 * flops / (us * 1e-6) / peak_flops,
-                  block == chosen ? "<-" : "");
+      // The layer's default: CUTLASS for blocks of kMoeGemmTileRows (128-row tiles from 256 rows per expert, as
+      // cutlass_moe_gemm.cu picks), the WMMA tiles for blocks of 16.
+      const int64_t auto_rows = cap >= 256 * E ? 128 : 64;
+      const bool taken = block == chosen && (block == 1 || path.cutlass == (block % ops::kMoeGemmTileRows == 0)) &&
+                         (!path.cutlass || path.tile_rows == auto_rows);
+      std::printf("%7lld %7s %5lld %10.1f %8.1f %9.1f %9.1f %9.1f MB %11.1f %8.0f%% %9.1f %7.0f%% %s\n",
+                  static_cast<long long>(T), path.name, static_cast<long long>(block), us, align_us, gu_us, down_us,
+                  bytes / 1e6, floor_us, 100.0 * floor_us / us, flops / us / 1e6,
+                  100.0 * flops / (us * 1e-6) / peak_flops, taken ? "<-" : "");
     }
   }
   return 0;

@@ -30,6 +30,17 @@ void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias
 bool gemv_silu_and_mul_applies(const Tensor& out, const Tensor& x, const Tensor& weight);
 void gemv_silu_and_mul(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
+// ---- moe_gemm's paths (moe_gemm.cu), for tests and benchmarks ----
+// moe_align blocks that are multiples of `block` run the CUTLASS grouped GEMM (cutlass_moe_gemm.cu) where it applies
+// (f16 / bf16, 16-byte aligned rows, sm_90); the others run the WMMA tile kernel (or streaming, for block 1). Default
+// ops::kMoeGemmTileRows (0 when the environment sets LLMSERVE_MOE_CUTLASS=0); ops::kMoeGemmSmallTileRows adds the
+// mid-size batches; 0: none. Process-wide: the GPU tests check both kernels against the CPU, `moe_gpu_test --bench`
+// times both.
+void set_moe_gemm_cutlass_block(int64_t block);
+// The CUTLASS path's tile rows: 0 (default) by the rows per expert (cutlass_moe_gemm.cu), 64 (ping-pong) or 128
+// (cooperative) forced.
+void set_moe_gemm_cutlass_tile_rows(int64_t rows);
+
 // ---- size limits of the CUDA kernels ----
 
 // Largest k of ops::top_k on CUDA.

@@ -1,12 +1,16 @@
 // The grouped GEMM of the mixture-of-experts ops on CUDA (ops::moe_gemm, ops::moe_gemm_silu; matching
-// kernels/cpu/moe.cc): tensor-core tiles of kMoeGemmTileRows rows of one expert for 16-bit operands when moe_align
-// padded to the tile (64 or 16 rows), a 3-stage cp.async pipeline feeding them; otherwise, for decode-sized batches,
+// kernels/cpu/moe.cc): for 16-bit operands padded to kMoeGemmTileRows, the CUTLASS grouped GEMM on Hopper
+// (cutlass_moe_gemm.cu); elsewhere (16-row padding, other GPUs, unaligned rows) WMMA tiles of 64 or 16 rows of
+// one expert, a 3-stage cp.async pipeline feeding them; otherwise, for decode-sized batches,
 // a kernel streaming each chosen expert's weight rows once against all of its rows (for the down projection it also
 // applies silu_and_mul on its input read); a plain row-wise kernel for f32. Every size beyond the host-known capacity
 // is read on the device (graph-safe); the streaming kernel is launched with programmatic dependent launch.
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -15,6 +19,7 @@
 #include "kernels/cuda/attention_common.cuh"  // cp.async helpers
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cutlass_moe_gemm.h"
 #include "kernels/cuda/gemv_common.cuh"
 
 namespace llmserve::cuda {
@@ -482,6 +487,14 @@ void launch_tiles(Tensor& out, const Tensor& x, const Tensor& weight, const Tens
   check_launch("moe_gemm_tiles_kernel");
 }
 
+// The blocks that take CUTLASS (set_moe_gemm_cutlass_block). LLMSERVE_MOE_CUTLASS=0 starts the process with none,
+// so a whole-model benchmark can compare against the WMMA tiles with the same binary.
+int64_t initial_cutlass_block() {
+  const char* v = std::getenv("LLMSERVE_MOE_CUTLASS");
+  return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : ops::kMoeGemmTileRows;
+}
+std::atomic<int64_t> cutlass_block_multiple{initial_cutlass_block()};
+
 template <typename T>
 void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
                      const Tensor& expert_offsets, int64_t gather_top_k, int64_t block) {
@@ -494,6 +507,10 @@ void launch_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const T
   const int32_t* offsets = expert_offsets.data<int32_t>();
   const int experts = static_cast<int>(num_experts), gather = static_cast<int>(gather_top_k);
   if constexpr (!std::is_same_v<T, float>) {
+    const int64_t cutlass_block = cutlass_block_multiple.load(std::memory_order_relaxed);
+    if (cutlass_block > 0 && block % cutlass_block == 0 && moe_gemm_cutlass_applies(out, x, weight)) {
+      return moe_gemm_cutlass(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
+    }
     if (vec && block % 64 == 0) return launch_tiles<T, 64>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
     if (vec && block % 16 == 0) return launch_tiles<T, 16>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
     if (stream_applies<T>(x, weight)) {
@@ -541,6 +558,11 @@ void moe_gemm_silu(Tensor& out, Tensor& act, const Tensor& gate_up, const Tensor
 }
 
 }  // namespace
+
+void set_moe_gemm_cutlass_block(int64_t block) {
+  CHECK(block >= 0) << "set_moe_gemm_cutlass_block: " << block;
+  cutlass_block_multiple.store(block, std::memory_order_relaxed);
+}
 
 void register_moe_gemm_kernels() {
   ops::moe_gemm.register_kernel(DeviceType::kCUDA, moe_gemm);
