@@ -71,8 +71,8 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor*
 // gate rows over the up rows) and its activation, the projection rounded to out's dtype first as the two ops store
 // it. scratch [m, n] in out's dtype holds the projection where the two ops run (contents afterwards unspecified).
 // Operands as linear's, out in x's dtype. CUDA: where linear takes the GEMV (m = 1, 16-bit), one weight-streaming
-// GEMV with the activation in its epilogue (one kernel less per layer at batch-1 decode); the two ops otherwise,
-// and on the CPU.
+// GEMV with the activation in its epilogue (one kernel less per layer at batch-1 decode; LLMSERVE_FUSED_GATE_UP=0
+// turns it off for A/B runs); the two ops otherwise, and on the CPU.
 extern Op<void(Tensor& out, Tensor& scratch, const Tensor& x, const Tensor& weight, const Tensor* bias)>
     linear_silu_and_mul;
 
