@@ -18,7 +18,6 @@ void for_each_op(F&& f) {
   f(add);
   f(rotary_embedding);
   f(linear);
-  f(linear_silu_and_mul);
   f(dynamic_scaled_quantize);
   f(static_scaled_quantize);
   f(scaled_mm);

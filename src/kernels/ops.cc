@@ -244,12 +244,6 @@ void check_linear(Tensor& out, const Tensor& x, const Tensor& weight, const Tens
   check_dtype(out, DType::kF32, op, "out");
 }
 
-void check_linear_silu_and_mul(Tensor& out, Tensor& scratch, const Tensor& x, const Tensor& weight,
-                               const Tensor* bias) {
-  check_linear(scratch, x, weight, bias);
-  check_silu_and_mul(out, scratch);
-}
-
 void check_reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& key_cache, Tensor& value_cache,
                              const Tensor& slot_mapping) {
   constexpr const char* op = "reshape_and_cache";
@@ -573,10 +567,6 @@ decltype(rotary_embedding) rotary_embedding(
     "rotary_embedding(Tensor positions, Tensor! query, Tensor! key, int head_dim, Tensor cos_sin_cache) -> ()",
     check_rotary_embedding);
 decltype(linear) linear("linear", "linear(Tensor! out, Tensor x, Tensor weight, Tensor? bias) -> ()", check_linear);
-decltype(linear_silu_and_mul) linear_silu_and_mul(
-    "linear_silu_and_mul",
-    "linear_silu_and_mul(Tensor! out, Tensor! scratch, Tensor x, Tensor weight, Tensor? bias) -> ()",
-    check_linear_silu_and_mul);
 decltype(dynamic_scaled_quantize) dynamic_scaled_quantize(
     "dynamic_scaled_quantize", "dynamic_scaled_quantize(Tensor! out, Tensor! scales, Tensor x) -> ()",
     check_dynamic_scaled_quantize);

@@ -67,15 +67,6 @@ extern Op<void(const Tensor& positions, Tensor& query, Tensor& key, int64_t head
 // shape, strides and alignment (bench/RESULTS.md: the rate at the Mistral-7B shapes).
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias)> linear;
 
-// out [m, n / 2] = silu_and_mul(linear(x, weight, bias)): the gated MLP's gate/up projection (weight [n, k] stacks the
-// gate rows over the up rows) and its activation, the projection rounded to out's dtype first as the two ops store
-// it. scratch [m, n] in out's dtype holds the projection where the two ops run (contents afterwards unspecified).
-// Operands as linear's, out in x's dtype. CUDA: where linear takes the GEMV (m = 1, 16-bit), one weight-streaming
-// GEMV with the activation in its epilogue (one kernel less per layer at batch-1 decode; LLMSERVE_FUSED_GATE_UP=0
-// turns it off for A/B runs); the two ops otherwise, and on the CPU.
-extern Op<void(Tensor& out, Tensor& scratch, const Tensor& x, const Tensor& weight, const Tensor* bias)>
-    linear_silu_and_mul;
-
 // ---- quantized GEMM (the linear methods of model/layers/quantized_linear_methods.h) ----
 
 // Dynamic symmetric quantization of activations: row i of x [m, k] in groups of g = k / scales.size(1) columns gets
@@ -151,11 +142,12 @@ inline constexpr int64_t kMoeScoringSigmoid = 1;  // sigmoid of each logit
 // Hopper, 16-bit: a CUTLASS grouped GEMM over each expert's pairs, padding zeroed), or kMoeGemmSmallTileRows when the
 // block is a multiple of that only (less padding computed); while the touched experts average at most
 // kMoeStreamMaxRowsPerExpert pairs, a weight-streaming kernel (each expert's weight rows read once per call, dotted
-// with all of its rows) runs instead (block 1). Switch measured (`moe_gpu_test --bench`, H200, Qwen3-30B-A3B layer):
-// streaming wins at 4 pairs per expert (64 tokens x top-8, 128 experts: 476 vs 537 us), the tiles at 8 (737 vs 545).
+// with all of its rows) runs instead (block 1). Switch measured (`moe_gpu_test --bench`, H200, Qwen3-30B-A3B layer,
+// 128 experts x top-8): streaming wins at 4 tokens (93 vs 115 us for the CUTLASS grouped GEMM at block 16), CUTLASS
+// from 16 tokens (229 vs 266 us; 64 tokens: 339 vs 478 us).
 inline constexpr int64_t kMoeGemmTileRows = 64;
 inline constexpr int64_t kMoeGemmSmallTileRows = 16;
-inline constexpr int64_t kMoeStreamMaxRowsPerExpert = 4;
+inline constexpr int64_t kMoeStreamMaxRowsPerExpert = 1;
 
 // The router: scores = softmax(logits row) (scoring kMoeScoringSoftmax; f32 math, as transformers' routers) or
 // sigmoid(logits) (kMoeScoringSigmoid); topk_ids[t] = the k highest-scoring experts, descending, equal scores in

@@ -423,7 +423,7 @@ TEST_F(MoeGpuTest, CombineMatchesCpu) {
 
 // The FusedMoE chain (route -> align -> gate/up -> silu_and_mul + down -> combine) on CUDA in bf16 vs the CPU in f32
 // on the same rounded values; the block each side uses is the one the layer picks (moe_align_block): streaming up
-// to kMoeStreamMaxRowsPerExpert rows per expert on average (T <= 16 here), tiles of 16 then 64 rows above.
+// to kMoeStreamMaxRowsPerExpert rows per expert on average (T <= 4 here), tiles of 16 then 64 rows above.
 TEST_F(MoeGpuTest, ChainMatchesCpu) {
   const int64_t E = 16, k = 4, H = 256, I = 128;
   const DType dtype = DType::kBF16;

@@ -1,5 +1,4 @@
-// Elementwise ops on CPU: SiLU-and-multiply (the gated MLP; also after its projection, linear_silu_and_mul) and
-// in-place add. f32 only.
+// Elementwise ops on CPU: SiLU-and-multiply (the gated MLP) and in-place add. f32 only.
 #include <cmath>
 
 #include "core/thread_pool.h"
@@ -27,15 +26,8 @@ void add(Tensor& a, const Tensor& b) {
   });
 }
 
-// The CPU has no fused kernel: the projection goes through scratch.
-void linear_silu_and_mul(Tensor& out, Tensor& scratch, const Tensor& x, const Tensor& weight, const Tensor* bias) {
-  ops::linear(scratch, x, weight, bias);
-  ops::silu_and_mul(out, scratch);
-}
-
 void register_activation_kernels() {
   ops::silu_and_mul.register_kernel(DeviceType::kCPU, silu_and_mul);
-  ops::linear_silu_and_mul.register_kernel(DeviceType::kCPU, linear_silu_and_mul);
   ops::add.register_kernel(DeviceType::kCPU, add);
 }
 

@@ -75,9 +75,9 @@ __device__ __forceinline__ float round_to(float f) {
   store_f(&t, f);
   return load_f(&t);
 }
-// silu(g) * u in f32, the one formula of every kernel applying silu_and_mul. The _rn intrinsics keep the compiler
-// from contracting the sum or the product into an FMA with its neighbours, which it does differently in each
-// kernel: the fused GEMV epilogue then equals the two-op path bit for bit.
+// silu(g) * u in f32, the one formula of every kernel applying silu_and_mul (the elementwise op, the MoE down GEMMs'
+// input). The _rn intrinsics keep the compiler from contracting the sum or the product into an FMA with its
+// neighbours, which it does differently in each kernel: every path gives the same bits.
 __device__ __forceinline__ float silu_mul(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }

@@ -25,16 +25,13 @@ void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const T
 inline constexpr int64_t kMaxGemvRows = 1;
 bool gemv_applies(const Tensor& out, const Tensor& x, const Tensor& weight);
 void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
-// The same GEMV with silu_and_mul in its epilogue: out [m, n / 2] = silu(x W[:n/2]^T) * (x W[n/2:]^T), both
-// products rounded to out's dtype first (ops::linear_silu_and_mul's fused path; out in x's dtype).
-bool gemv_silu_and_mul_applies(const Tensor& out, const Tensor& x, const Tensor& weight);
-void gemv_silu_and_mul(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias);
 
 // ---- moe_gemm's paths (moe_gemm.cu), for tests and benchmarks ----
 // moe_align blocks that are multiples of `block` run the CUTLASS grouped GEMM (cutlass_moe_gemm.cu) where it applies
 // (f16 / bf16, 16-byte aligned rows, sm_90); the others run the WMMA tile kernel (or streaming, for block 1). Default
-// ops::kMoeGemmTileRows (0 when the environment sets LLMSERVE_MOE_CUTLASS=0); ops::kMoeGemmSmallTileRows adds the
-// mid-size batches; 0: none. Process-wide: the GPU tests check both kernels against the CPU, `moe_gpu_test --bench`
+// ops::kMoeGemmSmallTileRows, every tile block (0 when the environment sets LLMSERVE_MOE_CUTLASS=0; measured faster
+// than the WMMA tiles from 1 to 8192 tokens, `moe_gpu_test --bench`); ops::kMoeGemmTileRows: prefill-sized batches
+// only; 0: none. Process-wide: the GPU tests check both kernels against the CPU, `moe_gpu_test --bench`
 // times both.
 void set_moe_gemm_cutlass_block(int64_t block);
 // The CUTLASS path's tile rows: 0 (default) by the rows per expert (cutlass_moe_gemm.cu), 64 (ping-pong) or 128

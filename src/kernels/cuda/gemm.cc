@@ -7,7 +7,6 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -180,28 +179,6 @@ void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const T
   if (bias != nullptr && !key.bias_epilogue) add_bias(out, *bias);
 }
 
-// LLMSERVE_FUSED_GATE_UP=0 keeps the two-op path everywhere, so a whole-model benchmark can compare the fused
-// epilogue against it with the same binary (read once per process).
-bool fused_gate_up_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("LLMSERVE_FUSED_GATE_UP");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return enabled;
-}
-
-// The GEMV's gated epilogue where linear would take the GEMV; else the projection into scratch, then the activation.
-void linear_silu_and_mul(Tensor& out, Tensor& scratch, const Tensor& x, const Tensor& weight, const Tensor* bias) {
-  if (fused_gate_up_enabled() && gemv_silu_and_mul_applies(out, x, weight)) {
-    return gemv_silu_and_mul(out, x, weight, bias);
-  }
-  linear(scratch, x, weight, bias);
-  ops::silu_and_mul(out, scratch);
-}
-
-void register_gemm_kernels() {
-  ops::linear.register_kernel(DeviceType::kCUDA, linear);
-  ops::linear_silu_and_mul.register_kernel(DeviceType::kCUDA, linear_silu_and_mul);
-}
+void register_gemm_kernels() { ops::linear.register_kernel(DeviceType::kCUDA, linear); }
 
 }  // namespace llmserve::cuda

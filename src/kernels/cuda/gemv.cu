@@ -5,10 +5,7 @@
 // memory reduction, bias added in f32 before the one rounding to out's dtype. Short, narrow products (the S
 // model's o_proj: 2048 rows) split each row over more warps so the GPU has enough loads in flight. Launched with
 // programmatic dependent launch: the first weight loads overlap the previous kernel. Memory-bound by design: its
-// floor is weight bytes / bandwidth. The weight must not be written by the kernel launched just before. The gated
-// MLP's gate/up projection runs here with silu_and_mul in the epilogue (ops::linear_silu_and_mul at m = 1).
-#include <algorithm>
-
+// floor is weight bytes / bandwidth. The weight must not be written by the kernel launched just before.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemv_common.cuh"
@@ -37,22 +34,14 @@ __device__ __forceinline__ void dot_word(const uint4& w, const T* x, int64_t x_s
   }
 }
 
-// kGated (ops::linear_silu_and_mul): the weight stacks gate rows [0, n / 2) over up rows [n / 2, n) and out gets
-// silu(gate) * up, both rounded to O first as linear then silu_and_mul would store and reload them. A block's first
-// half of rows are the gates of its output columns, the second half their ups, so one block sees both.
-template <typename T, typename O, typename B, int M, bool kGated>
+template <typename T, typename O, typename B, int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     gemv_kernel(O* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight, const B* bias, int64_t n,
                 int64_t k, int splits) {
   __shared__ float partial[kWarpsPerBlock][M];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int cols_per_block = kWarpsPerBlock / splits, part = warp % splits, col = warp / splits;
-  int64_t j = static_cast<int64_t>(blockIdx.x) * cols_per_block + col;  // this warp's weight row
-  if constexpr (kGated) {
-    const int half_cols = cols_per_block / 2;
-    const int64_t out_col = static_cast<int64_t>(blockIdx.x) * half_cols + col % half_cols;
-    j = out_col < n / 2 ? out_col + (col < half_cols ? 0 : n / 2) : n;  // n: past the end, no work
-  }
+  const int cols_per_block = kWarpsPerBlock / splits, part = warp % splits;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * cols_per_block + warp / splits;
   float acc[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0.f;
@@ -89,49 +78,33 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     if (lane == 0) partial[warp][r] = acc[r];
   }
-  if (splits > 1 || kGated) __syncthreads();
+  if (splits > 1) __syncthreads();
   if (lane != 0 || part != 0 || j >= n) return;
-  if constexpr (kGated) {
-    if (j >= n / 2) return;  // an up row: its gate's warp writes the output
-    const int up_warp = warp + cols_per_block / 2 * splits;
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-      float g = 0.f, u = 0.f;
-      for (int p = 0; p < splits; ++p) g += partial[warp + p][r], u += partial[up_warp + p][r];
-      if (bias != nullptr) g += load_f(bias + j), u += load_f(bias + n / 2 + j);
-      g = round_to<O>(g);
-      u = round_to<O>(u);
-      store_f(out + r * out_stride + j, silu_mul(g, u));
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      float v = 0.f;
-      for (int p = 0; p < splits; ++p) v += partial[warp + p][r];
-      if (bias != nullptr) v += load_f(bias + j);
-      store_f(out + r * out_stride + j, v);
-    }
+  for (int r = 0; r < M; ++r) {
+    float v = 0.f;
+    for (int p = 0; p < splits; ++p) v += partial[warp + p][r];
+    if (bias != nullptr) v += load_f(bias + j);
+    store_f(out + r * out_stride + j, v);
   }
 }
 
 // Warps per column (gemv_common.cuh): a round is kUnroll 16-byte loads of each of the warp's 32 lanes.
 int choose_splits(int64_t n, int64_t k) { return choose_gemv_splits(n, k / 8 / (int64_t{32} * kUnroll)); }
 
-template <typename T, typename O, typename B, bool kGated>
+template <typename T, typename O, typename B>
 void launch(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   const B* b = bias != nullptr ? bias->data<B>() : nullptr;
-  // Gated: a block holds at least one gate row and its up row (cols_per_block >= 2).
-  const int splits = kGated ? std::min(choose_splits(n, k), kWarpsPerBlock / 2) : choose_splits(n, k);
-  const int64_t cols_per_block = kWarpsPerBlock / splits;
-  const unsigned grid = kGated ? ceil_div(n / 2, cols_per_block / 2) : ceil_div(n, cols_per_block);
+  const int splits = choose_splits(n, k);
+  const unsigned grid = ceil_div(n, kWarpsPerBlock / splits);
   const int threads = kWarpsPerBlock * 32;
   O* o = out.data<O>();
   const T* xp = x.data<T>();
   const T* w = weight.data<T>();
   CHECK_LE(m, kMaxGemvRows) << "gemv: m " << m;  // rows 2..4 compile, but cuBLASLt measured faster there
-  launch_pdl("gemv_kernel", gemv_kernel<T, O, B, 1, kGated>, grid, threads, o, out.stride(0), xp, x.stride(0), w, b,
-             n, k, splits);
+  launch_pdl("gemv_kernel", gemv_kernel<T, O, B, 1>, grid, threads, o, out.stride(0), xp, x.stride(0), w, b, n, k,
+             splits);
 }
 
 }  // namespace
@@ -148,26 +121,12 @@ void gemv(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias
   const bool f32_out = out.dtype() == DType::kF32;
   if (x.dtype() == DType::kBF16) {
     using T = __nv_bfloat16;
-    if (f32_out) return launch<T, float, float, false>(out, x, weight, bias);
-    return f32_bias ? launch<T, T, float, false>(out, x, weight, bias) : launch<T, T, T, false>(out, x, weight, bias);
+    if (f32_out) return launch<T, float, float>(out, x, weight, bias);
+    return f32_bias ? launch<T, T, float>(out, x, weight, bias) : launch<T, T, T>(out, x, weight, bias);
   }
   using T = __half;
-  if (f32_out) return launch<T, float, float, false>(out, x, weight, bias);
-  f32_bias ? launch<T, T, float, false>(out, x, weight, bias) : launch<T, T, T, false>(out, x, weight, bias);
-}
-
-bool gemv_silu_and_mul_applies(const Tensor& out, const Tensor& x, const Tensor& weight) {
-  return gemv_applies(out, x, weight) && out.dtype() == x.dtype() && weight.size(0) % 2 == 0;
-}
-
-void gemv_silu_and_mul(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
-  const bool f32_bias = bias == nullptr || bias->dtype() == DType::kF32;
-  if (x.dtype() == DType::kBF16) {
-    using T = __nv_bfloat16;
-    return f32_bias ? launch<T, T, float, true>(out, x, weight, bias) : launch<T, T, T, true>(out, x, weight, bias);
-  }
-  using T = __half;
-  f32_bias ? launch<T, T, float, true>(out, x, weight, bias) : launch<T, T, T, true>(out, x, weight, bias);
+  if (f32_out) return launch<T, float, float>(out, x, weight, bias);
+  f32_bias ? launch<T, T, float>(out, x, weight, bias) : launch<T, T, T>(out, x, weight, bias);
 }
 
 }  // namespace llmserve::cuda

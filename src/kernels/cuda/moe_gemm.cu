@@ -491,7 +491,7 @@ void launch_tiles(Tensor& out, const Tensor& x, const Tensor& weight, const Tens
 // so a whole-model benchmark can compare against the WMMA tiles with the same binary.
 int64_t initial_cutlass_block() {
   const char* v = std::getenv("LLMSERVE_MOE_CUTLASS");
-  return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : ops::kMoeGemmTileRows;
+  return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : ops::kMoeGemmSmallTileRows;
 }
 std::atomic<int64_t> cutlass_block_multiple{initial_cutlass_block()};
 

@@ -21,7 +21,8 @@ void GatedMLP::forward(const Arena& arena, const Activations& act, Tensor& x) co
   const int64_t T = x.size(0);
   Tensor gate_up = arena.view(act.gate_up, T);
   Tensor activated = arena.view(act.act, T);
-  gate_up_proj_.forward_silu_and_mul(activated, gate_up, x);
+  gate_up_proj_.forward(gate_up, x);
+  ops::silu_and_mul(activated, gate_up);
   down_proj_.forward(x, activated);
 }
 

@@ -125,12 +125,6 @@ Status LinearBase::load_shard(Parameter& p, WeightSource& weights, const std::st
 
 void LinearBase::forward(Tensor& out, const Tensor& x) const { method_->apply(*this, out, x, bias()); }
 
-void MergedColumnParallelLinear::forward_silu_and_mul(Tensor& out, Tensor& scratch, const Tensor& x) const {
-  CHECK(output_shards_.size() == 2 && output_shards_[0].second == output_shards_[1].second)
-      << "forward_silu_and_mul wants a gate/up pair of equal shards";
-  method_->apply_silu_and_mul(*this, out, scratch, x, bias());
-}
-
 ColumnParallelLinear::ColumnParallelLinear(const LinearContext& ctx, int64_t input_size, int64_t output_size,
                                            bool has_bias)
     : ColumnParallelLinear(ctx, input_size, {{"", output_size / ctx.comm->world_size()}}, has_bias) {

@@ -93,9 +93,6 @@ class MergedColumnParallelLinear final : public ColumnParallelLinear {
  public:
   MergedColumnParallelLinear(const LinearContext& ctx, int64_t input_size, const std::vector<int64_t>& output_sizes,
                              bool has_bias);
-  // The gated MLP's step for a gate/up pair of equal shards: out [m, rows / 2] = silu(gate) * up, the projection in
-  // scratch [m, rows] where the method does not fuse the two (LinearMethod::apply_silu_and_mul).
-  void forward_silu_and_mul(Tensor& out, Tensor& scratch, const Tensor& x) const;
 };
 
 // q, k and v stacked (shards "q", "k", "v"), heads split over ranks (kv heads replicated when fewer than ranks).

@@ -20,12 +20,6 @@ void LinearMethod::apply_rows(const LinearBase& layer, Tensor& out, const Tensor
   CHECK(false) << "this linear method cannot apply a row range of its weights";
 }
 
-void LinearMethod::apply_silu_and_mul(const LinearBase& layer, Tensor& out, Tensor& scratch, const Tensor& x,
-                                      const Tensor* bias) const {
-  apply(layer, scratch, x, bias);
-  ops::silu_and_mul(out, scratch);
-}
-
 void UnquantizedLinearMethod::create_weights(LinearBase& layer, int64_t input_size_per_partition,
                                              const std::vector<int64_t>& output_partition_sizes,
                                              DType params_dtype) const {
@@ -46,11 +40,6 @@ void UnquantizedLinearMethod::apply_rows(const LinearBase& layer, Tensor& out, c
     const Tensor bias_rows = bias->slice(0, begin, end);
     ops::linear(out, x, weight, &bias_rows);
   }
-}
-
-void UnquantizedLinearMethod::apply_silu_and_mul(const LinearBase& layer, Tensor& out, Tensor& scratch,
-                                                 const Tensor& x, const Tensor* bias) const {
-  ops::linear_silu_and_mul(out, scratch, x, layer.param("weight").data, bias);
 }
 
 const LinearMethod& unquantized_linear_method() {

@@ -28,10 +28,6 @@ class LinearMethod {
   // run q, k and v as three GEMMs. Default: CHECK-fails (a method whose weights cannot be split by rows).
   virtual void apply_rows(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin,
                           int64_t end) const;
-  // out [m, rows / 2] = silu_and_mul(apply(x)) for a layer stacking gate rows over up rows; scratch [m, rows] in
-  // out's dtype may receive the projection. Default: apply into scratch, then ops::silu_and_mul.
-  virtual void apply_silu_and_mul(const LinearBase& layer, Tensor& out, Tensor& scratch, const Tensor& x,
-                                  const Tensor* bias) const;
 };
 
 // Dense weights in the layer's dtype: one parameter "weight" [out, in]; apply is ops::linear.
@@ -42,9 +38,6 @@ class UnquantizedLinearMethod final : public LinearMethod {
   void apply(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias) const override;
   void apply_rows(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin,
                   int64_t end) const override;
-  // ops::linear_silu_and_mul: one kernel where the device fuses them (CUDA, m = 1).
-  void apply_silu_and_mul(const LinearBase& layer, Tensor& out, Tensor& scratch, const Tensor& x,
-                          const Tensor* bias) const override;
 };
 
 // The process-wide dense method (stateless).

@@ -62,10 +62,11 @@ class ScaledMMLinearMethod final : public LinearMethod {
 class W4A16LinearMethod final : public LinearMethod {
  public:
   // The batches the GEMM layout serves, [kGemmMinRows, kGemmMaxRows]; w4a16_linear the rest (the GEMV up to m = 32,
-  // dequantize + cuBLASLt above). quant_gpu_test --bench prints all three at m = 32, 64, 256, 2048: move these where
-  // the GEMM wins and loses. The environment variables LLMSERVE_W4A16_GEMM_MIN_ROWS / _MAX_ROWS (positive integers;
-  // anything else fails the load naming the variable) override them, for that measurement at the model level.
-  static constexpr int64_t kGemmMinRows = 33;
+  // dequantize + cuBLASLt above). Measured (bench/RESULTS.md, H200, Mistral-7B shape GPTQ, batch-32 decode): the GEMM
+  // from 17 rows 6,543 tok/s, the GEMV at 32 rows 3,709. The environment variables LLMSERVE_W4A16_GEMM_MIN_ROWS /
+  // _MAX_ROWS (positive integers; anything else fails the load naming the variable) override them, for that
+  // measurement at the model level.
+  static constexpr int64_t kGemmMinRows = 17;
   static constexpr int64_t kGemmMaxRows = int64_t{1} << 62;
 
   explicit W4A16LinearMethod(QuantizationConfig config);
