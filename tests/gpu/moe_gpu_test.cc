@@ -458,7 +458,7 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
 // --bench: the expert GEMMs of one Qwen3-30B-A3B layer (128 experts, top-8, hidden 2048, moe_intermediate 768) per
 // token count: moe_align + gate/up moe_gemm + moe_gemm_silu (down), on the weight-streaming path (block 1; silu
 // fused), the WMMA tiles (block 16 / 64; silu_and_mul + tiles) and the CUTLASS grouped GEMM on the same block with
-// 64- and 128-row tiles (silu_and_mul + CUTLASS; the layer's path at block 64), "<-" marking the one the layer takes,
+// 64- and 128-row tiles (silu_and_mul + CUTLASS; the layer's path), "<-" marking the one the layer takes,
 // beside two floors: the experts' bytes touched at the measured copy bandwidth (decode) and the FLOPs at the given
 // matmul rate (prefill). "align" is moe_align alone, "gate/up" and "down" the two GEMM calls alone (all inside "us").
 int run_bench() {
@@ -521,11 +521,11 @@ int run_bench() {
             ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
           },
           20);
-      // The layer's default: CUTLASS for blocks of kMoeGemmTileRows (128-row tiles from 256 rows per expert, as
-      // cutlass_moe_gemm.cu picks), the WMMA tiles for blocks of 16.
+      // The layer's default: CUTLASS for every tile block (multiples of kMoeGemmSmallTileRows; 128-row tiles from 256
+      // rows per expert, as cutlass_moe_gemm.cu picks).
       const int64_t auto_rows = cap >= 256 * E ? 128 : 64;
-      const bool taken = block == chosen && (block == 1 || path.cutlass == (block % ops::kMoeGemmTileRows == 0)) &&
-                         (!path.cutlass || path.tile_rows == auto_rows);
+      const bool taken =
+          block == chosen && (block == 1 || path.cutlass) && (!path.cutlass || path.tile_rows == auto_rows);
       std::printf("%7lld %7s %5lld %10.1f %8.1f %9.1f %9.1f %9.1f MB %11.1f %8.0f%% %9.1f %7.0f%% %s\n",
                   static_cast<long long>(T), path.name, static_cast<long long>(block), us, align_us, gu_us, down_us,
                   bytes / 1e6, floor_us, 100.0 * floor_us / us, flops / us / 1e6,

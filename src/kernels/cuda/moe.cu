@@ -200,8 +200,9 @@ void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& rou
 constexpr int kAlignThreads = 1024;  // >= kMaxMoeExperts: one expert per thread in the scan
 static_assert(kAlignThreads >= ops::kMaxMoeExperts, "moe_align scans one expert per thread");
 
-// Shared memory of the per-chunk table: [chunks][num_experts] ints within the default 48 KB of dynamic shared memory.
-constexpr int kAlignTableInts = 12 * 1024;
+// Shared memory of the per-chunk table: [chunks][num_experts] ints, 32 KB: with the scan's static shared memory within
+// the 48 KB a launch gets without opting in.
+constexpr int kAlignTableInts = 8 * 1024;
 
 // blockDim.x: a multiple of 32, >= num_experts, <= kAlignThreads. The pairs are cut into `chunks` contiguous ranges
 // (chunks <= blockDim.x / 32, chunks x num_experts <= kAlignTableInts), one warp each, which walks its range in pair
