@@ -423,26 +423,10 @@ void check_scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const
   }
 }
 
-void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
-                        const Tensor* perm, const Tensor* bias) {
-  constexpr const char* op = "w4a16_linear";
-  check_rows(x, op, "x");
-  check_rows(out, op, "out");
-  for (const auto& [t, name] :
-       {std::pair<const Tensor*, const char*>{&qweight, "qweight"}, {&scales, "scales"}, {&zeros, "zeros"}}) {
-    check_contiguous(*t, op, name);
-    check_same_device(x, *t, op);
-  }
-  check_same_device(x, out, op);
-  check_dtype(qweight, DType::kU8, op, "qweight");
-  check_dtype(scales, DType::kF32, op, "scales");
-  check_dtype(zeros, DType::kU8, op, "zeros");
-  CHECK(x.dim() == 2 && out.dim() == 2 && qweight.dim() == 2 && x.size(0) == out.size(0) &&
-        qweight.size(0) == out.size(1) && qweight.size(1) * 2 == x.size(1))
-      << op << ": x " << x.to_string() << ", qweight " << qweight.to_string() << ", out " << out.to_string();
-  CHECK(scales.dim() == 2 && scales.size(0) == qweight.size(0) && scales.size(1) >= 1 &&
-        x.size(1) % scales.size(1) == 0 && zeros.shape() == scales.shape())
-      << op << ": scales " << scales.to_string() << ", zeros " << zeros.to_string() << " for x " << x.to_string();
+// What both W4A16 ops check of their activations: x [m, k] and out [m, n] (not aliased), the act-order permutation
+// perm [k] i32, bias [n] f32 or out's dtype; f32 on the CPU, bf16 / f16 (out in x's dtype) on CUDA.
+void check_w4a16_activations(const Tensor& out, const Tensor& x, const Tensor* perm, const Tensor* bias,
+                             const char* op) {
   CHECK(out.raw_data() != x.raw_data() || out.numel() == 0) << op << ": out must not alias x";
   if (perm != nullptr) {
     check_contiguous(*perm, op, "perm");
@@ -464,6 +448,29 @@ void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, con
         << op << ": x " << x.to_string() << " must be bf16 or f16";
     CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
   }
+}
+
+void check_w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Tensor& scales, const Tensor& zeros,
+                        const Tensor* perm, const Tensor* bias) {
+  constexpr const char* op = "w4a16_linear";
+  check_rows(x, op, "x");
+  check_rows(out, op, "out");
+  for (const auto& [t, name] :
+       {std::pair<const Tensor*, const char*>{&qweight, "qweight"}, {&scales, "scales"}, {&zeros, "zeros"}}) {
+    check_contiguous(*t, op, name);
+    check_same_device(x, *t, op);
+  }
+  check_same_device(x, out, op);
+  check_dtype(qweight, DType::kU8, op, "qweight");
+  check_dtype(scales, DType::kF32, op, "scales");
+  check_dtype(zeros, DType::kU8, op, "zeros");
+  CHECK(x.dim() == 2 && out.dim() == 2 && qweight.dim() == 2 && x.size(0) == out.size(0) &&
+        qweight.size(0) == out.size(1) && qweight.size(1) * 2 == x.size(1))
+      << op << ": x " << x.to_string() << ", qweight " << qweight.to_string() << ", out " << out.to_string();
+  CHECK(scales.dim() == 2 && scales.size(0) == qweight.size(0) && scales.size(1) >= 1 &&
+        x.size(1) % scales.size(1) == 0 && zeros.shape() == scales.shape())
+      << op << ": scales " << scales.to_string() << ", zeros " << zeros.to_string() << " for x " << x.to_string();
+  check_w4a16_activations(out, x, perm, bias, op);
 }
 
 void check_w4a16_gemm_pack(Tensor& packed, Tensor& gemm_scales, Tensor& gemm_zeros, const Tensor& qweight,
@@ -523,27 +530,7 @@ void check_w4a16_gemm(Tensor& out, const Tensor& x, const Tensor& packed, const 
     CHECK(gemm_zeros->shape() == gemm_scales.shape() && gemm_zeros->dtype() == gemm_scales.dtype())
         << op << ": gemm_zeros " << gemm_zeros->to_string() << " vs gemm_scales " << gemm_scales.to_string();
   }
-  CHECK(out.raw_data() != x.raw_data() || out.numel() == 0) << op << ": out must not alias x";
-  if (perm != nullptr) {
-    check_contiguous(*perm, op, "perm");
-    check_same_device(x, *perm, op);
-    check_dtype(*perm, DType::kI32, op, "perm");
-    CHECK(perm->dim() == 1 && perm->size(0) == k) << op << ": perm " << perm->to_string();
-  }
-  if (bias != nullptr) {
-    check_contiguous(*bias, op, "bias");
-    check_same_device(x, *bias, op);
-    CHECK(bias->dim() == 1 && bias->size(0) == n) << op << ": bias " << bias->to_string();
-    CHECK(bias->dtype() == DType::kF32 || bias->dtype() == out.dtype()) << op << ": bias " << bias->to_string();
-  }
-  if (x.device().is_cpu()) {
-    check_dtype(x, DType::kF32, op, "x");
-    check_dtype(out, DType::kF32, op, "out");
-  } else {
-    CHECK(x.dtype() == DType::kBF16 || x.dtype() == DType::kF16)
-        << op << ": x " << x.to_string() << " must be bf16 or f16";
-    CHECK(out.dtype() == x.dtype()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
-  }
+  check_w4a16_activations(out, x, perm, bias, op);
 }
 
 }  // namespace
