@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/w4a16_gemm_layout.h"
 
 namespace llmserve::cpu {
 namespace {
@@ -153,23 +154,6 @@ void w4a16_linear(Tensor& out, const Tensor& x, const Tensor& qweight, const Ten
 
 // ---- w4a16_gemm's packed layout (ops.h), spelled out ----
 
-// The nibble offset of W[r, c] within its 16 x 16 block: r = r0 + 8 r1, c = c0 + 2 c1 + 8 c2 ->
-// 32 r0 + r1 + 4 c0 + 8 c1 + 2 c2.
-inline int64_t block_nibble(int64_t r, int64_t c) {
-  return 32 * (r % 8) + r / 8 + 4 * (c % 2) + 8 * ((c / 2) % 4) + 2 * (c / 8);
-}
-// Where W[r, c] lives in packed ([k / 16, ...] with row pitch `pitch` bytes): its byte and the nibble's shift. One
-// value, not an out-parameter: `b[at(..., &shift)] >> shift` reads shift before the call under GCC's UBSan
-// instrumentation of shifts (it broke the CPU reference in the sanitizer build only).
-struct NibbleAt {
-  int64_t byte;
-  int shift;
-};
-inline NibbleAt packed_nibble(int64_t r, int64_t c, int64_t pitch) {
-  const int64_t nib = 256 * (r / 16) + block_nibble(r % 16, c % 16);
-  return {(c / 16) * pitch + nib / 2, 4 * static_cast<int>(nib & 1)};
-}
-
 float load16(const Tensor& t, int64_t i, int64_t j) {
   const int64_t at = i * t.stride(0) + j;
   return t.dtype() == DType::kBF16 ? bf16_to_f32(t.data<bf16_t>()[at]) : f16_to_f32(t.data<f16_t>()[at]);
@@ -193,7 +177,7 @@ void w4a16_gemm_pack(Tensor& packed, Tensor& gemm_scales, Tensor& gemm_zeros, co
         const uint8_t* q = qweight.data<uint8_t>() + r * (k / 2);
         for (int64_t c = 0; c < k; ++c) {
           const int nibble = ((q[c / 2] >> (4 * (c & 1))) & 0xf) ^ 8;
-          const NibbleAt at = packed_nibble(r, c, pitch);
+          const W4NibbleAt at = w4a16_packed_nibble(r, c, pitch);
           uint8_t& byte = dst[at.byte];
           byte = static_cast<uint8_t>((byte & (0xf0 >> at.shift)) | (nibble << at.shift));
         }
@@ -217,7 +201,7 @@ void w4a16_gemm(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor
   const uint8_t* src = packed.data<uint8_t>();
   chunked_dequantized_gemm(out, xp, n, bias, [&](int64_t r, float* dst) {
     for (int64_t c = 0; c < k; ++c) {
-      const NibbleAt at = packed_nibble(r, c, packed.stride(0));
+      const W4NibbleAt at = w4a16_packed_nibble(r, c, packed.stride(0));
       const int nibble = (src[at.byte] >> at.shift) & 0xf;
       const float s = load16(gemm_scales, c / g, r), zt = gemm_zeros != nullptr ? load16(*gemm_zeros, c / g, r) : 0.f;
       dst[c] = static_cast<float>((nibble ^ 8) - 8) * s + zt;

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/w4a16_gemm.h"
 #include "kernels/cuda/w4a16_gemv.h"
+#include "kernels/w4a16_gemm_layout.h"
 
 namespace llmserve::cuda {
 namespace {
@@ -284,37 +285,13 @@ __global__ void w4a16_dequant_packed_kernel(T* w, const uint8_t* packed, int64_t
                                             int64_t scales_ld, int64_t k, int64_t g, const int32_t* perm) {
   const int64_t r = blockIdx.x;
   for (int64_t c = threadIdx.x; c < k; c += blockDim.x) {
-    const int64_t rb = r % 16, cb = c % 16;
-    const int64_t nib = 256 * (r / 16) + 32 * (rb % 8) + rb / 8 + 4 * (cb % 2) + 8 * ((cb / 2) % 4) + 2 * (cb / 8);
-    const int q = (packed[(c / 16) * pitch + nib / 2] >> (4 * (nib & 1))) & 0xf;
+    const W4NibbleAt at_nibble = w4a16_packed_nibble(r, c, pitch);
+    const int q = (packed[at_nibble.byte] >> at_nibble.shift) & 0xf;
     const int64_t at = (c / g) * scales_ld + r;
     const float v =
         static_cast<float>((q ^ 8) - 8) * load_f(scales + at) + (zeros != nullptr ? load_f(zeros + at) : 0.f);
     store_f(w + r * k + (perm != nullptr ? perm[c] : c), v);
   }
-}
-
-// out[i, :] += bias (the CUTLASS GEMM's epilogue writes the product only).
-template <typename T, typename B>
-__global__ void add_bias_kernel(T* out, int64_t ldo, const B* bias, int64_t n) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t row = blockIdx.y;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < n;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    store_f(out + row * ldo + c, load_f(out + row * ldo + c) + load_f(bias + c));
-  }
-}
-
-template <typename T>
-void add_bias(Tensor& out, const Tensor& bias) {
-  const int64_t m = out.size(0), n = out.size(1);
-  const dim3 grid(ceil_div(n, 256 * 4), static_cast<unsigned>(m));
-  if (bias.dtype() == DType::kF32) {
-    return launch_pdl("add_bias_kernel", add_bias_kernel<T, float>, grid, 256, out.data<T>(), out.stride(0),
-                      bias.data<float>(), n);
-  }
-  launch_pdl("add_bias_kernel", add_bias_kernel<T, T>, grid, 256, out.data<T>(), out.stride(0), bias.data<T>(), n);
 }
 
 void w4a16_gemm(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor& gemm_scales, const Tensor* gemm_zeros,
@@ -351,7 +328,7 @@ void w4a16_gemm(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor
             workspace = scratch_matrix(1, static_cast<int64_t>(bytes), DType::kU8, x.device(), kWeightSlot).raw_data();
           }
           w4a16_cutlass_gemm(out, xg, p, workspace);
-          if (bias != nullptr) add_bias<T>(out, *bias);
+          if (bias != nullptr) add_bias(out, *bias);  // the CUTLASS GEMM's epilogue writes the product only
           return;
         }
       }
