@@ -257,6 +257,78 @@ TEST_F(CudaQuantTest, ScaledMMCutlassMatchesCpu) {
   set_min_log_level(level);
 }
 
+// scaled_mm inside CUDA graphs at the row counts FULL decode graphs capture for a quantized model (m from 17, where
+// CUTLASS takes over from the GEMV, to 256, both M buckets' edge): dynamic per-token fp8 and int8, block-FP8. Each
+// size is captured once, then replayed over new activations and scales written into the captured buffers: every
+// replay must equal an eager call on the same inputs bit for bit (same kernel, same operands) — nothing of the
+// capture-time values (scale pointers, problem shape, a host-chosen split) may be baked in.
+TEST_F(CudaQuantTest, ScaledMMReplaysInAGraphAsEager) {
+  struct Case {
+    DType qtype;
+    Mode mode;
+  };
+  const int64_t n = 264, k = 384;
+  uint32_t seed = 12000;
+  for (const Case c : {Case{DType::kFP8E4M3, Mode::kTokenChannel}, Case{DType::kI8, Mode::kTokenChannel},
+                       Case{DType::kFP8E4M3, Mode::kGroupBlock}}) {
+    for (int64_t m : {17, 24, 32, 64, 128, 136, 256}) {
+      const int64_t a_groups = c.mode == Mode::kGroupBlock ? k / 128 : 1;
+      Tensor bf = random_tensor({n, k}, ++seed, DType::kF32);
+      Tensor b = Tensor::empty({n, k}, c.qtype), sb_rows = Tensor::empty({n, 1}, DType::kF32);
+      ops::dynamic_scaled_quantize(b, sb_rows, bf);
+      Tensor sb = c.mode == Mode::kGroupBlock
+                      ? random_tensor({(n + 127) / 128, k / 128}, ++seed, DType::kF32, 0.001f, 0.01f)
+                      : sb_rows.view({n});
+      const Tensor b_dev = to_device(b), sb_dev = to_device(sb);
+      Tensor a_dev = Tensor::empty({m, k}, c.qtype, Device::cuda());
+      Tensor sa_dev = Tensor::empty({m, a_groups}, DType::kF32, Device::cuda());
+      Tensor out = poisoned_device({m, n}, DType::kBF16), eager = poisoned_device({m, n}, DType::kBF16);
+      auto write_inputs = [&](uint32_t s) {  // new activations into the captured buffers
+        Tensor af = random_tensor({m, k}, s, DType::kF32, -4.f, 4.f);
+        Tensor a = Tensor::empty({m, k}, c.qtype), sa = Tensor::empty({m, a_groups}, DType::kF32);
+        ops::dynamic_scaled_quantize(a, sa, af);
+        a_dev.copy_from(to_device(a));
+        sa_dev.copy_from(to_device(sa));
+      };
+      write_inputs(++seed);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cudaStream_t stream;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      cudaGraph_t graph;
+      {
+        cuda::StreamGuard guard(stream);
+        ops::scaled_mm(out, a_dev, sa_dev, b_dev, sb_dev, nullptr);  // eager first: one-time set-up outside capture
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        ops::scaled_mm(out, a_dev, sa_dev, b_dev, sb_dev, nullptr);
+        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      }
+      cudaGraphExec_t exec;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int replay = 0; replay < 2; ++replay) {
+        write_inputs(++seed);
+        ASSERT_EQ(cudaMemset(out.raw_data(), 0xff, out.nbytes()), cudaSuccess);  // NaN poison
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        {
+          cuda::StreamGuard guard(stream);
+          ops::scaled_mm(eager, a_dev, sa_dev, b_dev, sb_dev, nullptr);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        }
+        const Tensor got = to_host(out), want = to_host(eager);
+        for (double v : to_doubles(got)) ASSERT_TRUE(std::isfinite(v)) << "m " << m << ": a poisoned output survived";
+        ASSERT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()), 0)
+            << dtype_name(c.qtype) << " mode " << int(c.mode) << " m " << m << " replay " << replay
+            << ": the graph's output differs from an eager call on the same inputs";
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+    }
+  }
+}
+
 // The GEMV's branches (only its path: m <= 16): every m (one 8-token tile up to 8, two above), n = 40 (the last
 // 16-row tile partial, a block of 8 tiles partly past n), k = 2048 (eight warps per tile), k = 208 (one warp per
 // tile, a partial last 128-column block), every scale mode, bias absent / f32 / bf16.
