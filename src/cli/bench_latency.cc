@@ -56,7 +56,8 @@ int run_latency(const std::vector<std::string>& args) {
                   "queue decode step N+1 before waiting for step N's ids, as the engine's batch queue does "
                   "(default: on for cuda, off for cpu; --no-async-scheduling)");
   parser.add_int("kernel-breakdown", &f.kernel_breakdown,
-                 "cuda: print the N kernels with the most time in the last decode phase, per step (CUPTI)");
+                 "cuda: print the N kernels with the most time in the last prefill and decode phases, per step "
+                 "(CUPTI)");
   add_quantization_flag(parser, &f.quantization);
   parser.add_int("tensor-parallel-size", &f.tensor_parallel_size,
                  "ranks the model is sharded over (-tp; default 1; cuda: one device each, NCCL)");
@@ -138,6 +139,8 @@ int run_latency(const std::vector<std::string>& args) {
   bool busy_available = false;
   std::string busy_why_not;
   std::optional<double> decode_busy;
+  GpuBusyMeter prefill_meter;  // --kernel-breakdown: the last iteration's prefill, kernel by kernel
+  std::optional<double> prefill_busy;
   for (int64_t iter = 0; iter <= f.num_iters; ++iter) {  // iteration 0 warms up
     SchedulerOutput prefill;
     std::vector<RequestId> ids;
@@ -152,10 +155,13 @@ int run_latency(const std::vector<std::string>& args) {
       ids.push_back(n.req_id);
       prefill.scheduled_new_reqs.push_back(std::move(n));
     }
+    const bool meter_prefill = iter == f.num_iters && on_cuda && f.kernel_breakdown > 0;
+    const bool prefill_metered = meter_prefill && prefill_meter.start(&busy_why_not);
     auto start = Clock::now();
     StatusOr<ModelRunnerOutput> out = runner.execute(prefill);
     if (!out.ok()) return fail(out.status());
     const double prefill_s = seconds_since(start);
+    if (prefill_metered) prefill_busy = prefill_meter.stop();  // execute returned the sampled ids: the GPU is done
     // The last iteration's decode phase also measures how much of its wall time the GPU spent in kernels.
     const bool meter_this = iter == f.num_iters && on_cuda;
     if (meter_this) busy_available = busy_meter.start(&busy_why_not);
@@ -270,6 +276,14 @@ int run_latency(const std::vector<std::string>& args) {
       prefill_flops(c, f.batch_size, f.input_len, f.batch_size), prefill.compute_s * 1e3, prefill.weight_read_s * 1e3,
       prefill.bound, static_cast<long long>(f.batch_size), weight_bytes / 1e6,
       f.batch_size * avg_context * kv_bytes / 1e6, on_cuda ? "copy" : "read");
+  if (on_cuda && prefill_busy) {
+    std::printf("prefill GPU busy: %.1f%% of the last iteration's prefill wall time in kernels\n", 100.0 * *prefill_busy);
+    const auto& kernels = prefill_meter.kernel_times();
+    for (size_t i = 0; i < kernels.size() && static_cast<int64_t>(i) < f.kernel_breakdown; ++i) {
+      std::printf("  prefill kernel %9.1f us %5lld calls  %s\n", kernels[i].total_us,
+                  static_cast<long long>(kernels[i].count), kernels[i].name.substr(0, 110).c_str());
+    }
+  }
   if (on_cuda) {
     if (decode_busy) {
       std::printf(
