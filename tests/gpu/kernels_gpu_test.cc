@@ -40,9 +40,10 @@ class CudaKernelsTest : public ::testing::TestWithParam<DType> {
 };
 
 // Rows of 8-element multiples up to 8192 take the vectorised norm / activation kernels (1, 2 or 4 chunks per thread,
-// partial blocks); 100 and 12288 the scalar ones.
-const std::pair<int64_t, int64_t> kShapes[] = {{1, 16},   {7, 768},  {33, 100}, {4, 5000},
-                                               {300, 64}, {3, 2048}, {2, 8192}, {1, 12288}};
+// partial blocks; the norms' rows of up to 256 several per block: groups of 2..32 lanes, some partly idle (24, 200),
+// a partial last block (1000 rows of 128)); 100 and 12288 the scalar ones.
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 16},   {7, 768},   {33, 100}, {4, 5000}, {300, 64},   {3, 2048},
+                                               {2, 8192}, {1, 12288}, {5, 24},   {9, 200},  {1000, 128}, {70, 256}};
 
 std::string label(const char* op, int64_t n, int64_t d, DType x, DType w) {
   return std::string(op) + " [" + std::to_string(n) + ", " + std::to_string(d) + "] x " + std::string(dtype_name(x)) +
