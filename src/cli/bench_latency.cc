@@ -277,8 +277,11 @@ int run_latency(const std::vector<std::string>& args) {
       prefill.bound, static_cast<long long>(f.batch_size), weight_bytes / 1e6,
       f.batch_size * avg_context * kv_bytes / 1e6, on_cuda ? "copy" : "read");
   if (on_cuda && prefill_busy) {
-    std::printf("prefill GPU busy: %.1f%% of the last iteration's prefill wall time in kernels\n",
-                100.0 * *prefill_busy);
+    std::printf(
+        "prefill GPU busy: %.1f%% of the last iteration's prefill wall time in kernels; idle %.1f us in %lld "
+        "stretches (%.1f us before the first kernel, %.1f us after the last)\n",
+        100.0 * *prefill_busy, prefill_meter.idle_us(), static_cast<long long>(prefill_meter.idle_gaps()),
+        prefill_meter.leading_idle_us(), prefill_meter.trailing_idle_us());
     const auto& kernels = prefill_meter.kernel_times();
     for (size_t i = 0; i < kernels.size() && static_cast<int64_t>(i) < f.kernel_breakdown; ++i) {
       std::printf("  prefill kernel %9.1f us %5lld calls  %s\n", kernels[i].total_us,

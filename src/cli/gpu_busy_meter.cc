@@ -63,6 +63,17 @@ std::pair<int64_t, double> GpuBusyMeter::idle_stretches(std::vector<std::pair<ui
   return {gaps, static_cast<double>(idle) / 1e3};
 }
 
+std::pair<double, double> GpuBusyMeter::edge_idle(const std::vector<std::pair<uint64_t, uint64_t>>& intervals,
+                                                  uint64_t from, uint64_t to) {
+  uint64_t first = to, last = from;
+  for (auto [s, e] : intervals) {
+    if (s >= to || e <= from) continue;
+    first = std::min(first, std::max(s, from));
+    last = std::max(last, std::min(e, to));
+  }
+  return {static_cast<double>(first - from) / 1e3, static_cast<double>(to - std::max(last, first)) / 1e3};
+}
+
 #ifdef LLMSERVE_WITH_CUPTI
 namespace {
 
@@ -121,6 +132,7 @@ std::optional<double> GpuBusyMeter::stop() {
   for (const KernelRecord& k : g_kernels) intervals.emplace_back(k.start, k.end);
   kernel_times_ = group_by_name(g_kernels);
   std::tie(idle_gaps_, idle_us_) = idle_stretches(intervals, from_, to);
+  std::tie(leading_idle_us_, trailing_idle_us_) = edge_idle(intervals, from_, to);
   return busy_fraction(std::move(intervals), from_, to);
 }
 

@@ -39,6 +39,10 @@ class GpuBusyMeter {
   const std::vector<KernelTime>& kernel_times() const { return kernel_times_; }
   int64_t idle_gaps() const { return idle_gaps_; }
   double idle_us() const { return idle_us_; }
+  // Of that idle time: before the window's first kernel started (host work ahead of the GPU: input preparation,
+  // launches) and after its last kernel ended (the host waiting for results, output handling).
+  double leading_idle_us() const { return leading_idle_us_; }
+  double trailing_idle_us() const { return trailing_idle_us_; }
 
   struct KernelRecord {
     std::string name;
@@ -46,8 +50,11 @@ class GpuBusyMeter {
   };
   // Groups records by name and counts the idle gaps of their union within [from, to). Exposed for tests.
   static std::vector<KernelTime> group_by_name(const std::vector<KernelRecord>& records);
-  static std::pair<int64_t, double> idle_stretches(std::vector<std::pair<uint64_t, uint64_t>> intervals,
-                                                   uint64_t from, uint64_t to);
+  static std::pair<int64_t, double> idle_stretches(std::vector<std::pair<uint64_t, uint64_t>> intervals, uint64_t from,
+                                                   uint64_t to);
+  // (idle before the first interval starts, idle after the last one ends) within [from, to), in us. Exposed for tests.
+  static std::pair<double, double> edge_idle(const std::vector<std::pair<uint64_t, uint64_t>>& intervals, uint64_t from,
+                                             uint64_t to);
 
  private:
   bool running_ = false;
@@ -55,6 +62,7 @@ class GpuBusyMeter {
   std::vector<KernelTime> kernel_times_;
   int64_t idle_gaps_ = 0;
   double idle_us_ = 0;
+  double leading_idle_us_ = 0, trailing_idle_us_ = 0;
 };
 
 }  // namespace llmserve::cli

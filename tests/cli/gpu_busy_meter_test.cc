@@ -32,6 +32,18 @@ TEST(GpuBusyMeter, IdleStretchesBetweenMergedIntervals) {
   EXPECT_DOUBLE_EQ(idle_us, 50 / 1e3);
 }
 
+TEST(GpuBusyMeter, IdleBeforeTheFirstAndAfterTheLastKernel) {
+  // Window [100, 200): the first kernel inside starts at 130 (the one ending at 90 is outside), the last ends at 170.
+  auto [leading, trailing] = GpuBusyMeter::edge_idle({{150, 170}, {130, 140}, {40, 90}, {250, 260}}, 100, 200);
+  EXPECT_DOUBLE_EQ(leading, 30 / 1e3);
+  EXPECT_DOUBLE_EQ(trailing, 30 / 1e3);
+  std::tie(leading, trailing) = GpuBusyMeter::edge_idle({{80, 120}, {190, 230}}, 100, 200);  // kernels at both edges
+  EXPECT_DOUBLE_EQ(leading, 0.0);
+  EXPECT_DOUBLE_EQ(trailing, 0.0);
+  std::tie(leading, trailing) = GpuBusyMeter::edge_idle({}, 100, 200);  // no kernel: all idle, counted once
+  EXPECT_DOUBLE_EQ(leading + trailing, 100 / 1e3);
+}
+
 TEST(GpuBusyMeter, KernelTimesGroupedByNameMostTimeFirst) {
   const std::vector<GpuBusyMeter::KernelTime> t =
       GpuBusyMeter::group_by_name({{"gemv", 0, 3000}, {"norm", 3000, 4000}, {"gemv", 4000, 8000}, {"norm", 8000, 9500}});
