@@ -398,8 +398,9 @@ TEST_F(MoeGpuTest, GroupedGemmSiluMatchesCpu) {
 
 TEST_F(MoeGpuTest, CombineMatchesCpu) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (int64_t T : {1, 9, 1000}) {
-      const int64_t k = 4, E = 16, H = 320;
+    // H 320 and 2304: the 16-byte kernel (one and two column blocks of 8 x 256); 100: the scalar one.
+    for (auto [T, H] : {std::pair<int64_t, int64_t>{1, 320}, {9, 100}, {1000, 320}, {37, 2304}}) {
+      const int64_t k = 4, E = 16;
       Tensor ids = random_ids(T, k, E, 9);
       const Aligned c = align_on(ids, E, 1, Device::cpu());
       Tensor expert_out = random_tensor({T * k, H}, 10).to(dtype).to(DType::kF32);
@@ -415,7 +416,7 @@ TEST_F(MoeGpuTest, CombineMatchesCpu) {
         ops::moe_combine(out, to_device(expert_out.to(dtype)), to_device(weights), to_device(c.pair_rows),
                          variant >= 1 ? &dshared : nullptr, variant == 2 ? &dgate : nullptr);
         expect_close(to_host(out), to_doubles(ref), gpu_testing::rounding_atol(dtype),
-                     gpu_testing::rounding_rtol(dtype), "combine T " + std::to_string(T));
+                     gpu_testing::rounding_rtol(dtype), "combine T " + std::to_string(T) + " H " + std::to_string(H));
       }
     }
   }
