@@ -25,7 +25,7 @@ int g_mla_heads_per_cta = 0;
 template <typename T>
 __global__ void __launch_bounds__(kSimpleThreads) mla_simple_kernel(const MlaAttentionParams p) {
   const int t = blockIdx.x, head = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int dim = p.row_dim(), L = p.latent_dim;
+  const int dim = p.latent_dim + p.rope_dim, L = p.latent_dim;
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.out_row_stride + static_cast<int64_t>(head) * L;
   if (t >= p.query_start_loc[p.num_reqs]) {  // padding token
     for (int d = tid; d < L; d += kSimpleThreads) out[d] = from_float<T>(0.f);

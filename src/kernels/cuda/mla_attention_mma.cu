@@ -316,12 +316,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
   }
 }
 
-// Splits per (token, head group): about one CTA per SM in all (one CTA fits an SM), each split >= two tiles by the
+// Splits per (token, head group): at most one CTA per SM in all, each split >= two tiles by the
 // max_seq_len hint, only as many as the workspace holds, none when the groups outnumber the counters. Host-known
 // sizes only (graph-safe).
 int choose_splits(const MlaAttentionParams& p, int base_ctas) {
   if (p.workspace == nullptr || base_ctas <= 0 || base_ctas > kSplitCounterElems) return 1;
-  int splits = std::min(kMaxSplits, (num_sms() + base_ctas - 1) / base_ctas);
+  // Rounded down: one CTA fits an SM, so 5 splits of 32 (token, group) CTAs on 132 SMs would run 1.2 waves.
+  int splits = std::max(1, std::min(kMaxSplits, num_sms() / base_ctas));
   if (p.max_seq_len > 0) splits = std::min(splits, (p.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   const int64_t per_split = static_cast<int64_t>(p.num_tokens) * p.num_heads * (kL + 2);
   while (splits > 1 && kSplitCounterElems + per_split * splits > p.workspace_elems) --splits;
