@@ -131,8 +131,8 @@ Tensor cos_sin_cache(int64_t max_position, int64_t rope, double theta) {
 }
 
 // q_pe: the rope part of a [n, H, P + R] projection (rows and heads strided); q_out: the rope part of a poisoned
-// [n, H, L + R] buffer (or q_pe itself, in place); k_pe and kv_c: column slices of one [n, L + R] row. Negative
-// and out-of-range slots, and a cache pre-filled with a sentinel that must survive where nothing is written.
+// [n, H, L + R] buffer (or q_pe itself, in place); k_pe and kv_c: column slices of one [n, L + R + 8] row. Negative
+// slots (padding) and a randomly pre-filled cache whose unaddressed rows must keep their bytes.
 void check_rotary(DType dtype, int64_t n, int64_t heads, int64_t nope, int64_t latent, int64_t rope, bool interleaved,
                   bool in_place, uint32_t seed) {
   const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(n) + " H " +
@@ -221,7 +221,12 @@ std::string describe(const Case& c) {
   std::string s = c.name + " " + std::string(dtype_name(c.dtype)) + " H " + std::to_string(c.num_heads) + " L " +
                   std::to_string(c.latent) + " R " + std::to_string(c.rope) + " bs " + std::to_string(c.block_size) +
                   " heads/cta " + std::to_string(c.heads_per_cta) + (c.workspace ? " ws" : " no-ws") + " reqs";
-  for (const Req& r : c.reqs) s += " " + std::to_string(r.cached) + "+" + std::to_string(r.qlen);
+  for (const Req& r : c.reqs) {
+    s += ' ';
+    s += std::to_string(r.cached);
+    s += '+';
+    s += std::to_string(r.qlen);
+  }
   return s;
 }
 
