@@ -137,9 +137,10 @@ int run_bench() {
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
   std::printf("copy bandwidth (D2D 1 GiB, read + write): %.0f GB/s\n", copy);
   std::printf("matmul rate (ops::linear / cuBLASLt, bf16, 8192^3, random data): %.0f TFLOP/s\n\n", matmul);
-  std::printf("MLA decode attention, DeepSeek-V3 shape (128 heads, L 512, R 64), bf16, block %d, context 4096;\n"
-              "floor = latent rows read once / copy bandwidth; FLOP = 2 x heads x rows x (576 + 512)\n",
-              kBlock);
+  std::printf(
+      "MLA decode attention, DeepSeek-V3 shape (128 heads, L 512, R 64), bf16, block %d, context 4096;\n"
+      "floor = latent rows read once / copy bandwidth; FLOP = 2 x heads x rows x (576 + 512)\n",
+      kBlock);
   std::printf(
       "| batch | heads / CTA | split-K | us / call | cache MB | floor us | GB/s | of floor | TFLOP/s | of matmul |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n");
@@ -147,8 +148,8 @@ int run_bench() {
     int batch, heads_per_cta;
     bool split;
   };
-  const Spec specs[] = {{1, 64, true},   {1, 16, true},   {1, 64, false},  {16, 64, true},
-                        {16, 16, true},  {16, 64, false}, {64, 64, true},  {64, 16, true}, {64, 64, false}};
+  const Spec specs[] = {{1, 64, true},   {1, 16, true},  {1, 64, false}, {16, 64, true}, {16, 16, true},
+                        {16, 64, false}, {64, 64, true}, {64, 16, true}, {64, 64, false}};
   for (const Spec& sp : specs) {
     const DecodeRow r = bench_decode(sp.batch, 4096, sp.heads_per_cta, sp.split);
     const double floor_us = r.cache_bytes / copy * 1e-3, tflops = r.flops / r.us * 1e-6;
@@ -156,14 +157,16 @@ int run_bench() {
                 sp.split ? "yes" : "no", r.us, r.cache_bytes * 1e-6, floor_us, r.cache_bytes / r.us * 1e-3,
                 100.0 * floor_us / r.us, tflops, 100.0 * tflops / matmul);
   }
-  std::printf("\nMLA prefill attention (one causal 2048-token prompt, empty context), 128 heads, bf16; every token is its\n"
-              "own query (it re-reads its prefix: L2); floor = the causal FLOPs at the matmul rate\n");
+  std::printf(
+      "\nMLA prefill attention (one causal 2048-token prompt, empty context), 128 heads, bf16; every token is its\n"
+      "own query (it re-reads its prefix: L2); floor = the causal FLOPs at the matmul rate\n");
   std::printf("| tokens | heads / CTA | us / call | TFLOP/s | of matmul |\n|---|---|---|---|---|\n");
   for (int hpc : {64, 16}) {
     const int len = 2048;
     const double us = bench_prefill(len, hpc);
     const double flops = 2.0 * kHeads * (kRow + kLatent) * len * (len + 1.0) / 2;
-    std::printf("| %d | %d | %.0f | %.0f | %.0f%% |\n", len, hpc, us, flops / us * 1e-6, 100.0 * flops / us * 1e-6 / matmul);
+    std::printf("| %d | %d | %.0f | %.0f | %.0f%% |\n", len, hpc, us, flops / us * 1e-6,
+                100.0 * flops / us * 1e-6 / matmul);
   }
   return 0;
 }

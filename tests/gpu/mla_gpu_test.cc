@@ -135,8 +135,8 @@ Tensor cos_sin_cache(int64_t max_position, int64_t rope, double theta) {
 // slots (padding) and a randomly pre-filled cache whose unaddressed rows must keep their bytes.
 void check_rotary(DType dtype, int64_t n, int64_t heads, int64_t nope, int64_t latent, int64_t rope, bool interleaved,
                   bool in_place, uint32_t seed) {
-  const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(n) + " H " +
-                           std::to_string(heads) + " L " + std::to_string(latent) + " R " + std::to_string(rope) +
+  const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(n) + " H " + std::to_string(heads) +
+                           " L " + std::to_string(latent) + " R " + std::to_string(rope) +
                            (interleaved ? " interleaved" : " rotate-half") + (in_place ? " in place" : "");
   const int64_t block_size = 16, num_blocks = (n + block_size - 1) / block_size + 2, row = latent + rope;
   const int64_t max_position = 6000;
@@ -159,8 +159,8 @@ void check_rotary(DType dtype, int64_t n, int64_t heads, int64_t nope, int64_t l
   Tensor q_ref = q.to(DType::kF32), kv_ref = kv.to(DType::kF32), cache_ref = cache0.to(DType::kF32);
   Tensor qr_out = Tensor::empty({n, heads, rope}, DType::kF32);
   Tensor k_ref = kv_ref.slice(1, latent, row);
-  ops::mla_rotary_and_cache(positions, q_ref.slice(2, nope, nope + rope), qr_out, k_ref, kv_ref.slice(1, 0, latent),
-                            cs, interleaved ? 1 : 0, cache_ref, slot_mapping);
+  ops::mla_rotary_and_cache(positions, q_ref.slice(2, nope, nope + rope), qr_out, k_ref, kv_ref.slice(1, 0, latent), cs,
+                            interleaved ? 1 : 0, cache_ref, slot_mapping);
 
   Tensor q_d = to_device(q), kv_d = to_device(kv), cache_d = to_device(cache0);
   Tensor pos_d = to_device(positions), slots_d = to_device(slot_mapping), cs_d = to_device(cs);
@@ -171,7 +171,8 @@ void check_rotary(DType dtype, int64_t n, int64_t heads, int64_t nope, int64_t l
   ops::mla_rotary_and_cache(pos_d, q_pe, q_out, k_pe, kv_d.slice(1, 0, latent), cs_d, interleaved ? 1 : 0, cache_d,
                             slots_d);
   const Tolerance tol = tolerance(dtype);
-  Tensor q_got = in_place ? to_host(q_d).slice(2, nope, nope + rope) : to_host(qout_wide).slice(2, latent, latent + rope);
+  Tensor q_got =
+      in_place ? to_host(q_d).slice(2, nope, nope + rope) : to_host(qout_wide).slice(2, latent, latent + rope);
   expect_matches(q_got, qr_out, tol, "q_out " + what);
   Tensor kv_h = to_host(kv_d);
   expect_matches(kv_h.slice(1, latent, row), k_ref, tol, "k_pe " + what);
@@ -190,10 +191,10 @@ void check_rotary(DType dtype, int64_t n, int64_t heads, int64_t nope, int64_t l
 TEST_P(MlaGpuTest, RotaryAndCacheMatchesCpu) {
   const DType dtype = GetParam();
   for (bool interleaved : {true, false}) {
-    check_rotary(dtype, 37, 4, 32, 64, 16, interleaved, false, 10);    // fixture dims
+    check_rotary(dtype, 37, 4, 32, 64, 16, interleaved, false, 10);      // fixture dims
     check_rotary(dtype, 21, 128, 128, 512, 64, interleaved, false, 11);  // DeepSeek
-    check_rotary(dtype, 9, 16, 128, 512, 64, interleaved, true, 12);   // q_out aliases q_pe
-    check_rotary(dtype, 1, 1, 0, 16, 2, interleaved, false, 13);       // smallest
+    check_rotary(dtype, 9, 16, 128, 512, 64, interleaved, true, 12);     // q_out aliases q_pe
+    check_rotary(dtype, 1, 1, 0, 16, 2, interleaved, false, 13);         // smallest
   }
 }
 
@@ -477,11 +478,15 @@ TEST_P(MlaGpuTest, GraphCaptureReplaysWithChangedLengths) {
     Tensor table_h = Tensor::from_i32(table, {num_reqs, width});
     Tensor cache_h = random_tensor({num_blocks, bs, row}, 60 + replay, dtype);
     Tensor q_h = random_tensor({num_reqs, heads, row}, 70 + replay, dtype, -2.f, 2.f);
-    for (auto [dst, src] : {std::pair<Tensor*, Tensor*>{&qsl_d, &qsl_h}, {&seq_d, &seq_h}, {&table_d, &table_h},
-                            {&cache_d, &cache_h}, {&q_d, &q_h}}) {
+    for (auto [dst, src] : {std::pair<Tensor*, Tensor*>{&qsl_d, &qsl_h},
+                            {&seq_d, &seq_h},
+                            {&table_d, &table_h},
+                            {&cache_d, &cache_h},
+                            {&q_d, &q_h}}) {
       ASSERT_EQ(cudaMemcpy(dst->raw_data(), src->raw_data(), src->nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
     }
     ASSERT_EQ(cudaMemset(out_d.raw_data(), 0xff, out_d.nbytes()), cudaSuccess);
+    sync_device();  // pageable copies may still be in flight on return; the graph's stream does not wait for them
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     ops::AttentionMetadata ref_md = md;
@@ -501,7 +506,9 @@ TEST_P(MlaGpuTest, GraphCaptureReplaysWithChangedLengths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, MlaGpuTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
-                         [](const ::testing::TestParamInfo<DType>& info) { return gpu_testing::dtype_str(info.param); });
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return gpu_testing::dtype_str(info.param);
+                         });
 
 }  // namespace
 

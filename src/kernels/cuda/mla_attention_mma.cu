@@ -27,20 +27,20 @@ constexpr int kTileKeys = 32;
 // +16 bytes per shared row (1168 bytes, an odd number of 16-byte chunks): the 8 rows of an ldmatrix hit distinct
 // banks.
 constexpr int kRowStride = kD + 8;
-constexpr int kChunksPerRow = kD / 8;       // 16-byte chunks of one cache row
-constexpr int kSteps = kD / 16;             // k16 steps of one score
-constexpr int kColsPerWarp = kL / kWarps;   // 32 output columns per warp: 4 n8 tiles
-constexpr int kSStride = kTileKeys + 8;     // f32 partial-score rows: float2 stores of a half-warp in distinct banks
-constexpr int kPStride = kTileKeys + 8;     // 16-bit probability rows (80 bytes): conflict-free ldmatrix
-constexpr int kMaxSplits = 32;              // the combine's lanes
-constexpr int kMinKeysPerSplit = 64;        // two tiles
+constexpr int kChunksPerRow = kD / 8;      // 16-byte chunks of one cache row
+constexpr int kSteps = kD / 16;            // k16 steps of one score
+constexpr int kColsPerWarp = kL / kWarps;  // 32 output columns per warp: 4 n8 tiles
+constexpr int kSStride = kTileKeys + 8;    // f32 partial-score rows: float2 stores of a half-warp in distinct banks
+constexpr int kPStride = kTileKeys + 8;    // 16-bit probability rows (80 bytes): conflict-free ldmatrix
+constexpr int kMaxSplits = 32;             // the combine's lanes
+constexpr int kMinKeysPerSplit = 64;       // two tiles
 static_assert(kColsPerWarp == 32, "the PV loop covers 4 n8 tiles per warp");
 
 // MT 16-head mma tiles per CTA.
 template <int MT>
 struct MlaShape {
   static constexpr int kHeads = 16 * MT;
-  static constexpr int kDSplit = kWarps / MT;  // warps sharing one head tile's scores, each over a slice of D
+  static constexpr int kDSplit = kWarps / MT;     // warps sharing one head tile's scores, each over a slice of D
   static constexpr int kTpr = kThreads / kHeads;  // softmax threads per head
   static constexpr int kCpt = kTileKeys / kTpr;   // softmax keys per thread
   static constexpr int kQBytes = kHeads * kRowStride * 2;
@@ -56,9 +56,9 @@ template <typename T, int MT>
 __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttentionParams p) {
   using S = MlaShape<MT>;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sm_q = reinterpret_cast<T*>(smem);                                  // [kHeads][kRowStride]
-  T* sm_k = reinterpret_cast<T*>(smem + S::kQBytes);                     // [2][kTileKeys][kRowStride]
-  float* sm_s = reinterpret_cast<float*>(smem + S::kQBytes + S::kKBytes);  // [kWarps][16][kSStride]
+  T* sm_q = reinterpret_cast<T*>(smem);                                         // [kHeads][kRowStride]
+  T* sm_k = reinterpret_cast<T*>(smem + S::kQBytes);                            // [2][kTileKeys][kRowStride]
+  float* sm_s = reinterpret_cast<float*>(smem + S::kQBytes + S::kKBytes);       // [kWarps][16][kSStride]
   T* sm_p = reinterpret_cast<T*>(smem + S::kQBytes + S::kKBytes + S::kSBytes);  // [kHeads][kPStride]
   float* sm_alpha = reinterpret_cast<float*>(smem + S::kQBytes + S::kKBytes + S::kSBytes + S::kPBytes);
   float* sm_m = sm_alpha + S::kHeads;

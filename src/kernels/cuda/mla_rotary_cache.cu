@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(kThreads) mla_rotary_cache_kernel(const MlaRot
   for (int d = threadIdx.x; d < a.latent_dim; d += kThreads) cache_row[d] = c_src[d];
 }
 
-void mla_rotary_and_cache(const Tensor& positions, const Tensor& q_pe, Tensor& q_out, Tensor& k_pe,
-                          const Tensor& kv_c, const Tensor& cos_sin_cache, int64_t interleaved, Tensor& latent_cache,
+void mla_rotary_and_cache(const Tensor& positions, const Tensor& q_pe, Tensor& q_out, Tensor& k_pe, const Tensor& kv_c,
+                          const Tensor& cos_sin_cache, int64_t interleaved, Tensor& latent_cache,
                           const Tensor& slot_mapping) {
   const int64_t n = positions.size(0);
   if (n == 0) return;
