@@ -1,10 +1,10 @@
-// `mla_gpu_test --bench`: MLA decode attention at DeepSeek-V3's shape (128 heads, L 512, R 64, bf16, block 16) at
-// 4k context for batch 1, 16 and 64, each row beside its bandwidth floor (the latent rows read once, at the device
-// copy bandwidth measured in the same run) and with its tensor-core FLOP rate (QK^T over 576 and PV over 512 columns
-// per head and row: ~242 FLOP per cache byte at 128 heads, near the H200's tensor-core / bandwidth balance, so both
-// columns matter); both head groupings of the kernel, split-K on and off. Then a 2048-token prefill beside the
-// bf16 matmul rate of the same run. Each decode call reads a different slice of a >= 512 MB cache so L2 never holds
-// it; times are means of back-to-back calls with CUDA events.
+// `mla_gpu_test --bench`: MLA decode attention at DeepSeek-V3's shape (128 heads, L 512, R 64, bf16, block 16; and
+// 16 heads, V3 under tensor parallel 8) at 4k context for batch 1, 16 and 64, each row beside its bandwidth floor (the
+// latent rows read once, at the device copy bandwidth measured in the same run) and with its tensor-core FLOP rate
+// (QK^T over 576 and PV over 512 columns per head and row: ~242 FLOP per cache byte at 128 heads, near the H200's
+// tensor-core / bandwidth balance, so both columns matter); both head groupings of the kernel, split-K on and off. Then
+// a 2048-token prefill beside the bf16 matmul rate of the same run. Each decode call reads a different slice of a >=
+// 512 MB cache so L2 never holds it; times are means of back-to-back calls with CUDA events.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -22,7 +22,7 @@ namespace {
 
 #define BENCH_CHECK(x) CHECK((x) == cudaSuccess) << #x << ": " << cudaGetErrorString(cudaGetLastError())
 
-constexpr int kHeads = 128, kLatent = 512, kRope = 64, kRow = kLatent + kRope, kBlock = 16;
+constexpr int kPrefillHeads = 128, kLatent = 512, kRope = 64, kRow = kLatent + kRope, kBlock = 16;
 
 // Device-to-device copy of 1 GiB: (read + write) bytes per second.
 double copy_bandwidth_gbs() {
@@ -56,7 +56,7 @@ struct DecodeRow {
   double us, cache_bytes, flops;
 };
 
-DecodeRow bench_decode(int batch, int ctx, int heads_per_cta, bool split) {
+DecodeRow bench_decode(int heads, int batch, int ctx, int heads_per_cta, bool split) {
   const int blocks_per_seq = (ctx + kBlock - 1) / kBlock;
   const double cache_bytes = static_cast<double>(batch) * ctx * kRow * 2;
   const int sets = std::max(2, static_cast<int>(512e6 / cache_bytes));  // consecutive calls never share L2 data
@@ -77,11 +77,11 @@ DecodeRow bench_decode(int batch, int ctx, int heads_per_cta, bool split) {
   md.max_query_len = 1;
   md.max_seq_len = ctx;
   if (split) {
-    const int64_t elems = ops::paged_attention_workspace_elems(batch, kHeads, kLatent, ctx);
+    const int64_t elems = ops::paged_attention_workspace_elems(batch, heads, kLatent, ctx);
     if (elems > 0) md.workspace = Tensor::zeros({elems}, DType::kF32, Device::cuda());  // counters start at 0
   }
-  Tensor q = gpu_testing::to_device(testing::random_tensor({batch, kHeads, kRow}, 6, DType::kBF16, -2.f, 2.f));
-  Tensor out = Tensor::empty({batch, kHeads, kLatent}, DType::kBF16, Device::cuda());
+  Tensor q = gpu_testing::to_device(testing::random_tensor({batch, heads, kRow}, 6, DType::kBF16, -2.f, 2.f));
+  Tensor out = Tensor::empty({batch, heads, kLatent}, DType::kBF16, Device::cuda());
   cuda::set_mla_heads_per_cta(heads_per_cta);
   const float scale = 1.f / std::sqrt(192.f);
   const double us = gpu_testing::mean_call_us(
@@ -91,7 +91,7 @@ DecodeRow bench_decode(int batch, int ctx, int heads_per_cta, bool split) {
       },
       50);
   cuda::set_mla_heads_per_cta(0);
-  const double flops = 2.0 * batch * ctx * kHeads * (kRow + kLatent);
+  const double flops = 2.0 * batch * ctx * heads * (kRow + kLatent);
   return {us, cache_bytes, flops};
 }
 
@@ -108,8 +108,8 @@ double bench_prefill(int len, int heads_per_cta) {
   md.num_reqs = 1;
   md.max_query_len = len;
   md.max_seq_len = len;
-  Tensor q = gpu_testing::to_device(testing::random_tensor({len, kHeads, kRow}, 9, DType::kBF16, -2.f, 2.f));
-  Tensor out = Tensor::empty({len, kHeads, kLatent}, DType::kBF16, Device::cuda());
+  Tensor q = gpu_testing::to_device(testing::random_tensor({len, kPrefillHeads, kRow}, 9, DType::kBF16, -2.f, 2.f));
+  Tensor out = Tensor::empty({len, kPrefillHeads, kLatent}, DType::kBF16, Device::cuda());
   cuda::set_mla_heads_per_cta(heads_per_cta);
   const double us =
       gpu_testing::mean_call_us([&](int) { ops::mla_attention(out, q, cache, md, 1.f / std::sqrt(192.f)); }, 5);
@@ -138,24 +138,28 @@ int run_bench() {
   std::printf("copy bandwidth (D2D 1 GiB, read + write): %.0f GB/s\n", copy);
   std::printf("matmul rate (ops::linear / cuBLASLt, bf16, 8192^3, random data): %.0f TFLOP/s\n\n", matmul);
   std::printf(
-      "MLA decode attention, DeepSeek-V3 shape (128 heads, L 512, R 64), bf16, block %d, context 4096;\n"
-      "floor = latent rows read once / copy bandwidth; FLOP = 2 x heads x rows x (576 + 512)\n",
+      "MLA decode attention, DeepSeek-V3 rows (L 512, R 64), bf16, block %d, context 4096: 128 heads (one GPU) and 16\n"
+      "(tensor parallel 8: ~30 FLOP per byte, bandwidth-bound); floor = latent rows read once / copy bandwidth;\n"
+      "FLOP = 2 x heads x rows x (576 + 512)\n",
       kBlock);
   std::printf(
-      "| batch | heads / CTA | split-K | us / call | cache MB | floor us | GB/s | of floor | TFLOP/s | of matmul |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n");
+      "| heads | batch | heads / CTA | split-K | us / call | cache MB | floor us | GB/s | of floor | TFLOP/s | of "
+      "matmul "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct Spec {
-    int batch, heads_per_cta;
+    int heads, batch, heads_per_cta;
     bool split;
   };
-  const Spec specs[] = {{1, 64, true},   {1, 16, true},  {1, 64, false}, {16, 64, true}, {16, 16, true},
-                        {16, 64, false}, {64, 64, true}, {64, 16, true}, {64, 64, false}};
+  const Spec specs[] = {{128, 1, 64, true},   {128, 1, 16, true},   {128, 1, 64, false}, {128, 16, 64, true},
+                        {128, 16, 16, true},  {128, 16, 64, false}, {128, 64, 64, true}, {128, 64, 16, true},
+                        {128, 64, 64, false}, {16, 1, 16, true},    {16, 16, 16, true},  {16, 64, 16, true},
+                        {16, 64, 16, false}};
   for (const Spec& sp : specs) {
-    const DecodeRow r = bench_decode(sp.batch, 4096, sp.heads_per_cta, sp.split);
+    const DecodeRow r = bench_decode(sp.heads, sp.batch, 4096, sp.heads_per_cta, sp.split);
     const double floor_us = r.cache_bytes / copy * 1e-3, tflops = r.flops / r.us * 1e-6;
-    std::printf("| %d | %d | %s | %.1f | %.1f | %.1f | %.0f | %.0f%% | %.0f | %.0f%% |\n", sp.batch, sp.heads_per_cta,
-                sp.split ? "yes" : "no", r.us, r.cache_bytes * 1e-6, floor_us, r.cache_bytes / r.us * 1e-3,
-                100.0 * floor_us / r.us, tflops, 100.0 * tflops / matmul);
+    std::printf("| %d | %d | %d | %s | %.1f | %.1f | %.1f | %.0f | %.0f%% | %.0f | %.0f%% |\n", sp.heads, sp.batch,
+                sp.heads_per_cta, sp.split ? "yes" : "no", r.us, r.cache_bytes * 1e-6, floor_us,
+                r.cache_bytes / r.us * 1e-3, 100.0 * floor_us / r.us, tflops, 100.0 * tflops / matmul);
   }
   std::printf(
       "\nMLA prefill attention (one causal 2048-token prompt, empty context), 128 heads, bf16; every token is its\n"
@@ -164,7 +168,7 @@ int run_bench() {
   for (int hpc : {64, 16}) {
     const int len = 2048;
     const double us = bench_prefill(len, hpc);
-    const double flops = 2.0 * kHeads * (kRow + kLatent) * len * (len + 1.0) / 2;
+    const double flops = 2.0 * kPrefillHeads * (kRow + kLatent) * len * (len + 1.0) / 2;
     std::printf("| %d | %d | %.0f | %.0f | %.0f%% |\n", len, hpc, us, flops / us * 1e-6,
                 100.0 * flops / us * 1e-6 / matmul);
   }

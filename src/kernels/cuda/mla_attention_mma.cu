@@ -65,7 +65,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
   float* sm_l = sm_m + S::kHeads;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int t = blockIdx.x, group = blockIdx.y, split = blockIdx.z, num_splits = gridDim.z;
+  // x: (token, head group), the groups of a token adjacent so that they run together and share the rows in L2.
+  const int num_groups = (p.num_heads + S::kHeads - 1) / S::kHeads;
+  const int t = blockIdx.x / num_groups, group = blockIdx.x % num_groups, split = blockIdx.y, num_splits = gridDim.y;
   const int head0 = group * S::kHeads;
   const int gh = min(S::kHeads, p.num_heads - head0);
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.out_row_stride + static_cast<int64_t>(head0) * kL;
@@ -284,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
   __threadfence();  // this thread's partial is visible device-wide before the counter moves
   __syncthreads();
   if (tid == 0) {
-    int* counter = reinterpret_cast<int*>(p.workspace) + t * gridDim.y + group;
+    int* counter = reinterpret_cast<int*>(p.workspace) + blockIdx.x;
     const bool last = atomicAdd(counter, 1) == num_splits - 1;
     if (last) atomicExch(counter, 0);  // every split has arrived: ready for the next call (graph replays too)
     sm_last = last;
@@ -339,7 +341,7 @@ void launch(const MlaAttentionParams& p, cudaStream_t stream) {
   CHECK(attr_set) << "mla_mma_kernel: cannot get " << kSmem << " bytes of shared memory";
   const int groups = (p.num_heads + MlaShape<MT>::kHeads - 1) / MlaShape<MT>::kHeads;
   const int splits = choose_splits(p, p.num_tokens * groups);
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(groups), static_cast<unsigned>(splits));
+  const dim3 grid(static_cast<unsigned>(p.num_tokens * groups), static_cast<unsigned>(splits));
   mla_mma_kernel<T, MT><<<grid, kThreads, kSmem, stream>>>(p);
   check_launch("mla_mma_kernel");
 }
@@ -347,8 +349,13 @@ void launch(const MlaAttentionParams& p, cudaStream_t stream) {
 template <typename T>
 void launch_heads(const MlaAttentionParams& p, int heads_per_cta, cudaStream_t stream) {
   // 64 heads per CTA read each cache tile once for 64 heads (H = 128: two CTAs per token); 16 for up to 16 heads
-  // (DeepSeek under 8-way tensor parallelism, the test shapes), where 64 would leave most of the mma rows idle.
-  if (heads_per_cta == 0) heads_per_cta = p.num_heads <= 16 ? 16 : 64;
+  // (DeepSeek under 8-way tensor parallelism, the test shapes), where 64 would leave most of the mma rows idle, and
+  // for batches too small to fill the GPU with 64-head CTAs even at the most splits (batch 1 at 128 heads: 64 CTAs
+  // of 64 heads vs 128 of 16). `mla_gpu_test --bench` times both groupings.
+  if (heads_per_cta == 0) {
+    const int64_t wide_ctas = static_cast<int64_t>(p.num_tokens) * ((p.num_heads + 63) / 64) * kMaxSplits;
+    heads_per_cta = p.num_heads <= 16 || (p.workspace != nullptr && wide_ctas < num_sms()) ? 16 : 64;
+  }
   if (heads_per_cta == 16) return launch<T, 1>(p, stream);
   launch<T, 4>(p, stream);
 }
