@@ -1,7 +1,7 @@
 // Multi-head latent attention on tensor cores for DeepSeek's rows (L = 512 latent + R = 64 rope values), bf16 / f16.
 // All heads of a token attend over the same latent row per cached token, so a CTA owns one query token and a group
 // of 16 or 64 heads (the mma M dimension) and streams 32-row tiles of the cache into shared memory once for all of
-// them (cp.async, double-buffered). Per tile: QK^T on mma.sync m16n8k16 (16 warps: each 16-head tile's scores are
+// them (cp.async, 2 or 3 stages). Per tile: QK^T on mma.sync m16n8k16 (16 warps: each 16-head tile's scores are
 // split over the row's 576 columns, partial scores summed through shared memory), an online softmax in the exp2
 // domain, then PV with the output accumulator split across the warps over L (32 columns each). Few CTAs (small
 // batches, long contexts): split-K over the context, with partials and arrival counters in the workspace as
@@ -44,7 +44,10 @@ struct MlaShape {
   static constexpr int kTpr = kThreads / kHeads;  // softmax threads per head
   static constexpr int kCpt = kTileKeys / kTpr;   // softmax keys per thread
   static constexpr int kQBytes = kHeads * kRowStride * 2;
-  static constexpr int kKBytes = 2 * kTileKeys * kRowStride * 2;
+  // Cache tiles in flight: 16-head CTAs are bandwidth-bound (~30 FLOP per byte), so they keep two tiles loading
+  // while one is computed; 64-head CTAs (compute-bound) have room for one only (227 KB of shared memory).
+  static constexpr int kStages = MT == 1 ? 3 : 2;
+  static constexpr int kKBytes = kStages * kTileKeys * kRowStride * 2;
   static constexpr int kSBytes = kWarps * 16 * kSStride * 4;
   static constexpr int kPBytes = kHeads * kPStride * 2;
   static constexpr int kSmemBytes = kQBytes + kKBytes + kSBytes + kPBytes + 3 * kHeads * 4;  // + alpha, m, l
@@ -113,8 +116,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
       cp_async16(sm_q + row * kRowStride + col, valid ? query + row * kD + col : query, valid);
     }
   }
-  if (num_tiles > 0) load_tile(0, 0);
-  cp_async_commit();
+  // Prologue: the query and tiles 0 .. kStages - 2, one commit group each (empty groups past the last tile).
+#pragma unroll
+  for (int st = 0; st < S::kStages - 1; ++st) {
+    if (st < num_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
 
   // Scores: warp -> (16-head tile smt, D slice dq); softmax: thread -> (head sh, keys part * kCpt ...).
   const int smt = warp / S::kDSplit, dq = warp % S::kDSplit;
@@ -131,11 +138,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
       for (int x = 0; x < 4; ++x) acc[mt][nt][x] = 0.f;
 
   for (int i = 0; i < num_tiles; ++i) {
-    cp_async_wait<0>();
+    cp_async_wait<S::kStages - 2>();  // this thread's copies of tile i (group i) have landed
     __syncthreads();  // tile i is in for every thread; every warp is done with tile i - 1 (its buffer is free)
-    if (i + 1 < num_tiles) load_tile(i + 1, (i + 1) & 1);
+    const int ahead = i + S::kStages - 1;  // refills the buffer of tile i - 1
+    if (ahead < num_tiles) load_tile(ahead, ahead % S::kStages);
     cp_async_commit();
-    const T* kt = sm_k + (i & 1) * kTileKeys * kRowStride;
+    const T* kt = sm_k + (i % S::kStages) * kTileKeys * kRowStride;
 
     // Partial scores of 16 heads x 32 keys over this warp's slice of the row.
     {
@@ -234,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
       }
     }
   }
-  cp_async_wait<0>();  // no tile at all: the query copies may still be in flight
+  cp_async_wait<0>();  // only empty groups, or the query's copies when there was no tile, can be pending
   if (part == 0) {
     sm_m[sh] = m_run;
     sm_l[sh] = l_run;
