@@ -385,6 +385,24 @@ TEST_P(MlaGpuTest, DeepSeekDimsDecodePrefillMixed) {
   }
 }
 
+// Short contexts on every head grouping (1 to 3 tiles, split-K over them, a prefill chunk): small enough for
+// compute-sanitizer's racecheck (scripts/gpu-check --sanitize).
+TEST_P(MlaGpuTest, ShortContextsEveryGrouping) {
+  for (int heads : {16, 128}) {
+    for (int grouping : {16, 64}) {
+      Case c;
+      c.name = "short";
+      c.dtype = GetParam();
+      c.num_heads = heads;
+      c.heads_per_cta = grouping;
+      c.seed = 500 + heads + grouping;
+      c.reqs = {{0, 1}, {40, 1}, {95, 1}, {3, 5}};
+      c.pad_tokens = 1;
+      run_case(c);
+    }
+  }
+}
+
 // Contexts from 1 to 5000 (single-row contexts, block boundaries, tile boundaries, long splits) with and without the
 // workspace, without hints (max_seq_len 0: split-K sized by the SM count alone), block sizes 16 and 64.
 TEST_P(MlaGpuTest, ContextLengthsSplitKAndWorkspace) {

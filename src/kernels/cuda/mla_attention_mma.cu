@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
   using S = MlaShape<MT>;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sm_q = reinterpret_cast<T*>(smem);                                         // [kHeads][kRowStride]
-  T* sm_k = reinterpret_cast<T*>(smem + S::kQBytes);                            // [2][kTileKeys][kRowStride]
+  T* sm_k = reinterpret_cast<T*>(smem + S::kQBytes);                            // [kStages][kTileKeys][kRowStride]
   float* sm_s = reinterpret_cast<float*>(smem + S::kQBytes + S::kKBytes);       // [kWarps][16][kSStride]
   T* sm_p = reinterpret_cast<T*>(smem + S::kQBytes + S::kKBytes + S::kSBytes);  // [kHeads][kPStride]
   float* sm_alpha = reinterpret_cast<float*>(smem + S::kQBytes + S::kKBytes + S::kSBytes + S::kPBytes);
