@@ -467,8 +467,8 @@ Status parse_deepseek_v3(const json& config, ModelConfig* cfg) {
                             "; expert parallelism is not implemented (only 1 is supported)");
   }
   if (mtp_layers < 0) return invalid_argument("field 'num_nextn_predict_layers' must be non-negative");
-  if (moe.first_k_dense_replace < 0 || moe.first_k_dense_replace > cfg->num_hidden_layers) {
-    return invalid_argument("field 'first_k_dense_replace' must be in [0, num_hidden_layers], got " +
+  if (moe.first_k_dense_replace < 0) {  // >= num_hidden_layers: every layer dense, as in transformers
+    return invalid_argument("field 'first_k_dense_replace' must be non-negative, got " +
                             std::to_string(moe.first_k_dense_replace));
   }
   if (n_shared_experts < 0 || n_shared_experts > 64) {
