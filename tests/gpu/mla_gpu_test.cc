@@ -447,35 +447,46 @@ TEST_P(MlaGpuTest, OneWorkspaceManyCalls) {
   }
 }
 
-// A CUDA graph captured around the rotary + cache write and the attention replays with new lengths, block tables
-// and contents in the same (persistent) buffers, as the runner's FULL graphs do, and matches the CPU each time.
+// A CUDA graph captured around one decode step's rotary + latent-cache write and attention replays with new lengths,
+// positions, slots, block tables and contents in the same (persistent) buffers, as the runner's FULL graphs do, and
+// matches the CPU ops run on the same inputs each time.
 TEST_P(MlaGpuTest, GraphCaptureReplaysWithChangedLengths) {
   const DType dtype = GetParam();
   const int heads = 16, latent = 512, rope = 64, row = latent + rope, bs = 16, num_reqs = 4, width = 320;
-  const int num_blocks = num_reqs * width;
+  const int num_blocks = num_reqs * width, max_position = width * bs;
   const float scale = 1.f / std::sqrt(192.f);
   // Persistent device buffers (the graph bakes their addresses in).
   Tensor qsl_d = to_device(Tensor::from_i32(std::vector<int32_t>(num_reqs + 1, 0), {num_reqs + 1}));
   Tensor seq_d = to_device(Tensor::from_i32(std::vector<int32_t>(num_reqs, 0), {num_reqs}));
   Tensor table_d = to_device(Tensor::from_i32(std::vector<int32_t>(num_reqs * width, 0), {num_reqs, width}));
-  Tensor q_d = poisoned_device({num_reqs, heads, row}, dtype);
+  Tensor pos_d = to_device(Tensor::from_i64(std::vector<int64_t>(num_reqs, 0), {num_reqs}));
+  Tensor slots_d = to_device(Tensor::from_i64(std::vector<int64_t>(num_reqs, -1), {num_reqs}));
+  Tensor cs_d = to_device(cos_sin_cache(max_position, rope, 10000.0));
+  Tensor q_full_d = poisoned_device({num_reqs, heads, row}, dtype);  // [W_UK^T q_nope, rotated q_pe]
+  Tensor q_pe_d = poisoned_device({num_reqs, heads, rope}, dtype);
+  Tensor kv_d = poisoned_device({num_reqs, row}, dtype);  // [kv_c, k_pe]
   Tensor out_d = poisoned_device({num_reqs, heads, latent}, dtype);
   Tensor cache_d = poisoned_device({num_blocks, bs, row}, dtype);
   ops::AttentionMetadata md;
   md.query_start_loc = qsl_d;
   md.seq_lens = seq_d;
   md.block_table = table_d;
+  md.slot_mapping = slots_d;
   md.num_reqs = num_reqs;
   md.num_decode_tokens = num_reqs;
   md.max_query_len = 1;
-  md.max_seq_len = width * bs;  // max_model_len, as under graphs
-  md.workspace = workspace_device(ops::paged_attention_workspace_elems(num_reqs, heads, latent, width * bs));
+  md.max_seq_len = max_position;  // max_model_len, as under graphs
+  md.workspace = workspace_device(ops::paged_attention_workspace_elems(num_reqs, heads, latent, max_position));
 
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cuda::StreamGuard guard(stream);
-  auto step = [&] { ops::mla_attention(out_d, q_d, cache_d, md, scale); };
-  step();  // warm-up outside the capture (shared-memory attributes)
+  auto step = [&] {
+    Tensor q_rot = q_full_d.slice(2, latent, row), k_pe = kv_d.slice(1, latent, row);
+    ops::mla_rotary_and_cache(pos_d, q_pe_d, q_rot, k_pe, kv_d.slice(1, 0, latent), cs_d, 1, cache_d, slots_d);
+    ops::mla_attention(out_d, q_full_d, cache_d, md, scale);
+  };
+  step();  // warm-up outside the capture (shared-memory attributes); every slot is -1, every token padding
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
@@ -484,39 +495,60 @@ TEST_P(MlaGpuTest, GraphCaptureReplaysWithChangedLengths) {
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
 
+  const Tensor cs_h = cos_sin_cache(max_position, rope, 10000.0);
   std::mt19937 rng(51);
   for (int replay = 0; replay < 4; ++replay) {
-    // New lengths, a new shuffled block table and new contents in the same buffers.
+    // New lengths, a new shuffled block table, the decode tokens' positions and slots, and new contents.
     std::vector<int32_t> qsl(num_reqs + 1), seq(num_reqs), table(num_reqs * width);
+    std::vector<int64_t> pos(num_reqs), slots(num_reqs);
     std::iota(qsl.begin(), qsl.end(), 0);
-    for (int r = 0; r < num_reqs; ++r) seq[r] = 1 + static_cast<int>(rng() % (width * bs - 1));
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
+    for (int r = 0; r < num_reqs; ++r) {
+      seq[r] = 1 + static_cast<int>(rng() % (max_position - 1));
+      pos[r] = seq[r] - 1;
+      slots[r] = static_cast<int64_t>(table[r * width + pos[r] / bs]) * bs + pos[r] % bs;
+    }
     Tensor qsl_h = Tensor::from_i32(qsl, {num_reqs + 1}), seq_h = Tensor::from_i32(seq, {num_reqs});
     Tensor table_h = Tensor::from_i32(table, {num_reqs, width});
+    Tensor pos_h = Tensor::from_i64(pos, {num_reqs}), slots_h = Tensor::from_i64(slots, {num_reqs});
     Tensor cache_h = random_tensor({num_blocks, bs, row}, 60 + replay, dtype);
-    Tensor q_h = random_tensor({num_reqs, heads, row}, 70 + replay, dtype, -2.f, 2.f);
+    Tensor q_full_h = random_tensor({num_reqs, heads, row}, 70 + replay, dtype, -2.f, 2.f);
+    Tensor q_pe_h = random_tensor({num_reqs, heads, rope}, 80 + replay, dtype, -2.f, 2.f);
+    Tensor kv_h = random_tensor({num_reqs, row}, 90 + replay, dtype, -2.f, 2.f);
     for (auto [dst, src] : {std::pair<Tensor*, Tensor*>{&qsl_d, &qsl_h},
                             {&seq_d, &seq_h},
                             {&table_d, &table_h},
+                            {&pos_d, &pos_h},
+                            {&slots_d, &slots_h},
                             {&cache_d, &cache_h},
-                            {&q_d, &q_h}}) {
+                            {&q_full_d, &q_full_h},
+                            {&q_pe_d, &q_pe_h},
+                            {&kv_d, &kv_h}}) {
       ASSERT_EQ(cudaMemcpy(dst->raw_data(), src->raw_data(), src->nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
     }
     ASSERT_EQ(cudaMemset(out_d.raw_data(), 0xff, out_d.nbytes()), cudaSuccess);
     sync_device();  // pageable copies may still be in flight on return; the graph's stream does not wait for them
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+
+    // The same step on the CPU in f32.
+    Tensor q_full_f = q_full_h.to(DType::kF32), kv_f = kv_h.to(DType::kF32), cache_f = cache_h.to(DType::kF32);
+    Tensor q_rot_f = q_full_f.slice(2, latent, row), k_pe_f = kv_f.slice(1, latent, row);
+    ops::mla_rotary_and_cache(pos_h, q_pe_h.to(DType::kF32), q_rot_f, k_pe_f, kv_f.slice(1, 0, latent), cs_h, 1,
+                              cache_f, slots_h);
     ops::AttentionMetadata ref_md = md;
     ref_md.query_start_loc = qsl_h;
     ref_md.seq_lens = seq_h;
     ref_md.block_table = table_h;
+    ref_md.slot_mapping = slots_h;
     ref_md.workspace = Tensor();
     Tensor ref = Tensor::empty({num_reqs, heads, latent}, DType::kF32);
-    ops::mla_attention(ref, q_h.to(DType::kF32), cache_h.to(DType::kF32), ref_md, scale);
-    std::string lens;
-    for (int s : seq) lens += " " + std::to_string(s);
-    expect_matches(to_host(out_d), ref, tolerance(dtype), "graph replay " + std::to_string(replay) + " lengths" + lens);
+    ops::mla_attention(ref, q_full_f, cache_f, ref_md, scale);
+    std::string what = "graph replay " + std::to_string(replay) + " lengths";
+    for (int s : seq) what += ' ' + std::to_string(s);
+    expect_matches(to_host(out_d), ref, tolerance(dtype), what);
+    expect_matches(to_host(cache_d), cache_f, tolerance(dtype), what + " (cache)");
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
