@@ -361,8 +361,9 @@ void launch_heads(const MlaAttentionParams& p, int heads_per_cta, cudaStream_t s
   // for batches too small to fill the GPU with 64-head CTAs even at the most splits (batch 1 at 128 heads: 64 CTAs
   // of 64 heads vs 128 of 16). `mla_gpu_test --bench` times both groupings.
   if (heads_per_cta == 0) {
-    const int64_t wide_ctas = static_cast<int64_t>(p.num_tokens) * ((p.num_heads + 63) / 64) * kMaxSplits;
-    heads_per_cta = p.num_heads <= 16 || (p.workspace != nullptr && wide_ctas < num_sms()) ? 16 : 64;
+    const int64_t wide_ctas =
+        static_cast<int64_t>(p.num_tokens) * ((p.num_heads + 63) / 64) * (p.workspace != nullptr ? kMaxSplits : 1);
+    heads_per_cta = p.num_heads <= 16 || wide_ctas < num_sms() ? 16 : 64;
   }
   if (heads_per_cta == 16) return launch<T, 1>(p, stream);
   launch<T, 4>(p, stream);
