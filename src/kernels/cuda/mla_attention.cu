@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(kSimpleThreads) mla_simple_kernel(const MlaAtt
     }
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     const float m_new = fmaxf(m, s);
-    const float alpha = __expf(m - m_new), pr = __expf(s - m_new);  // m = -inf: alpha 0 (acc and l are 0)
+    // expf, not __expf: this is the f32 path, held to 1e-5 of the CPU (m = -inf: alpha 0; acc and l are 0).
+    const float alpha = expf(m - m_new), pr = expf(s - m_new);
     l = l * alpha + pr;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kSimpleThreads) mla_simple_kernel(const MlaAtt
     float sum = 0.f, lsum = 0.f;
     if (mx != -INFINITY) {  // no key at all (an empty context): zeros
       for (int w = 0; w < kSimpleWarps; ++w) {
-        const float wt = __expf(sm_m[w] - mx);
+        const float wt = expf(sm_m[w] - mx);
         sum += wt * sm_acc[w][d];
         lsum += wt * sm_l[w];
       }
