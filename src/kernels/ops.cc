@@ -439,6 +439,10 @@ void check_mla_attention(Tensor& out, const Tensor& query, const Tensor& latent_
   check_same_device(query, out, op);
   check_same_device(query, latent_cache, op);
   check_attention_metadata(metadata, query, op);
+  if (query.device().is_cpu()) return;
+  const int64_t latent = out.size(2), rope = query.size(2) - latent;
+  CHECK(latent % 16 == 0 && rope % 16 == 0 && latent + rope <= 1024)
+      << op << ": L " << latent << " and R " << rope << " must be multiples of 16 with L + R <= 1024 on cuda";
 }
 
 void check_log_softmax(Tensor& out, const Tensor& logits) {

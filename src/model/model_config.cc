@@ -430,6 +430,15 @@ Status parse_deepseek_v3(const json& config, ModelConfig* cfg) {
     return invalid_argument("field 'quantization_config': quantized " + cfg->architecture +
                             " checkpoints are not supported (bf16 / f32 weights only)");
   }
+  // transformers (yarn_apply_mscale) scales the softmax by mscale_all_dim for every non-default rope type, not only
+  // yarn (whose parse already read it).
+  if (cfg->rope_scaling.type != RopeType::kDefault && !cfg->rope_scaling.mscale_all_dim) {
+    ASSIGN_OR_RETURN(const json* rp, rope_object(config));
+    if (rp != nullptr) {
+      RETURN_IF_ERROR(
+          get_double(*rp, "mscale_all_dim", &cfg->rope_scaling.mscale_all_dim).with_context("rope_scaling"));
+    }
+  }
   cfg->head_dim = mla.qk_rope_head_dim;  // transformers' DeepseekV3Config: head_dim = qk_rope_head_dim (rotary)
   cfg->attention_qkv_bias = cfg->attention_out_bias = false;  // MLA's biases are mla.attention_bias
   cfg->mla = mla;

@@ -319,6 +319,12 @@ TEST(ModelConfig, DeepseekV3LatentAttentionAndGroupedRouting) {
   EXPECT_EQ(cfg->mla->q_lora_rank, 0);
   EXPECT_FALSE(cfg->mla->rope_interleave);
   EXPECT_NEAR(mla_softmax_scale(*cfg), 1.0 / std::sqrt(192.0), 1e-8);  // a float
+  // Linear rope with mscale_all_dim: transformers scales the softmax for any non-default rope type.
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}, {"mscale_all_dim", 0.5}};
+  cfg = parse_model_config(j);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const double linear_mscale = 0.1 * 0.5 * std::log(4.0) + 1.0;
+  EXPECT_NEAR(mla_softmax_scale(*cfg), linear_mscale * linear_mscale / std::sqrt(192.0), 1e-7);
 }
 
 TEST(ModelConfig, DeepseekV3RefusesWhatIsNotImplemented) {
