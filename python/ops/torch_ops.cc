@@ -57,7 +57,14 @@ Tensor view_of(const at::Tensor &t) {
   if (t.is_cuda()) device = Device::cuda(t.get_device());
   TORCH_CHECK(t.is_cpu() || t.is_cuda() || t.is_meta(), "llmserve ops: tensors must be on cpu, cuda or meta");
   Shape shape(t.sizes().begin(), t.sizes().end()), strides(t.strides().begin(), t.strides().end());
-  return Tensor::from_blob(data, shape, to_dtype(t), nullptr, device).as_strided(shape, strides);
+  // The blob spans the view's first to last element, so a strided view (a column slice, a transposed [H, T, D] view
+  // of a [T, H, D] activation) keeps its strides.
+  int64_t extent = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) extent = 0;
+    if (extent > 0) extent += (shape[i] - 1) * strides[i];
+  }
+  return Tensor::from_blob(data, {extent}, to_dtype(t), nullptr, device).as_strided(shape, strides);
 }
 
 // Reads the flattened schema arguments of one C++ parameter type off the IValue list, left to right.

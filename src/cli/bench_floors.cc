@@ -159,11 +159,27 @@ double feed_forward_params(const ModelConfig& c, int64_t layer, double experts) 
   const double h = c.hidden_size;
   if (!c.moe || !c.moe->is_sparse_layer(layer)) return 3 * h * c.intermediate_size;
   const MoeConfig& m = *c.moe;
-  const double shared = m.shared_expert_intermediate_size > 0 ? 3 * h * m.shared_expert_intermediate_size + h : 0;
+  // Qwen2-MoE's shared expert has a sigmoid gate (one more [1, h] row); DeepSeek's shared experts have none.
+  const double shared_gate = m.grouped_routing ? 0 : h;
+  const double shared =
+      m.shared_expert_intermediate_size > 0 ? 3 * h * m.shared_expert_intermediate_size + shared_gate : 0;
   return h * m.num_experts + experts * 3 * h * m.moe_intermediate_size + shared;
 }
 
+// Multi-head latent attention's projections: q (through the LoRA when q_lora_rank), kv_a, kv_b (run as its two
+// per-head halves W_UK^T and W_UV, the same parameters) and o.
+double mla_attention_params(const ModelConfig& c) {
+  const MlaConfig& m = *c.mla;
+  const double h = c.hidden_size, heads = c.num_attention_heads;
+  const double q_width = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+  const double q = m.q_lora_rank > 0 ? h * m.q_lora_rank + m.q_lora_rank * q_width : h * q_width;
+  const double kv_a = h * m.latent_size();
+  const double kv_b = heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank;
+  return q + kv_a + kv_b + heads * m.v_head_dim * h;
+}
+
 double attention_params(const ModelConfig& c) {
+  if (c.mla) return mla_attention_params(c);
   const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   return h * q + 2 * h * kv + q * h;
 }
@@ -217,8 +233,12 @@ double projection_bytes(const ModelConfig& c, double n, double k, DType weight_d
 double decode_weight_bytes(const ModelConfig& c, DType weight_dtype) {
   const double h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const double i = c.intermediate_size;
-  const double layer = projection_bytes(c, q + 2 * kv, h, weight_dtype) + projection_bytes(c, h, q, weight_dtype) +
-                       projection_bytes(c, 2 * i, h, weight_dtype) + projection_bytes(c, h, i, weight_dtype);
+  // MLA checkpoints are unquantized (model_config.cc refuses a quantization_config for them).
+  const double attention =
+      c.mla ? mla_attention_params(c) * dtype_size(weight_dtype)
+            : projection_bytes(c, q + 2 * kv, h, weight_dtype) + projection_bytes(c, h, q, weight_dtype);
+  const double layer =
+      attention + projection_bytes(c, 2 * i, h, weight_dtype) + projection_bytes(c, h, i, weight_dtype);
   return c.num_hidden_layers * layer + lm_head_params(c) * dtype_size(weight_dtype);
 }
 
@@ -233,11 +253,16 @@ double prefill_flops(const ModelConfig& c, int64_t num_seqs, int64_t tokens, int
     const std::optional<int64_t> window = c.sliding_window_for_layer(layer);
     for (int64_t i = 0; i < tokens; ++i) attended += static_cast<double>(window ? std::min(i + 1, *window) : i + 1);
   }
-  const double attention = 4.0 * q_dim * attended;  // QK^T and PV: 2 FLOPs per multiply-add each
+  // QK^T and PV: 2 FLOPs per multiply-add each. MLA (absorbed, as the engine runs every token): each head's query
+  // meets the L + R latent row and its output sums the row's L columns.
+  const double per_key =
+      c.mla ? 2.0 * c.num_attention_heads * (c.mla->latent_size() + c.mla->kv_lora_rank) : 4.0 * q_dim;
+  const double attention = per_key * attended;
   return num_seqs * (2.0 * layer_matmul_params(c) * tokens + attention) + 2.0 * lm_head_params(c) * logit_rows;
 }
 
 double kv_bytes_per_token(const ModelConfig& c, DType kv_dtype) {
+  if (c.mla) return static_cast<double>(c.num_hidden_layers) * c.mla->latent_size() * dtype_size(kv_dtype);
   return 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * dtype_size(kv_dtype);
 }
 

@@ -25,7 +25,8 @@ struct MeasuredRates {
 MeasuredRates measure_rates(Device device, DType weight_dtype, const ModelConfig& c, int64_t prefill_tokens);
 
 // Parameters of every transformer layer's projections (attention + MLP) one token goes through, and of the LM head.
-// A mixture-of-experts layer counts its router, its top-k experts and its shared expert (the active parameters).
+// A mixture-of-experts layer counts its router, its top-k experts and its shared expert (the active parameters);
+// multi-head latent attention its q (LoRA), kv_a, kv_b and o projections.
 double layer_matmul_params(const ModelConfig& c);
 double lm_head_params(const ModelConfig& c);
 // Parameters one token's forward multiplies: all projections and the LM head (embedding rows are gathered).
@@ -51,7 +52,8 @@ double step_weight_bytes(const ModelConfig& c, DType weight_dtype, int64_t token
 // only on `logit_rows` rows (the runner computes logits only where a token is sampled).
 double prefill_flops(const ModelConfig& c, int64_t num_seqs, int64_t tokens, int64_t logit_rows);
 
-// KV cache bytes per token (all layers, K and V) with `kv_dtype` entries.
+// KV cache bytes per token (all layers, K and V; multi-head latent attention: the one latent row of
+// kv_lora_rank + qk_rope_head_dim) with `kv_dtype` entries.
 double kv_bytes_per_token(const ModelConfig& c, DType kv_dtype);
 
 // A prefill's floor: the larger of its FLOPs at the GEMM rate and one read of the weights at the bandwidth

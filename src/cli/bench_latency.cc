@@ -1,6 +1,7 @@
 // `llmserve bench latency`: prefill and decode throughput of one batch through the engine's ModelRunner (CPU or
 // CUDA), each printed beside its physical floor measured on the same machine in the same run and the ratio
 // (bench_floors.h: the FLOPs actually executed, the weight-read floor where larger, the decode bytes).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -249,6 +250,15 @@ int run_latency(const std::vector<std::string>& args) {
         f.batch_size == 1 ? "exact at batch 1"
                           : "expected value for uniform independent routing, E (1 - (1 - k/E)^batch)",
         weight_bytes / 1e6);
+  }
+  if (c.mla) {
+    const MlaConfig& m = *c.mla;
+    std::printf(
+        "mla: latent KV cache of %lld values per token and layer (kv_lora_rank %lld + qk_rope_head_dim %lld, shared by "
+        "%lld heads) = %.1f KB per token; %lld dense layers (first_k_dense_replace) before the MoE ones\n",
+        static_cast<long long>(m.latent_size()), static_cast<long long>(m.kv_lora_rank),
+        static_cast<long long>(m.qk_rope_head_dim), static_cast<long long>(c.num_attention_heads), kv_bytes / 1e3,
+        static_cast<long long>(c.moe ? std::min(c.moe->first_k_dense_replace, c.num_hidden_layers) : 0));
   }
   const std::vector<int64_t> graph_sizes = runner.cuda_graph_sizes();
   std::printf("cuda graphs: %s\n", graph_sizes.empty() ? "none (eager)"

@@ -18,6 +18,7 @@ void for_each_op(F&& f) {
   f(add);
   f(rotary_embedding);
   f(linear);
+  f(batched_linear);
   f(dynamic_scaled_quantize);
   f(static_scaled_quantize);
   f(scaled_mm);
@@ -33,6 +34,8 @@ void for_each_op(F&& f) {
   f(reshape_and_cache);
   f(rotary_embedding_and_cache);
   f(paged_attention);
+  f(mla_rotary_and_cache);
+  f(mla_attention);
   f(log_softmax);
   f(top_k);
   f(argmax);

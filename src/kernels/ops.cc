@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <utility>
 
 #include "kernels/cpu/cpu_ops.h"  // row_numel
 
@@ -260,6 +261,36 @@ void check_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Te
       << op << ": query " << query.to_string() << ", key " << key.to_string() << " for head_dim " << head_dim;
 }
 
+// AttentionMetadata's tensors against the query (shapes, dtypes, devices); on CUDA also the counts, maxima and
+// workspace (the CPU kernels read only query_start_loc, seq_lens and block_table).
+void check_attention_metadata(const AttentionMetadata& md, const Tensor& query, const char* op) {
+  CHECK_GE(md.num_reqs, 0) << op << ": num_reqs";
+  check_contiguous(md.query_start_loc, op, "query_start_loc");
+  check_contiguous(md.seq_lens, op, "seq_lens");
+  check_rows(md.block_table, op, "block_table");
+  check_dtype(md.query_start_loc, DType::kI32, op, "query_start_loc");
+  check_dtype(md.seq_lens, DType::kI32, op, "seq_lens");
+  check_dtype(md.block_table, DType::kI32, op, "block_table");
+  CHECK(md.query_start_loc.dim() == 1 && md.query_start_loc.size(0) >= md.num_reqs + 1)
+      << op << ": query_start_loc " << md.query_start_loc.to_string() << " for " << md.num_reqs << " requests";
+  CHECK(md.seq_lens.dim() == 1 && md.seq_lens.size(0) >= md.num_reqs)
+      << op << ": seq_lens " << md.seq_lens.to_string() << " for " << md.num_reqs << " requests";
+  CHECK(md.block_table.dim() == 2 && md.block_table.size(0) >= md.num_reqs)
+      << op << ": block_table " << md.block_table.to_string() << " for " << md.num_reqs << " requests";
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&md.query_start_loc, &md.seq_lens, &md.block_table}) {
+    check_same_device(query, *t, op);
+  }
+  if (query.device().is_cpu()) return;  // the CPU kernels ignore the GPU hints and the workspace
+  CHECK(md.num_decode_tokens >= 0 && md.num_decode_tokens <= md.num_reqs && md.num_decode_tokens <= query.size(0))
+      << op << ": num_decode_tokens " << md.num_decode_tokens << " for " << md.num_reqs << " requests";
+  CHECK(md.max_query_len >= 0 && md.max_seq_len >= 0) << op << ": max_query_len / max_seq_len negative";
+  if (md.workspace.defined()) {
+    check_contiguous(md.workspace, op, "workspace");
+    check_dtype(md.workspace, DType::kF32, op, "workspace");
+    check_same_device(query, md.workspace, op);
+  }
+}
+
 void check_paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                            const AttentionMetadata& metadata, float scale, int64_t /*sliding_window*/) {
   constexpr const char* op = "paged_attention";
@@ -275,33 +306,143 @@ void check_paged_attention(Tensor& out, const Tensor& query, const Tensor& key_c
   check_dtype(query, key_cache.dtype(), op, "query");
   check_dtype(out, key_cache.dtype(), op, "out");
   CHECK(std::isfinite(scale)) << op << ": scale " << scale;
-  const AttentionMetadata& md = metadata;
-  CHECK_GE(md.num_reqs, 0) << op << ": num_reqs";
-  check_contiguous(md.query_start_loc, op, "query_start_loc");
-  check_contiguous(md.seq_lens, op, "seq_lens");
-  check_rows(md.block_table, op, "block_table");
-  check_dtype(md.query_start_loc, DType::kI32, op, "query_start_loc");
-  check_dtype(md.seq_lens, DType::kI32, op, "seq_lens");
-  check_dtype(md.block_table, DType::kI32, op, "block_table");
-  CHECK(md.query_start_loc.dim() == 1 && md.query_start_loc.size(0) >= md.num_reqs + 1)
-      << op << ": query_start_loc " << md.query_start_loc.to_string() << " for " << md.num_reqs << " requests";
-  CHECK(md.seq_lens.dim() == 1 && md.seq_lens.size(0) >= md.num_reqs)
-      << op << ": seq_lens " << md.seq_lens.to_string() << " for " << md.num_reqs << " requests";
-  CHECK(md.block_table.dim() == 2 && md.block_table.size(0) >= md.num_reqs)
-      << op << ": block_table " << md.block_table.to_string() << " for " << md.num_reqs << " requests";
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &key_cache, &value_cache, &md.query_start_loc,
-                                                              &md.seq_lens, &md.block_table}) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &key_cache, &value_cache}) {
     check_same_device(query, *t, op);
   }
-  if (query.device().is_cpu()) return;  // the CPU kernel ignores the GPU hints and the workspace
-  CHECK(md.num_decode_tokens >= 0 && md.num_decode_tokens <= md.num_reqs && md.num_decode_tokens <= query.size(0))
-      << op << ": num_decode_tokens " << md.num_decode_tokens << " for " << md.num_reqs << " requests";
-  CHECK(md.max_query_len >= 0 && md.max_seq_len >= 0) << op << ": max_query_len / max_seq_len negative";
-  if (md.workspace.defined()) {
-    check_contiguous(md.workspace, op, "workspace");
-    check_dtype(md.workspace, DType::kF32, op, "workspace");
-    check_same_device(query, md.workspace, op);
+  check_attention_metadata(metadata, query, op);
+}
+
+// ---- multi-head latent attention ----
+
+// A tensor whose last dimension is contiguous (the others any stride): MLA's per-head views.
+void check_last_dim_contiguous(const Tensor& t, int dims, const char* op, const char* name) {
+  CHECK(t.defined()) << op << ": " << name << " is undefined";
+  CHECK_EQ(t.dim(), dims) << op << ": " << name << " " << t.to_string() << " must have " << dims << " dimensions";
+  CHECK(t.size(dims - 1) <= 1 || t.stride(dims - 1) == 1)
+      << op << ": " << name << " " << t.to_string() << " must be contiguous in its last dimension";
+}
+
+// The latent cache [num_blocks, block_size, L + R]: contiguous; f32 on CPU; f32, f16 or bf16 on CUDA.
+void check_latent_cache(const Tensor& latent_cache, const char* op) {
+  check_contiguous(latent_cache, op, "latent_cache");
+  CHECK(latent_cache.dim() == 3 && latent_cache.size(1) > 0)
+      << op << ": latent_cache " << latent_cache.to_string() << " (want [num_blocks, block_size, L + R])";
+  if (latent_cache.device().is_cpu()) {
+    check_dtype(latent_cache, DType::kF32, op, "latent_cache");
+  } else {
+    check_float(latent_cache, op, "latent_cache");
   }
+}
+
+// Whether the byte ranges two views span (first to last element) overlap.
+bool spans_overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto span = [](const Tensor& t) {
+    int64_t last = 0;
+    for (int d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    const char* begin = static_cast<const char*>(t.raw_data());
+    return std::pair<const char*, const char*>{begin, begin + (last + 1) * dtype_size(t.dtype())};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+void check_batched_linear(Tensor& out, const Tensor& x, const Tensor& weight) {
+  constexpr const char* op = "batched_linear";
+  check_last_dim_contiguous(x, 3, op, "x");
+  check_last_dim_contiguous(out, 3, op, "out");
+  check_contiguous(weight, op, "weight");
+  CHECK_EQ(weight.dim(), 3) << op << ": weight " << weight.to_string() << " (want [B, n, k])";
+  CHECK(x.size(0) == weight.size(0) && x.size(2) == weight.size(2))
+      << op << ": x " << x.to_string() << " (want [B, m, k]) vs weight " << weight.to_string() << " (want [B, n, k])";
+  CHECK(out.size(0) == x.size(0) && out.size(1) == x.size(1) && out.size(2) == weight.size(1))
+      << op << ": out " << out.to_string() << " for x " << x.to_string() << ", weight " << weight.to_string()
+      << " (want [B, m, n])";
+  CHECK(!spans_overlap(out, x)) << op << ": out " << out.to_string() << " must not overlap x " << x.to_string();
+  check_same_device(x, out, op);
+  check_same_device(x, weight, op);
+  if (x.device().is_cpu()) {
+    check_dtype(x, DType::kF32, op, "x");
+    check_dtype(out, DType::kF32, op, "out");
+    check_f32_or_bf16(weight, op, "weight");
+    return;
+  }
+  check_float(x, op, "x");
+  check_dtype(weight, x.dtype(), op, "weight");
+  check_dtype(out, x.dtype(), op, "out");
+}
+
+void check_mla_rotary_and_cache(const Tensor& positions, const Tensor& q_pe, Tensor& q_out, Tensor& k_pe,
+                                const Tensor& kv_c, const Tensor& cos_sin_cache, int64_t interleaved,
+                                Tensor& latent_cache, const Tensor& slot_mapping) {
+  constexpr const char* op = "mla_rotary_and_cache";
+  check_contiguous(positions, op, "positions");
+  check_contiguous(slot_mapping, op, "slot_mapping");
+  check_contiguous(cos_sin_cache, op, "cos_sin_cache");
+  check_last_dim_contiguous(q_pe, 3, op, "q_pe");
+  check_last_dim_contiguous(q_out, 3, op, "q_out");
+  check_rows(k_pe, op, "k_pe");
+  check_rows(kv_c, op, "kv_c");
+  check_latent_cache(latent_cache, op);
+  check_dtype(positions, DType::kI64, op, "positions");
+  check_dtype(slot_mapping, DType::kI64, op, "slot_mapping");
+  check_dtype(cos_sin_cache, DType::kF32, op, "cos_sin_cache");
+  CHECK(interleaved == 0 || interleaved == 1) << op << ": interleaved " << interleaved << " must be 0 or 1";
+  CHECK_EQ(positions.dim(), 1) << op << ": positions " << positions.to_string();
+  const int64_t n = positions.size(0), rope = q_pe.size(2);
+  CHECK(rope > 0 && rope % 2 == 0) << op << ": q_pe " << q_pe.to_string() << " rope dim must be even and positive";
+  CHECK(q_pe.size(0) == n && q_out.shape() == q_pe.shape())
+      << op << ": q_pe " << q_pe.to_string() << ", q_out " << q_out.to_string() << " for " << n << " positions";
+  CHECK(k_pe.dim() == 2 && k_pe.size(0) == n && k_pe.size(1) == rope)
+      << op << ": k_pe " << k_pe.to_string() << " (want [" << n << ", " << rope << "])";
+  CHECK(kv_c.dim() == 2 && kv_c.size(0) == n) << op << ": kv_c " << kv_c.to_string() << " (want [" << n << ", L])";
+  CHECK_EQ(latent_cache.size(2), kv_c.size(1) + rope)
+      << op << ": latent_cache " << latent_cache.to_string() << " for kv_c " << kv_c.to_string() << " and k_pe "
+      << k_pe.to_string() << " (want rows of L + R)";
+  CHECK(slot_mapping.dim() == 1 && slot_mapping.size(0) == n)
+      << op << ": slot_mapping " << slot_mapping.to_string() << " for " << n << " positions";
+  CHECK(cos_sin_cache.dim() == 2 && cos_sin_cache.size(1) == rope)
+      << op << ": cos_sin_cache " << cos_sin_cache.to_string() << " for rope dim " << rope;
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&q_out, "q_out"},
+                                {&k_pe, "k_pe"},
+                                {&kv_c, "kv_c"},
+                                {&latent_cache, "latent_cache"}}) {
+    check_dtype(*t, q_pe.dtype(), op, name);
+  }
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&q_pe, &q_out, &k_pe, &kv_c, &cos_sin_cache,
+                                                              &latent_cache, &slot_mapping}) {
+    check_same_device(positions, *t, op);
+  }
+  CHECK(q_out.raw_data() == q_pe.raw_data() || !spans_overlap(q_out, q_pe))
+      << op << ": q_out " << q_out.to_string() << " must be q_pe itself or not overlap it";
+}
+
+void check_mla_attention(Tensor& out, const Tensor& query, const Tensor& latent_cache,
+                         const AttentionMetadata& metadata, float scale) {
+  constexpr const char* op = "mla_attention";
+  check_rows(query, op, "query");
+  check_rows(out, op, "out");
+  check_latent_cache(latent_cache, op);
+  CHECK_EQ(query.dim(), 3) << op << ": query " << query.to_string() << " (want [n, H, L + R])";
+  CHECK_EQ(out.dim(), 3) << op << ": out " << out.to_string() << " (want [n, H, L])";
+  CHECK(out.size(0) == query.size(0) && out.size(1) == query.size(1))
+      << op << ": out " << out.to_string() << " for query " << query.to_string();
+  CHECK(query.size(2) == latent_cache.size(2)) << op << ": query " << query.to_string() << " vs latent_cache "
+                                               << latent_cache.to_string() << " (both rows of L + R)";
+  CHECK(out.size(2) > 0 && out.size(2) < latent_cache.size(2))
+      << op << ": out " << out.to_string() << " (L) for latent_cache " << latent_cache.to_string() << " (L + R)";
+  check_dtype(query, latent_cache.dtype(), op, "query");
+  check_dtype(out, latent_cache.dtype(), op, "out");
+  CHECK(std::isfinite(scale)) << op << ": scale " << scale;
+  CHECK(!spans_overlap(out, query)) << op << ": out " << out.to_string() << " must not overlap query";
+  check_same_device(query, out, op);
+  check_same_device(query, latent_cache, op);
+  check_attention_metadata(metadata, query, op);
+  if (query.device().is_cpu()) return;
+  const int64_t latent = out.size(2), rope = query.size(2) - latent;
+  CHECK(latent % 16 == 0 && rope % 16 == 0 && latent + rope <= 1024)
+      << op << ": L " << latent << " and R " << rope << " must be multiples of 16 with L + R <= 1024 on cuda";
 }
 
 void check_log_softmax(Tensor& out, const Tensor& logits) {
@@ -593,6 +734,19 @@ decltype(paged_attention) paged_attention(
     "Tensor seq_lens, Tensor block_table, Tensor slot_mapping, int num_reqs, int num_decode_tokens, "
     "int max_query_len, int max_seq_len, Tensor? workspace, float scale, int sliding_window) -> ()",
     check_paged_attention);
+decltype(batched_linear) batched_linear("batched_linear", "batched_linear(Tensor! out, Tensor x, Tensor weight) -> ()",
+                                        check_batched_linear);
+decltype(mla_rotary_and_cache) mla_rotary_and_cache(
+    "mla_rotary_and_cache",
+    "mla_rotary_and_cache(Tensor positions, Tensor q_pe, Tensor! q_out, Tensor! k_pe, Tensor kv_c, "
+    "Tensor cos_sin_cache, int interleaved, Tensor! latent_cache, Tensor slot_mapping) -> ()",
+    check_mla_rotary_and_cache);
+decltype(mla_attention) mla_attention(
+    "mla_attention",
+    "mla_attention(Tensor! out, Tensor query, Tensor latent_cache, Tensor query_start_loc, Tensor seq_lens, "
+    "Tensor block_table, Tensor slot_mapping, int num_reqs, int num_decode_tokens, int max_query_len, "
+    "int max_seq_len, Tensor? workspace, float scale) -> ()",
+    check_mla_attention);
 decltype(log_softmax) log_softmax("log_softmax", "log_softmax(Tensor! out, Tensor logits) -> ()", check_log_softmax);
 decltype(top_k) top_k("top_k", "top_k(Tensor! values, Tensor! ids, Tensor x, int k) -> ()", check_top_k);
 decltype(argmax) argmax("argmax", "argmax(Tensor! out_ids, Tensor logits) -> ()", check_argmax);

@@ -285,6 +285,44 @@ extern Op<void(Tensor& out, const Tensor& query, const Tensor& key_cache, const 
                const AttentionMetadata& metadata, float scale, int64_t sliding_window)>
     paged_attention;
 
+// ---- multi-head latent attention (DeepSeek-V2 / V3; model/layers/mla_attention.h) ----
+// The latent KV cache holds one row of L + R values per token and layer (shared by every head):
+// latent_cache [num_blocks, block_size, L + R] = [kv_c (L: kv_a_layernorm of the compressed KV), k_pe (R: the
+// rotated rope key)], L = kv_lora_rank, R = qk_rope_head_dim. Slots as reshape_and_cache's.
+
+// out[b] = x[b] @ weight[b]^T for every b < B: x [B, m, k], weight [B, n, k] (contiguous), out [B, m, n]. x and out
+// may have any strides in dims 0 and 1 (dim 2 contiguous): MLA views a [T, H, D] activation as [H, T, D] to
+// multiply each head by its own matrix. out must not overlap x. CPU: x and out f32, weight f32 or bf16.
+// CUDA: x, weight and out one dtype (f32, f16 or bf16), f32 accumulation.
+extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight)> batched_linear;
+
+// MLA's rotary and latent-cache write in one pass. q_pe [n, H, R] (rows and heads strided, last dim contiguous)
+// is rotated into q_out [n, H, R] (same layout rules; may alias q_pe); k_pe [n, R] (row-strided) is rotated in
+// place; then row slot_mapping[t] of latent_cache [num_blocks, block_size, L + R] gets [kv_c[t] (L values),
+// rotated k_pe[t] (R values)]; a negative slot is skipped. kv_c [n, L] row-strided. Rotation by
+// cos_sin_cache [max_position, R] f32 (rotary_embedding's layout: cos in columns [0, R/2), sin in [R/2, R)):
+// interleaved != 0 rotates the pairs (x[2i], x[2i+1]) by frequency i (GPT-J style: DeepSeek's rope_interleave),
+// else the pairs (x[i], x[i + R/2]) (rotate-half). positions [n] i64, slot_mapping [n] i64; q_pe, q_out, k_pe,
+// kv_c and the cache share one dtype (CPU f32; CUDA f32, f16 or bf16). Positions past the cos/sin cache abort
+// (CPU; CUDA traps), slots past the cache abort on CPU (CUDA skips them, as reshape_and_cache).
+extern Op<void(const Tensor& positions, const Tensor& q_pe, Tensor& q_out, Tensor& k_pe, const Tensor& kv_c,
+               const Tensor& cos_sin_cache, int64_t interleaved, Tensor& latent_cache, const Tensor& slot_mapping)>
+    mla_rotary_and_cache;
+
+// Multi-head latent attention in the absorbed form: all H heads attend over the one latent row per token of
+// latent_cache [num_blocks, block_size, L + R]. query [n, H, L + R] (per head W_UK^T q_nope, then the rotated rope
+// part); score(t, h, j) = scale * query[t, h, :] . row_j; out [n, H, L] = the softmax-weighted sum of the rows'
+// first L columns (c_kv). L = out.size(2). Causal with paged_attention's metadata and rules (query token j of
+// request r at position seq_lens[r] - query_len(r) + j attends to positions [0, pos]; no sliding window; padding
+// tokens past query_start_loc[num_reqs] get zeros). query and out row-strided (dims 1, 2 contiguous), the cache's
+// dtype. CPU f32. CUDA f32, f16 or bf16, any L and R that are multiples of 16 with L + R <= 1024 (fast paths for
+// DeepSeek's L = 512, R = 64); metadata.workspace as paged_attention's (when defined it holds at least
+// paged_attention_workspace_elems(max_num_tokens, H, L, max_model_len) elements, counters zero): use fewer splits,
+// or none, when a batch needs more. Graph-safe (no host sync, no allocation).
+extern Op<void(Tensor& out, const Tensor& query, const Tensor& latent_cache, const AttentionMetadata& metadata,
+               float scale)>
+    mla_attention;
+
 // ---- logits ----
 
 // out [n, vocab] = log_softmax(logits [n, vocab]) row-wise (f32; out may alias logits).

@@ -1,6 +1,7 @@
 // The architecture table (see architectures.h).
 #include "model/architectures.h"
 
+#include "model/deepseek_v3.h"
 #include "model/llama.h"
 
 namespace llmserve {
@@ -29,6 +30,11 @@ const std::vector<Architecture>& architectures() {
        "qwen3_moe",
        {32768, false, true, false, true, SlidingStyle::kQwen, MoeStyle::kQwen3Moe},
        create_llama_family_model},
+      // Multi-head latent attention over a latent KV cache + group-limited sigmoid MoE (deepseek_v3.h).
+      {"DeepseekV3ForCausalLM",
+       "deepseek_v3",
+       {4096, false, false, false, false, SlidingStyle::kNone, MoeStyle::kDeepseekV3},
+       create_deepseek_v3_model},
   };
   return table;
 }

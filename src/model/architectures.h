@@ -14,7 +14,7 @@ namespace llmserve {
 enum class SlidingStyle { kNone, kAllLayers, kQwen };
 
 // Which MoE config fields an architecture reads (model_config.cc's parse_moe).
-enum class MoeStyle { kNone, kMixtral, kQwen2Moe, kQwen3Moe };
+enum class MoeStyle { kNone, kMixtral, kQwen2Moe, kQwen3Moe, kDeepseekV3 };
 
 // Per-architecture defaults and flag meanings for parse_model_config.
 struct ArchitectureConfigDefaults {

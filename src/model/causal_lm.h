@@ -12,11 +12,24 @@
 
 namespace llmserve {
 
-// The paged KV cache of one model: per layer, key and value tensors
-// [num_blocks, block_size, num_kv_heads, head_dim] (the layout ops::reshape_and_cache documents).
+// What one token takes in one layer's paged KV cache (vLLM's KVCacheSpec): each layer's key tensor is
+// [num_blocks, block_size] + token_shape, and so is its value tensor when has_value. Llama family: key and value
+// [num_kv_heads, head_dim] (ops::reshape_and_cache's layout); multi-head latent attention: one latent row
+// [kv_lora_rank + qk_rope_head_dim] (ops::mla_rotary_and_cache's) and no value tensor.
+struct KVCacheSpec {
+  Shape token_shape;
+  bool has_value = true;
+  // One token's bytes over all of one layer's cache tensors, in `dtype`.
+  size_t bytes_per_token(DType dtype) const;
+  // The key (and value) tensor shape of one layer.
+  Shape layer_shape(int64_t num_blocks, int64_t block_size) const;
+};
+
+// The paged KV cache of one model: per layer a key tensor and, when the model's KVCacheSpec has values, a value
+// tensor (value stays empty otherwise), shaped KVCacheSpec::layer_shape.
 struct KVCacheTensors {
   std::vector<Tensor> key;    // [num_layers]
-  std::vector<Tensor> value;  // [num_layers]
+  std::vector<Tensor> value;  // [num_layers], or empty (no value cache)
   int64_t num_blocks = 0;
   int64_t block_size = 0;
 };
@@ -47,6 +60,13 @@ class CausalLM {
   // KV heads the cache passed to forward() holds per layer: the config's, or one rank's share under tensor
   // parallelism (num_key_value_heads / tp, or 1 when replicated).
   virtual int64_t num_kv_heads_per_rank() const { return config().num_key_value_heads; }
+  // The per-token layout of each layer's KV cache (the runner allocates it, the KV-cache manager sizes blocks by
+  // it). Default: key and value [num_kv_heads_per_rank(), head_dim].
+  virtual KVCacheSpec kv_cache_spec() const;
+  // Elements of the CUDA attention kernels' split-K workspace (AttentionMetadata::workspace) for steps of up to
+  // max_num_tokens tokens and contexts up to max_model_len. Default: ops::paged_attention_workspace_elems with the
+  // config's heads and head_dim.
+  virtual int64_t attention_workspace_elems(int64_t max_num_tokens, int64_t max_model_len) const;
   // Whether a CUDA graph captured on the caller's stream records the whole forward (false for a model whose ranks
   // run on other threads' streams: the runner then runs eagerly).
   virtual bool cuda_graph_capturable() const { return true; }

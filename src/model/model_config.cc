@@ -371,9 +371,145 @@ Status parse_flags(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
 // Largest expert count and top-k the MoE ops take (kernels/ops.h: kMaxMoeExperts, kMaxMoeTopK).
 constexpr int64_t kMaxExperts = 1024, kMaxTopK = 32;
 
+Status check_moe_sizes(const MoeConfig& moe);
+
+Status positive_field(const char* name, int64_t v, int64_t max = kMaxSize) {
+  if (v <= 0 || v > max) {
+    return invalid_argument(std::string("field '") + name + "' must be in [1, " + std::to_string(max) + "], got " +
+                            std::to_string(v));
+  }
+  return ok_status();
+}
+
+// A string field that must be absent (null) or `want`: values we do not implement are refused, naming the field.
+Status expect_string(const json& config, const char* key, const char* want) {
+  std::optional<std::string> v;
+  RETURN_IF_ERROR(get_string(config, key, &v));
+  if (v && *v != want) {
+    return invalid_argument(std::string("field '") + key + "' is '" + *v + "'; only '" + want + "' is supported");
+  }
+  return ok_status();
+}
+
+// DeepSeek-V3: multi-head latent attention and the group-limited sigmoid router, with DeepseekV3Config's defaults
+// for absent fields (transformers' configuration_deepseek_v3.py). vLLM's moe_layer_freq rule (sparse iff
+// i >= first_k_dense_replace and i % moe_layer_freq == 0) differs from transformers' for freq > 1: only 1 is taken.
+// MTP layers (num_nextn_predict_layers, checkpoint layers past num_hidden_layers) are never loaded, as in vLLM.
+Status parse_deepseek_v3(const json& config, ModelConfig* cfg) {
+  MlaConfig mla;
+  mla.q_lora_rank = 1536;
+  mla.kv_lora_rank = 512;
+  mla.qk_nope_head_dim = 128;
+  mla.qk_rope_head_dim = 64;
+  mla.v_head_dim = 128;
+  {
+    auto it = config.find("q_lora_rank");
+    if (it != config.end() && it->is_null()) {
+      mla.q_lora_rank = 0;  // null: q_proj without the LoRA
+    } else {
+      RETURN_IF_ERROR(read_or_keep(config, "q_lora_rank", &mla.q_lora_rank));
+      RETURN_IF_ERROR(positive_field("q_lora_rank", mla.q_lora_rank));
+    }
+  }
+  RETURN_IF_ERROR(read_or_keep(config, "kv_lora_rank", &mla.kv_lora_rank));
+  RETURN_IF_ERROR(read_or_keep(config, "qk_nope_head_dim", &mla.qk_nope_head_dim));
+  RETURN_IF_ERROR(read_or_keep(config, "qk_rope_head_dim", &mla.qk_rope_head_dim));
+  RETURN_IF_ERROR(read_or_keep(config, "v_head_dim", &mla.v_head_dim));
+  RETURN_IF_ERROR(read_or_keep(config, "rope_interleave", &mla.rope_interleave));
+  RETURN_IF_ERROR(read_or_keep(config, "attention_bias", &mla.attention_bias));
+  RETURN_IF_ERROR(positive_field("kv_lora_rank", mla.kv_lora_rank, kMaxHeadDim));
+  RETURN_IF_ERROR(positive_field("qk_nope_head_dim", mla.qk_nope_head_dim, kMaxHeadDim));
+  RETURN_IF_ERROR(positive_field("qk_rope_head_dim", mla.qk_rope_head_dim, kMaxHeadDim));
+  RETURN_IF_ERROR(positive_field("v_head_dim", mla.v_head_dim, kMaxHeadDim));
+  if (mla.qk_rope_head_dim % 2 != 0) return invalid_argument("field 'qk_rope_head_dim' must be even (RoPE pairs)");
+  if (cfg->num_key_value_heads != cfg->num_attention_heads) {
+    return invalid_argument("field 'num_key_value_heads' (" + std::to_string(cfg->num_key_value_heads) +
+                            ") must equal num_attention_heads for multi-head latent attention");
+  }
+  if (cfg->quantization) {
+    return invalid_argument("field 'quantization_config': quantized " + cfg->architecture +
+                            " checkpoints are not supported (bf16 / f32 weights only)");
+  }
+  // transformers (yarn_apply_mscale) scales the softmax by mscale_all_dim for every non-default rope type, not only
+  // yarn (whose parse already read it).
+  if (cfg->rope_scaling.type != RopeType::kDefault && !cfg->rope_scaling.mscale_all_dim) {
+    ASSIGN_OR_RETURN(const json* rp, rope_object(config));
+    if (rp != nullptr) {
+      RETURN_IF_ERROR(
+          get_double(*rp, "mscale_all_dim", &cfg->rope_scaling.mscale_all_dim).with_context("rope_scaling"));
+    }
+  }
+  cfg->head_dim = mla.qk_rope_head_dim;  // transformers' DeepseekV3Config: head_dim = qk_rope_head_dim (rotary)
+  cfg->attention_qkv_bias = cfg->attention_out_bias = false;  // MLA's biases are mla.attention_bias
+  cfg->mla = mla;
+
+  MoeConfig moe;
+  moe.num_experts = 256;
+  moe.num_experts_per_tok = 8;
+  moe.moe_intermediate_size = 2048;
+  moe.norm_topk_prob = true;
+  moe.first_k_dense_replace = 3;
+  moe.grouped_routing = true;
+  moe.n_group = 8;
+  moe.topk_group = 4;
+  moe.routed_scaling_factor = 2.5;
+  int64_t n_shared_experts = 1, moe_layer_freq = 1, ep_size = 1, mtp_layers = 0;
+  RETURN_IF_ERROR(read_or_keep(config, "n_routed_experts", &moe.num_experts));
+  RETURN_IF_ERROR(read_or_keep(config, "num_experts_per_tok", &moe.num_experts_per_tok));
+  RETURN_IF_ERROR(read_or_keep(config, "moe_intermediate_size", &moe.moe_intermediate_size));
+  RETURN_IF_ERROR(read_or_keep(config, "norm_topk_prob", &moe.norm_topk_prob));
+  RETURN_IF_ERROR(read_or_keep(config, "first_k_dense_replace", &moe.first_k_dense_replace));
+  RETURN_IF_ERROR(read_or_keep(config, "n_group", &moe.n_group));
+  RETURN_IF_ERROR(read_or_keep(config, "topk_group", &moe.topk_group));
+  RETURN_IF_ERROR(read_or_keep(config, "routed_scaling_factor", &moe.routed_scaling_factor));
+  RETURN_IF_ERROR(read_or_keep(config, "n_shared_experts", &n_shared_experts));
+  RETURN_IF_ERROR(read_or_keep(config, "moe_layer_freq", &moe_layer_freq));
+  RETURN_IF_ERROR(read_or_keep(config, "ep_size", &ep_size));
+  RETURN_IF_ERROR(read_or_keep(config, "num_nextn_predict_layers", &mtp_layers));
+  RETURN_IF_ERROR(expect_string(config, "scoring_func", "sigmoid"));
+  RETURN_IF_ERROR(expect_string(config, "topk_method", "noaux_tc"));
+  if (moe_layer_freq != 1) {
+    return invalid_argument("field 'moe_layer_freq' is " + std::to_string(moe_layer_freq) + "; only 1 is supported");
+  }
+  if (ep_size != 1) {
+    return invalid_argument("field 'ep_size' is " + std::to_string(ep_size) +
+                            "; expert parallelism is not implemented (only 1 is supported)");
+  }
+  if (mtp_layers < 0) return invalid_argument("field 'num_nextn_predict_layers' must be non-negative");
+  if (moe.first_k_dense_replace < 0) {  // >= num_hidden_layers: every layer dense, as in transformers
+    return invalid_argument("field 'first_k_dense_replace' must be non-negative, got " +
+                            std::to_string(moe.first_k_dense_replace));
+  }
+  if (n_shared_experts < 0 || n_shared_experts > 64) {
+    return invalid_argument("field 'n_shared_experts' must be in [0, 64], got " + std::to_string(n_shared_experts));
+  }
+  moe.shared_expert_intermediate_size = n_shared_experts * moe.moe_intermediate_size;
+  if (!(moe.routed_scaling_factor > 0)) return invalid_argument("field 'routed_scaling_factor' must be positive");
+  RETURN_IF_ERROR(check_moe_sizes(moe));
+  // ops::moe_route_grouped's limits: at most 32 groups of >= 2 experts, top-k within the kept groups' experts.
+  if (moe.n_group < 1 || moe.n_group > 32 || moe.num_experts % moe.n_group != 0 || moe.num_experts / moe.n_group < 2) {
+    return invalid_argument("field 'n_group' (" + std::to_string(moe.n_group) + ") must divide n_routed_experts (" +
+                            std::to_string(moe.num_experts) + ") into at most 32 groups of at least 2 experts");
+  }
+  if (moe.topk_group < 1 || moe.topk_group > moe.n_group) {
+    return invalid_argument("field 'topk_group' must be in [1, n_group = " + std::to_string(moe.n_group) + "], got " +
+                            std::to_string(moe.topk_group));
+  }
+  if (moe.num_experts_per_tok > moe.topk_group * (moe.num_experts / moe.n_group)) {
+    return invalid_argument("field 'num_experts_per_tok' (" + std::to_string(moe.num_experts_per_tok) +
+                            ") exceeds the experts of the topk_group kept groups (" +
+                            std::to_string(moe.topk_group * (moe.num_experts / moe.n_group)) + ")");
+  }
+  cfg->moe = std::move(moe);
+  return ok_status();
+}
+
 // The MoE fields of Mixtral / Qwen2-MoE / Qwen3-MoE configs, with transformers' defaults for absent ones.
 Status parse_moe(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
   if (spec.moe == MoeStyle::kNone) return ok_status();
+  if (spec.moe == MoeStyle::kDeepseekV3) {
+    return parse_deepseek_v3(config, cfg);
+  }
   MoeConfig moe;
   if (spec.moe == MoeStyle::kMixtral) {
     moe.num_experts = 8;
@@ -417,6 +553,13 @@ Status parse_moe(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
       }
     }
   }
+  RETURN_IF_ERROR(check_moe_sizes(moe));
+  cfg->moe = std::move(moe);
+  return ok_status();
+}
+
+// The limits every MoE config must fit (the MoE ops').
+Status check_moe_sizes(const MoeConfig& moe) {
   if (moe.num_experts <= 0 || moe.num_experts > kMaxExperts) {
     return invalid_argument("the number of experts must be in [1, " + std::to_string(kMaxExperts) + "], got " +
                             std::to_string(moe.num_experts));
@@ -433,7 +576,6 @@ Status parse_moe(const json& config, const ArchSpec& spec, ModelConfig* cfg) {
     return invalid_argument("field 'shared_expert_intermediate_size' must be non-negative");
   }
   if (moe.decoder_sparse_step <= 0) return invalid_argument("field 'decoder_sparse_step' must be positive");
-  cfg->moe = std::move(moe);
   return ok_status();
 }
 
@@ -469,7 +611,7 @@ bool MoeConfig::is_sparse_layer(int64_t layer) const {
   for (int64_t dense : mlp_only_layers) {
     if (dense == layer) return false;
   }
-  return (layer + 1) % decoder_sparse_step == 0;
+  return layer >= first_k_dense_replace && (layer + 1) % decoder_sparse_step == 0;
 }
 
 std::optional<int64_t> ModelConfig::sliding_window_for_layer(int64_t layer) const {

@@ -44,8 +44,31 @@ struct MoeConfig {
   bool norm_topk_prob = false;                  // renormalise the top-k softmax weights to sum 1 (always for Mixtral)
   int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE has one, behind a sigmoid gate)
   int64_t decoder_sparse_step = 1;              // layer i is sparse iff (i + 1) % step == 0 ...
-  std::vector<int64_t> mlp_only_layers;         // ... and i is not listed here (those run the dense MLP)
+  std::vector<int64_t> mlp_only_layers;         // ... and i is not listed here (those run the dense MLP) ...
+  int64_t first_k_dense_replace = 0;            // ... and i >= this (DeepSeek: the first k layers are dense)
+  // DeepSeek-V3's router (scoring_func sigmoid, topk_method noaux_tc): sigmoid scores, the experts' n_group groups
+  // limited to the topk_group best (each scored by its two best biased scores), e_score_correction_bias for choosing
+  // only, the chosen weights times routed_scaling_factor. Its shared experts are one ungated MLP of
+  // shared_expert_intermediate_size = n_shared_experts * moe_intermediate_size.
+  bool grouped_routing = false;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
   bool is_sparse_layer(int64_t layer) const;
+};
+
+// Multi-head latent attention (DeepSeek-V2 / V3; model/layers/mla_attention.h): queries through an optional LoRA
+// (q_lora_rank), keys and values compressed into one latent of kv_lora_rank per token plus a shared rope key of
+// qk_rope_head_dim; the KV cache holds that latent row (kv_lora_rank + qk_rope_head_dim values per token and layer).
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0: q_proj directly (config null)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;  // also ModelConfig::head_dim (transformers' rule: the rotary tables' size)
+  int64_t v_head_dim = 0;
+  bool rope_interleave = true;  // rotate pairs (x[2i], x[2i+1]) instead of rotate-half
+  bool attention_bias = false;  // q_a_proj (or nothing), kv_a_proj_with_mqa and o_proj have biases
+  int64_t latent_size() const { return kv_lora_rank + qk_rope_head_dim; }  // one cache row
 };
 
 struct ModelConfig {
@@ -74,7 +97,8 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // eos_token_id, an int or a list
   std::string hidden_act = "silu";
   std::optional<QuantizationConfig> quantization;  // quantization_config; unset: unquantized weights
-  std::optional<MoeConfig> moe;  // set for MoE architectures
+  std::optional<MoeConfig> moe;                    // set for MoE architectures
+  std::optional<MlaConfig> mla;                    // set for multi-head latent attention (DeepSeek-V3)
 
   // The window for layer i, or nullopt for full attention.
   std::optional<int64_t> sliding_window_for_layer(int64_t layer) const;

@@ -8,6 +8,10 @@ namespace llmserve {
 Status check_tensor_parallel_size(const ModelConfig& c, int64_t tp) {
   const std::string size = std::to_string(tp);
   if (tp < 1) return invalid_argument("tensor parallel size must be at least 1 (got " + size + ")");
+  if (tp > 1 && c.mla) {
+    return invalid_argument("tensor parallel size " + size + ": " + c.architecture +
+                            "'s multi-head latent attention is not sharded: it runs with tensor parallel size 1");
+  }
   if (tp > 1 && c.moe) {
     return invalid_argument("tensor parallel size " + size + ": " + c.architecture +
                             " is a mixture-of-experts model, and sharding its experts (tensor or expert parallelism) "

@@ -83,10 +83,11 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
   if (graph_padding_) scratch_block_ = config_.num_blocks;
   kv_cache_.num_blocks = config_.num_blocks + (graph_padding_ ? 1 : 0);
   kv_cache_.block_size = config_.block_size;
-  const Shape shape = {kv_cache_.num_blocks, config_.block_size, model.num_kv_heads_per_rank(), c.head_dim};
+  const KVCacheSpec spec = model.kv_cache_spec();
+  const Shape shape = spec.layer_shape(kv_cache_.num_blocks, config_.block_size);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     kv_cache_.key.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
-    kv_cache_.value.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
+    if (spec.has_value) kv_cache_.value.push_back(Tensor::zeros(shape, model.activation_dtype(), device_));
   }
   // The persistent step buffers, allocated once: a step's inputs at fixed offsets and the sampling rows' logits.
   const int64_t input_bytes = static_cast<int64_t>(layout_.total);
@@ -111,9 +112,8 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
     // The attention kernels' split-K scratch, allocated once (never inside a step) and zeroed: its leading
     // counters must start at zero (the kernels keep them there). Sized as it always was: its size decides the
     // kernels' split count, so changing it would change the sums' order.
-    const int64_t elems =
-        ops::paged_attention_workspace_elems(std::max<int64_t>(config_.max_num_tokens, 256), c.num_attention_heads,
-                                             c.head_dim, std::max<int64_t>(config_.max_model_len, 0));
+    const int64_t elems = model.attention_workspace_elems(std::max<int64_t>(config_.max_num_tokens, 256),
+                                                          std::max<int64_t>(config_.max_model_len, 0));
     if (elems > 0) attention_workspace_ = Tensor::zeros({elems}, DType::kF32, device_);
   }
   static bool logged_mode = false;  // one line per process: every engine of a process gets the same flags
@@ -196,9 +196,8 @@ void ModelRunner::fill_padding(int64_t first, int64_t padded) {
 ModelRunner::~ModelRunner() = default;
 
 size_t ModelRunner::kv_block_bytes(const CausalLM &model, int32_t block_size) {
-  const ModelConfig &c = model.config();
-  return 2 * static_cast<size_t>(c.num_hidden_layers) * block_size * model.num_kv_heads_per_rank() * c.head_dim *
-         dtype_size(model.activation_dtype());
+  return static_cast<size_t>(model.config().num_hidden_layers) * block_size *
+         model.kv_cache_spec().bytes_per_token(model.activation_dtype());
 }
 
 ModelRunner::StepAddresses ModelRunner::last_step_addresses() const {

@@ -57,13 +57,14 @@ SamplingSettings to_sampling_settings(const SamplingParams &params, const std::v
 class ModelRunner : public ModelExecutor {
  public:
   // `model` must outlive the runner. Allocates the KV cache on the model's device, in its activation dtype: per
-  // layer [num_blocks, block_size, kv_heads, head_dim] for keys and for values.
+  // layer the model's KVCacheSpec::layer_shape (e.g. [num_blocks, block_size, kv_heads, head_dim]) for keys and,
+  // when the spec has them, for values.
   ModelRunner(CausalLM &model, ModelRunnerConfig config);
   ~ModelRunner() override;
   ModelRunner(const ModelRunner &) = delete;
   ModelRunner &operator=(const ModelRunner &) = delete;
 
-  // Bytes of one KV block over all layers (keys and values) for `model`.
+  // Bytes of one KV block over all layers (every cache tensor of its KVCacheSpec) for `model`.
   static size_t kv_block_bytes(const CausalLM &model, int32_t block_size);
 
   // Memory profiling: runs the model once over `num_tokens` prompt tokens spread over `num_reqs` requests (no

@@ -188,6 +188,10 @@ class TensorParallelModel final : public CausalLM {
   Device device() const override { return ranks_[0].device; }
   DType activation_dtype() const override { return ranks_[0].model->activation_dtype(); }
   int64_t num_kv_heads_per_rank() const override { return ranks_[0].model->num_kv_heads_per_rank(); }
+  KVCacheSpec kv_cache_spec() const override { return ranks_[0].model->kv_cache_spec(); }
+  int64_t attention_workspace_elems(int64_t max_num_tokens, int64_t max_model_len) const override {
+    return ranks_[0].model->attention_workspace_elems(max_num_tokens, max_model_len);
+  }
   std::vector<Device> devices() const override {
     std::vector<Device> out;
     for (const Rank& r : ranks_) out.push_back(r.device);
@@ -382,7 +386,9 @@ class TensorParallelModel final : public CausalLM {
     }
     for (int64_t i = 0; i < step.num_layers; ++i) {
       rank.cache.key.push_back(Tensor::zeros(step.cache_shape, step.cache_dtype, rank.device));
-      rank.cache.value.push_back(Tensor::zeros(step.cache_shape, step.cache_dtype, rank.device));
+      if (rank.model->kv_cache_spec().has_value) {
+        rank.cache.value.push_back(Tensor::zeros(step.cache_shape, step.cache_dtype, rank.device));
+      }
     }
     rank.cache_owner = owner;
   }

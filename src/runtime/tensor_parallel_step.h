@@ -34,7 +34,7 @@ struct StepShapes {
   int64_t num_reqs = 0, num_decode_tokens = 0, max_query_len = 0, max_seq_len = 0;
   int64_t workspace_numel = 0;  // 0: no split-K workspace
   int64_t num_layers = 0;
-  Shape cache_shape;  // per layer [num_blocks, block_size, kv_heads_per_rank, head_dim]
+  Shape cache_shape;  // per layer: KVCacheSpec::layer_shape, e.g. [num_blocks, block_size, kv_heads_per_rank, head_dim]
   DType cache_dtype = DType::kF32;
 };
 

@@ -11,10 +11,15 @@ namespace llmserve::cli {
 namespace {
 
 ModelConfig small_config() {
-  StatusOr<ModelConfig> c = parse_model_config(nlohmann::json{
-      {"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 128},
-      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"num_hidden_layers", 2}, {"vocab_size", 100},
-      {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5}});
+  StatusOr<ModelConfig> c = parse_model_config(nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                                                              {"hidden_size", 64},
+                                                              {"intermediate_size", 128},
+                                                              {"num_attention_heads", 4},
+                                                              {"num_key_value_heads", 2},
+                                                              {"num_hidden_layers", 2},
+                                                              {"vocab_size", 100},
+                                                              {"max_position_embeddings", 256},
+                                                              {"rms_norm_eps", 1e-5}});
   EXPECT_TRUE(c.ok()) << c.status().message();
   return *c;
 }
@@ -67,6 +72,46 @@ TEST(RunFloor, SmallPrefillIsBoundByOneWeightRead) {
   EXPECT_DOUBLE_EQ(f.prefill.seconds, f.weight_bytes / 1e6);
   EXPECT_EQ(f.decode_steps, 0);  // the only output token came from the prefill
   EXPECT_EQ(f.decode_s, 0);
+}
+
+// DeepSeek-V3's shape at the fixture's sizes (hidden 64, 4 heads, q_lora 32, L 64, R 16, P 32, V 32; 3 layers, the
+// first dense; 8 experts of 32, top-2, one shared expert): the latent cache, MLA's projections, the experts a token
+// reads, and the absorbed attention's FLOPs, by hand.
+TEST(RunFloor, LatentAttentionAndGroupedMoeCountWhatTheEngineReads) {
+  StatusOr<ModelConfig> c = parse_model_config(nlohmann::json{{"architectures", {"DeepseekV3ForCausalLM"}},
+                                                              {"hidden_size", 64},
+                                                              {"intermediate_size", 128},
+                                                              {"num_attention_heads", 4},
+                                                              {"num_key_value_heads", 4},
+                                                              {"num_hidden_layers", 3},
+                                                              {"vocab_size", 256},
+                                                              {"q_lora_rank", 32},
+                                                              {"kv_lora_rank", 64},
+                                                              {"qk_rope_head_dim", 16},
+                                                              {"qk_nope_head_dim", 32},
+                                                              {"v_head_dim", 32},
+                                                              {"n_routed_experts", 8},
+                                                              {"num_experts_per_tok", 2},
+                                                              {"n_group", 4},
+                                                              {"topk_group", 2},
+                                                              {"n_shared_experts", 1},
+                                                              {"moe_intermediate_size", 32},
+                                                              {"first_k_dense_replace", 1}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  // One latent row of L + R per layer: no per-head keys, no values.
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(*c, DType::kBF16), 3 * (64 + 16) * 2);
+  // q_a 64 x 32 + q_b 32 x 4 (32 + 16); kv_a 64 x 80; kv_b 4 (32 + 32) x 64; o 4 x 32 x 64.
+  constexpr double kAttention = 64 * 32 + 32 * 4 * 48 + 64 * 80 + 4 * 64 * 64 + 4 * 32 * 64;
+  constexpr double kDense = 3 * 64 * 128;
+  // Router 8 x 64, two experts 3 x 64 x 32 each, the ungated shared expert 3 x 64 x 32.
+  constexpr double kSparseOneToken = 8 * 64 + 2 * 3 * 64 * 32 + 3 * 64 * 32;
+  constexpr double kLayers = 3 * kAttention + kDense + 2 * kSparseOneToken;
+  EXPECT_DOUBLE_EQ(layer_matmul_params(*c), kLayers);
+  EXPECT_DOUBLE_EQ(step_weight_bytes(*c, DType::kBF16, 1), (kLayers + 256 * 64) * 2);
+  // Attention: each head scores the L + R row and sums its L columns: 2 x 4 x (80 + 64) FLOPs per (query, key).
+  const int64_t n = 10;
+  const double attended = 3.0 * n * (n + 1) / 2;
+  EXPECT_DOUBLE_EQ(prefill_flops(*c, 1, n, 1), 2 * kLayers * n + 2.0 * 4 * (80 + 64) * attended + 2 * 256 * 64);
 }
 
 TEST(RunFloor, NoCompletedRequestIsAZeroFloor) {

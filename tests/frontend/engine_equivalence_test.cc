@@ -80,10 +80,12 @@ std::vector<int32_t> ids_of(const std::map<std::string, RequestOutput> &outs, co
 
 constexpr const char *kModel = "llama_gqa_f32";
 
-// The cache and scheduling equivalences run on a dense model and on a mixture-of-experts one (Qwen2-MoE: routed
-// experts, a gated shared expert and a dense layer), whose per-token routing must not depend on the batch either.
+// The cache and scheduling equivalences run on a dense model, on a mixture-of-experts one (Qwen2-MoE: routed
+// experts, a gated shared expert and a dense layer), whose per-token routing must not depend on the batch either, and
+// on DeepSeek-V3 (multi-head latent attention over a latent KV cache: one row per token, no value tensor).
 class EngineEquivalenceOn : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalenceOn, ::testing::Values(kModel, "qwen2_moe_shared_f32"));
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalenceOn,
+                         ::testing::Values(kModel, "qwen2_moe_shared_f32", "deepseek_v3_f32"));
 
 // The reference: the recompute-everything greedy loop, one prompt at a time.
 std::vector<std::vector<int32_t>> reference(CausalLM &m, const std::vector<std::vector<int32_t>> &prompts,
@@ -94,8 +96,8 @@ std::vector<std::vector<int32_t>> reference(CausalLM &m, const std::vector<std::
 }
 
 TEST(EngineEquivalence, MatchesTransformersFixtures) {
-  for (const std::string name :
-       {"llama_gqa_f32", "qwen3_qknorm_f32", "mistral_swa_f32", "mixtral_moe_f32", "qwen3_moe_f32"}) {
+  for (const std::string name : {"llama_gqa_f32", "qwen3_qknorm_f32", "mistral_swa_f32", "mixtral_moe_f32",
+                                 "qwen3_moe_f32", "deepseek_v3_f32"}) {
     std::ifstream in(testing::fixtures_dir() + "/" + name + "/expected.json");
     const nlohmann::json expected = nlohmann::json::parse(in);
     std::vector<std::vector<int32_t>> prompts;

@@ -224,13 +224,15 @@ std::vector<std::vector<int32_t>> ids_of(const std::vector<Generation>& gens) {
   return out;
 }
 
-// The engine equivalences run on llama_gqa_f32 in f32 on the GPU; the reference is each prompt run alone.
-class GpuEngineEquivalence : public ModelGpuTest {
+// The engine equivalences run in f32 on the GPU on llama_gqa_f32 and on deepseek_v3_f32 (multi-head latent attention
+// over the latent cache: its kernels under CUDA graphs, split-K and async scheduling); the reference is each prompt
+// run alone.
+class GpuEngineEquivalence : public ModelGpuTest, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
     ModelGpuTest::SetUp();
     if (IsSkipped()) return;
-    model_ = load(testing::fixtures_dir() + "/llama_gqa_f32", Device::cuda(), DType::kF32);
+    model_ = load(testing::fixtures_dir() + "/" + GetParam(), Device::cuda(), DType::kF32);
   }
   std::vector<std::vector<int32_t>> one_by_one(const std::vector<std::vector<int32_t>>& prompts, int64_t n) {
     std::vector<std::vector<int32_t>> out;
@@ -240,12 +242,15 @@ class GpuEngineEquivalence : public ModelGpuTest {
   std::unique_ptr<CausalLM> model_;
 };
 
-TEST_F(GpuEngineEquivalence, BatchedEqualsOneByOne) {
+INSTANTIATE_TEST_SUITE_P(Models, GpuEngineEquivalence, ::testing::Values("llama_gqa_f32", "deepseek_v3_f32"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(GpuEngineEquivalence, BatchedEqualsOneByOne) {
   const auto prompts = random_prompts(6, 1, 40, model_->config().vocab_size, 1);
   EXPECT_EQ(ids_of(generate(*model_, prompts, greedy(12), small_args())), one_by_one(prompts, 12));
 }
 
-TEST_F(GpuEngineEquivalence, ChunkedPrefillEqualsUnchunked) {
+TEST_P(GpuEngineEquivalence, ChunkedPrefillEqualsUnchunked) {
   const auto prompts = random_prompts(4, 20, 90, model_->config().vocab_size, 2);
   const auto ref = one_by_one(prompts, 8);
   for (int64_t chunk : {1, 7, 64}) {
@@ -255,7 +260,7 @@ TEST_F(GpuEngineEquivalence, ChunkedPrefillEqualsUnchunked) {
   }
 }
 
-TEST_F(GpuEngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
+TEST_P(GpuEngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
   const auto prompts = random_prompts(5, 20, 30, model_->config().vocab_size, 3);
   const auto ref = one_by_one(prompts, 24);
   EngineArgs args;
@@ -271,7 +276,7 @@ TEST_F(GpuEngineEquivalence, PreemptedAndRecomputedEqualsNeverPreempted) {
 // Async scheduling (two steps in flight, sampled ids scattered on the device, copied back on a side stream) gives
 // the synchronous engine's ids and logprobs: greedy with logprobs, seeded sampling with penalties (they read the
 // ids the placeholders stand for), stop ids (seen one step late) and a preemption storm.
-TEST_F(GpuEngineEquivalence, AsyncSchedulingEqualsSync) {
+TEST_P(GpuEngineEquivalence, AsyncSchedulingEqualsSync) {
   const int64_t vocab = model_->config().vocab_size;
   const auto prompts = random_prompts(6, 3, 40, vocab, 11);
   auto both = [&](const SamplingParams& params, EngineArgs args, const std::string& what) -> std::vector<Generation> {
@@ -307,7 +312,7 @@ TEST_F(GpuEngineEquivalence, AsyncSchedulingEqualsSync) {
   both(greedy(20), tiny, "preemption storm");
 }
 
-TEST_F(GpuEngineEquivalence, PrefixCacheHitEqualsMiss) {
+TEST_P(GpuEngineEquivalence, PrefixCacheHitEqualsMiss) {
   const int64_t vocab = model_->config().vocab_size;
   const auto base = random_prompts(1, 50, 50, vocab, 4)[0];
   std::vector<std::vector<int32_t>> prompts;

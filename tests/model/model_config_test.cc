@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "model/deepseek_v3.h"
 #include "model_test_util.h"
 
 namespace llmserve {
@@ -261,6 +263,98 @@ TEST(ModelConfig, MixtralExpertsAreItsMlps) {
   j["sliding_window"] = 4096;
   EXPECT_EQ(parse_model_config(j)->sliding_window_for_layer(5), 4096);
   EXPECT_FALSE(parse_model_config(llama_base())->moe.has_value());
+}
+
+// DeepSeek-V3's public config.json (its fp8 quantization_config aside): MLA sizes, the grouped sigmoid router, the
+// dense first layers, head_dim taken from qk_rope_head_dim (transformers' rule) and the yarn softmax scale.
+json deepseek_v3_base() {
+  return json::parse(R"({
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "aux_loss_alpha": 0.001, "bos_token_id": 0,
+    "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+    "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+    "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+    "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+    "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+    "v_head_dim": 128, "vocab_size": 129280
+  })");
+}
+
+TEST(ModelConfig, DeepseekV3LatentAttentionAndGroupedRouting) {
+  StatusOr<ModelConfig> cfg = parse_model_config(deepseek_v3_base());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  ASSERT_TRUE(cfg->mla.has_value() && cfg->moe.has_value());
+  EXPECT_EQ(cfg->mla->q_lora_rank, 1536);
+  EXPECT_EQ(cfg->mla->kv_lora_rank, 512);
+  EXPECT_EQ(cfg->mla->qk_nope_head_dim, 128);
+  EXPECT_EQ(cfg->mla->qk_rope_head_dim, 64);
+  EXPECT_EQ(cfg->mla->v_head_dim, 128);
+  EXPECT_EQ(cfg->mla->latent_size(), 576);
+  EXPECT_TRUE(cfg->mla->rope_interleave);  // DeepseekV3Config's default
+  EXPECT_EQ(cfg->head_dim, 64);
+  EXPECT_EQ(cfg->rope_scaling.type, RopeType::kYarn);
+  const MoeConfig& m = *cfg->moe;
+  EXPECT_TRUE(m.grouped_routing);
+  EXPECT_EQ(m.num_experts, 256);
+  EXPECT_EQ(m.num_experts_per_tok, 8);
+  EXPECT_EQ(m.n_group, 8);
+  EXPECT_EQ(m.topk_group, 4);
+  EXPECT_DOUBLE_EQ(m.routed_scaling_factor, 2.5);
+  EXPECT_EQ(m.shared_expert_intermediate_size, 2048);
+  for (int64_t i = 0; i < 61; ++i) EXPECT_EQ(m.is_sparse_layer(i), i >= 3) << i;
+  // (128 + 64)^-0.5 * (0.1 * ln 40 + 1)^2, as DeepseekV3Attention.scaling.
+  const double mscale = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(mla_softmax_scale(*cfg), mscale * mscale / std::sqrt(192.0), 1e-7);
+
+  json j = deepseek_v3_base();
+  j["q_lora_rank"] = nullptr;  // DeepSeek-V2-Lite style: q_proj directly
+  j.erase("rope_scaling");
+  j["rope_interleave"] = false;
+  cfg = parse_model_config(j);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  EXPECT_EQ(cfg->mla->q_lora_rank, 0);
+  EXPECT_FALSE(cfg->mla->rope_interleave);
+  EXPECT_NEAR(mla_softmax_scale(*cfg), 1.0 / std::sqrt(192.0), 1e-8);  // a float
+  // Linear rope with mscale_all_dim: transformers scales the softmax for any non-default rope type.
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}, {"mscale_all_dim", 0.5}};
+  cfg = parse_model_config(j);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const double linear_mscale = 0.1 * 0.5 * std::log(4.0) + 1.0;
+  EXPECT_NEAR(mla_softmax_scale(*cfg), linear_mscale * linear_mscale / std::sqrt(192.0), 1e-7);
+}
+
+TEST(ModelConfig, DeepseekV3RefusesWhatIsNotImplemented) {
+  const std::vector<std::pair<std::function<void(json&)>, const char*>> cases = {
+      {[](json& j) { j["scoring_func"] = "softmax"; }, "scoring_func"},
+      {[](json& j) { j["topk_method"] = "greedy"; }, "topk_method"},
+      {[](json& j) { j["n_group"] = 7; }, "n_group"},
+      {[](json& j) { j["topk_group"] = 9; }, "topk_group"},
+      {[](json& j) { j["topk_group"] = 1, j["num_experts_per_tok"] = 33; }, "num_experts_per_tok"},
+      {[](json& j) { j["moe_layer_freq"] = 2; }, "moe_layer_freq"},
+      {[](json& j) { j["ep_size"] = 8; }, "ep_size"},
+      {[](json& j) { j["num_key_value_heads"] = 64; }, "num_key_value_heads"},
+      {[](json& j) { j["kv_lora_rank"] = 0; }, "kv_lora_rank"},
+      {[](json& j) { j["qk_rope_head_dim"] = 63; }, "qk_rope_head_dim"},
+      {[](json& j) { j["first_k_dense_replace"] = -1; }, "first_k_dense_replace"},
+      {[](json& j) { j["routed_scaling_factor"] = 0; }, "routed_scaling_factor"},
+      {[](json& j) {
+         j["quantization_config"] = {{"quant_method", "fp8"},
+                                     {"activation_scheme", "dynamic"},
+                                     {"fmt", "e4m3"},
+                                     {"weight_block_size", {128, 128}}};
+       },
+       "quantization_config"},
+  };
+  for (const auto& [edit, field] : cases) {
+    json j = deepseek_v3_base();
+    edit(j);
+    const Status s = parse_model_config(j).status();
+    EXPECT_TRUE(has(s, field)) << field << ": " << s.to_string();
+  }
 }
 
 TEST(ModelConfig, LlamaDefaultsAndFlags) {

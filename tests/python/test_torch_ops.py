@@ -368,3 +368,68 @@ def test_moe_route_grouped_matches_deepseek_v3_router(device):
     weights, ids = torch.empty(T, k, device=device), torch.empty(T, k, dtype=torch.int32, device=device)
     check(L.moe_route_grouped, [weights, ids, logits, bias, n_group, topk_group, 1, scale],
           lambda a: [(a[1].long(), ids_want), (a[0], w_want)], 1e-6, 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mla_ops_match_deepseek_v3_attention(device):
+    # transformers' DeepseekV3Attention written in PyTorch (per head: keys [W_UK c, rope(k_pe)], values W_UV c, causal
+    # softmax) against the absorbed pipeline over a paged latent cache: batched_linear with W_UK^T, mla_rotary_and_cache
+    # (interleaved rope, one padding token with slot -1), mla_attention, batched_linear with W_UV. Request 0 decodes
+    # its 6th token (5 cached by an earlier call), request 1 prefills 3 tokens.
+    H, L_, R, P, V, block = 4, 32, 16, 16, 16, 4
+    scale = 1 / math.sqrt(P + R)
+    inv = 1.0 / (10000 ** (torch.arange(0, R, 2).float() / R))
+    freqs = torch.arange(16).float()[:, None] * inv[None, :]
+    cos_sin = torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(device)
+    w_uk, w_uv = rand(H, P, L_, device=device) * 0.3, rand(H, V, L_, device=device) * 0.3
+    w_uk_t = w_uk.transpose(1, 2).contiguous()
+    table = torch.tensor([[3, 0], [5, 2]], dtype=torch.int32, device=device)
+    cache = torch.full((6, block, L_ + R), float("nan"), device=device)
+    kv_all = [rand(6, L_ + R, device=device), rand(3, L_ + R, device=device)]  # every position's [c, k_pe] (raw)
+
+    def slot(r, p):
+        return int(table[r, p // block]) * block + p % block
+
+    def rope(x, pos):  # interleaved pairs (x[2i], x[2i+1]) rotated by frequency i, kept in place
+        c, s = cos_sin[pos, : R // 2], cos_sin[pos, R // 2:]
+        out = x.clone()
+        out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+        out[..., 1::2] = x[..., 1::2] * c + x[..., 0::2] * s
+        return out
+
+    # The cached 5 positions of request 0, written by an earlier step.
+    hist = kv_all[0][:5].clone()
+    scratch = rand(5, H, R, device=device)
+    L.mla_rotary_and_cache(torch.arange(5, device=device), scratch, scratch, hist[:, L_:], hist[:, :L_], cos_sin, 1,
+                           cache, torch.tensor([slot(0, p) for p in range(5)], device=device))
+    # This step: request 0's position 5, request 1's positions 0..2, one padding token.
+    positions = torch.tensor([5, 0, 1, 2, 0], device=device)
+    slots = torch.tensor([slot(0, 5), slot(1, 0), slot(1, 1), slot(1, 2), -1], device=device)
+    kv = torch.cat([kv_all[0][5:6], kv_all[1], rand(1, L_ + R, device=device)])
+    q = rand(5, H, P + R, device=device)
+    q_full = torch.full((5, H, L_ + R), float("nan"), device=device)
+    q_lat = q_full[:, :, :L_].transpose(0, 1)
+    check(L.batched_linear, [q_lat, q[:, :, :P].transpose(0, 1), w_uk_t],
+          lambda a: [(a[0], torch.einsum("htp,hlp->htl", q[:, :, :P].transpose(0, 1), w_uk_t))])
+    k_pe = kv[:, L_:]
+    want_k = rope(k_pe.clone(), positions)
+    L.mla_rotary_and_cache(positions, q[:, :, P:], q_full[:, :, L_:], k_pe, kv[:, :L_], cos_sin, 1, cache, slots)
+    torch.testing.assert_close(k_pe, want_k, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(q_full[:, :, L_:], rope(q[:, :, P:], positions[:, None]), atol=1e-6, rtol=1e-6)
+    qsl = torch.tensor([0, 1, 4], dtype=torch.int32, device=device)
+    seq_lens = torch.tensor([6, 3], dtype=torch.int32, device=device)
+    o_lat = torch.empty(5, H, L_, device=device)
+    L.mla_attention(o_lat, q_full, cache, qsl, seq_lens, table, slots, 2, 1, 3, 6, None, scale)
+    o = torch.empty(5, H, V, device=device)
+    L.batched_linear(o.transpose(0, 1), o_lat.transpose(0, 1), w_uv)
+
+    want = torch.zeros(5, H, V, device=device)
+    for t, (r, pos) in enumerate([(0, 5), (1, 0), (1, 1), (1, 2)]):
+        c = kv_all[r][: pos + 1, :L_]
+        k_rot = rope(kv_all[r][: pos + 1, L_:], torch.arange(pos + 1, device=device))
+        q_rot = rope(q[t, :, P:], torch.full((H,), pos, device=device))
+        for h in range(H):
+            scores = (c @ w_uk[h].T) @ q[t, h, :P] + k_rot @ q_rot[h]
+            want[t, h] = torch.softmax(scores * scale, -1) @ (c @ w_uv[h].T)
+    torch.testing.assert_close(o, want, atol=1e-4, rtol=1e-4)
+    assert torch.equal(o_lat[4], torch.zeros_like(o_lat[4]))  # the padding token

@@ -131,6 +131,30 @@ TEST(ModelRunner, ScatteredBlocksSmallBlocksAndChunksGiveSameTokens) {
   }
 }
 
+// The KV cache follows the model's KVCacheSpec: a Llama-family model's key and value [heads, head_dim] per token and
+// layer; DeepSeek-V3's one latent row and no value tensor. A block's bytes (what the GPU memory plan divides the
+// free memory by) are the spec's, and scattered small blocks still give the reference's tokens.
+TEST(ModelRunner, KvCacheFollowsTheModelsSpec) {
+  EXPECT_EQ(ModelRunner::kv_block_bytes(model(), 16), 2u * 2 * 16 * 2 * 16 * 4);  // K+V, 2 layers, 2 kv heads of 16
+  std::unique_ptr<CausalLM> mla = testing::load_model_or_die(testing::fixtures_dir() + "/deepseek_v3_f32");
+  EXPECT_EQ(ModelRunner::kv_block_bytes(*mla, 16), 3u * 16 * (64 + 16) * 4);  // 3 layers, L + R, f32
+  const auto prompts = test_prompts();
+  std::vector<int32_t> pool(64);
+  for (int32_t b = 0; b < 64; ++b) pool[b] = b;
+  std::shuffle(pool.begin(), pool.end(), std::mt19937(11));
+  std::vector<std::vector<int32_t>> blocks;
+  size_t next = 0;
+  for (const auto& p : prompts) {
+    blocks.emplace_back();
+    for (size_t b = 0; b < (p.size() + 8 + 3) / 4; ++b) blocks.back().push_back(pool[next++]);
+  }
+  ModelRunner runner(*mla, {.num_blocks = 64, .block_size = 4});
+  const Driven got = drive(runner, prompts, blocks, 8, 3);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got.ids[i], testing::reference_greedy(*mla, prompts[i], 8)) << "prompt " << i;
+  }
+}
+
 TEST(ModelRunner, PromptLogprobsOnlyForThoseAskingAndOncePerPosition) {
   const auto prompts = test_prompts();
   ModelRunner plain(model(), {.num_blocks = 16});

@@ -41,13 +41,16 @@ bool heads_allow(const std::string& name, int64_t tp) {
 
 TEST(TensorParallel, EveryFixtureAllowsTwoAndFourRanks) {
   // The fixtures were generated with 4 heads and 2 (or 1) kv heads so that both sizes apply to each of them; the
-  // mixture-of-experts ones are refused by name (their experts are not sharded).
+  // mixture-of-experts ones are refused by name (their experts are not sharded), multi-head latent attention too.
   for (const std::string& name : testing::fixture_model_names()) {
     StatusOr<ModelConfig> c = load_model_config(fixtures_dir() + "/" + name);
     ASSERT_TRUE(c.ok()) << name;
     for (int64_t tp : {2, 4}) {
       const Status s = check_tensor_parallel_size(*c, tp);
-      if (c->moe) {
+      if (c->mla) {
+        EXPECT_NE(s.message().find("multi-head latent attention is not sharded"), std::string::npos)
+            << name << ": " << s.message();
+      } else if (c->moe) {
         EXPECT_NE(s.message().find("mixture-of-experts model"), std::string::npos) << name << ": " << s.message();
       } else {
         EXPECT_TRUE(s.ok()) << name << ": " << s.message();

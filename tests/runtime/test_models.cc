@@ -48,9 +48,10 @@ std::vector<int32_t> reference_greedy(CausalLM& model, const std::vector<int32_t
     KVCacheTensors cache;
     cache.num_blocks = 1;
     cache.block_size = n;
+    const KVCacheSpec spec = model.kv_cache_spec();
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      cache.key.push_back(Tensor::zeros({1, n, model.num_kv_heads_per_rank(), c.head_dim}, DType::kF32));
-      cache.value.push_back(Tensor::zeros({1, n, model.num_kv_heads_per_rank(), c.head_dim}, DType::kF32));
+      cache.key.push_back(Tensor::zeros(spec.layer_shape(1, n), DType::kF32));
+      if (spec.has_value) cache.value.push_back(Tensor::zeros(spec.layer_shape(1, n), DType::kF32));
     }
     ForwardBatch batch;
     batch.input_ids = Tensor::from_i32(seq, {n});

@@ -48,34 +48,31 @@ void attend_one(const float* q, float* out, const int32_t* block_row, const Cach
   for (int64_t i = 0; i < d; ++i) out[i] *= inv;
 }
 
-// Checks the metadata against the tensors (contents, so not in ops.cc) and returns each token's request.
+}  // namespace
+
 std::vector<int32_t> token_to_request(const ops::AttentionMetadata& md, int64_t num_tokens, int64_t num_blocks,
-                                      int64_t block_size, int64_t* max_seq_len) {
+                                      int64_t block_size, int64_t* max_seq_len, const char* op) {
   const int32_t* qsl = md.query_start_loc.data<int32_t>();
   const int32_t* seq_lens = md.seq_lens.data<int32_t>();
   const int64_t max_blocks = md.block_table.size(1);
   std::vector<int32_t> req_of(static_cast<size_t>(num_tokens), -1);
-  CHECK_EQ(qsl[0], 0) << "paged_attention: query_start_loc[0]";
-  CHECK_LE(qsl[md.num_reqs], num_tokens) << "paged_attention: query_start_loc[num_reqs] past the query";
+  CHECK_EQ(qsl[0], 0) << op << ": query_start_loc[0]";
+  CHECK_LE(qsl[md.num_reqs], num_tokens) << op << ": query_start_loc[num_reqs] past the query";
   *max_seq_len = 0;
   for (int64_t r = 0; r < md.num_reqs; ++r) {
     const int64_t qlen = qsl[r + 1] - qsl[r], seq = seq_lens[r];
-    CHECK(qlen >= 0 && qlen <= seq) << "paged_attention: request " << r << " has query_len " << qlen << " and seq_len "
-                                    << seq;
-    CHECK_LE((seq + block_size - 1) / block_size, max_blocks)
-        << "paged_attention: block table too narrow, request " << r;
+    CHECK(qlen >= 0 && qlen <= seq) << op << ": request " << r << " has query_len " << qlen << " and seq_len " << seq;
+    CHECK_LE((seq + block_size - 1) / block_size, max_blocks) << op << ": block table too narrow, request " << r;
     const int32_t* row = md.block_table.data<int32_t>() + r * md.block_table.stride(0);
     for (int64_t b = 0; b < (seq + block_size - 1) / block_size; ++b) {
-      CHECK(row[b] >= 0 && row[b] < num_blocks) << "paged_attention: request " << r << " block " << b << " = " << row[b]
-                                                << " outside [0, " << num_blocks << ")";
+      CHECK(row[b] >= 0 && row[b] < num_blocks)
+          << op << ": request " << r << " block " << b << " = " << row[b] << " outside [0, " << num_blocks << ")";
     }
     for (int64_t t = qsl[r]; t < qsl[r + 1]; ++t) req_of[t] = static_cast<int32_t>(r);
     *max_seq_len = std::max(*max_seq_len, seq);
   }
   return req_of;
 }
-
-}  // namespace
 
 void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                      const ops::AttentionMetadata& md, float scale, int64_t sliding_window) {
@@ -85,7 +82,7 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
   const int64_t group = num_heads / cache.num_kv_heads;
   int64_t max_seq_len = 0;
   const std::vector<int32_t> req_of =
-      token_to_request(md, num_tokens, key_cache.size(0), cache.block_size, &max_seq_len);
+      token_to_request(md, num_tokens, key_cache.size(0), cache.block_size, &max_seq_len, "paged_attention");
   const int32_t* qsl = md.query_start_loc.data<int32_t>();
   const int32_t* seq_lens = md.seq_lens.data<int32_t>();
   const int64_t work_per_item = std::max<int64_t>(1, max_seq_len * head_dim * 4);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/ops.h"
@@ -14,6 +15,12 @@ namespace llmserve::cpu {
 // Shared by two kernels: rotary_embedding and rotary_embedding_and_cache (cache.cc) run it.
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache);
+
+// Shared by paged_attention and mla_attention: checks the metadata's contents against the batch (query lengths within
+// seq_lens, block ids inside the num_blocks of the cache, the table wide enough; aborts naming `op`) and returns
+// each of the num_tokens tokens' request (-1: padding past query_start_loc[num_reqs]) and the longest seq_len.
+std::vector<int32_t> token_to_request(const ops::AttentionMetadata& md, int64_t num_tokens, int64_t num_blocks,
+                                      int64_t block_size, int64_t* max_seq_len, const char* op);
 
 // Which library `linear` uses (process-wide): oneDNN on llmserve's thread pool (default), oneDNN on its own
 // OpenMP threads, or OpenBLAS (the fallback). Chosen by $LLMSERVE_GEMM (onednn | onednn-omp | openblas) or by

@@ -11,6 +11,7 @@ void register_cache_kernels();
 void register_embedding_kernels();
 void register_gemm_kernels();
 void register_logits_kernels();
+void register_mla_kernels();
 void register_moe_kernels();
 void register_norm_kernels();
 void register_quant_kernels();
@@ -24,6 +25,7 @@ void register_kernels() {
   register_embedding_kernels();
   register_gemm_kernels();
   register_logits_kernels();
+  register_mla_kernels();
   register_moe_kernels();
   register_norm_kernels();
   register_quant_kernels();

@@ -38,6 +38,12 @@ void set_moe_gemm_cutlass_block(int64_t block);
 // (cooperative) forced.
 void set_moe_gemm_cutlass_tile_rows(int64_t rows);
 
+// ---- mla_attention's tensor-core path (mla_attention_mma.cu), for tests and benchmarks ----
+// Heads per CTA of the tensor-core MLA kernel (bf16 / f16, L 512, R 64): 16 or 64 forced, 0 (default) by the head
+// count and batch (16 up to 16 heads or for batches too small to spread 64-head CTAs over the GPU, else 64).
+// Process-wide: the GPU tests check both, `mla_gpu_test --bench` times both.
+void set_mla_heads_per_cta(int heads);
+
 // ---- size limits of the CUDA kernels ----
 
 // Largest k of ops::top_k on CUDA.

@@ -3,14 +3,17 @@
 // made by the first call; for each shape (m, n, k, leading dimensions, dtypes, pointer alignments, bias) the
 // descriptors and the heuristic's best algorithm are built once and cached, so a repeated call is a map lookup and
 // one cublasLtMatmul on the current stream (graph-capturable: no allocation, no synchronisation). Decode-sized
-// 16-bit products go to the GEMV of gemv.cu instead.
+// 16-bit products go to the GEMV of gemv.cu instead. ops::batched_linear (MLA's per-head products) is the same
+// plan with a batch count and strided-batch offsets (one cublasLtMatmul for every batch).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
@@ -46,6 +49,9 @@ uint32_t alignment_of(const void* p) {
 
 struct PlanKey {
   int64_t m, n, k, ldx, ldo;
+  // Strided batches (batched_linear): count, then element offsets between consecutive x / weight / out matrices.
+  // batch 0: a single product (linear).
+  int64_t batch, batch_stride_x, batch_stride_w, batch_stride_o;
   DType x_type, out_type, bias_type;
   bool bias_epilogue;
   uint32_t align_x, align_w, align_out;
@@ -112,6 +118,16 @@ class GemmContext {
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, key.k, key.n, key.k));
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, key.k, key.m, key.ldx));
     LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, out, key.n, key.m, key.ldo));
+    if (key.batch > 0) {
+      const int32_t count = static_cast<int32_t>(key.batch);
+      const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
+          {plan->a, key.batch_stride_w}, {plan->b, key.batch_stride_x}, {plan->c, key.batch_stride_o}};
+      for (const auto& [layout, stride] : layouts) {
+        LT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        LT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof(stride)));
+      }
+    }
     choose_lt_algo(handle_, plan.get(), key.align_w, key.align_x, key.align_out);
     return plan;
   }
@@ -179,6 +195,57 @@ void cublaslt_linear(Tensor& out, const Tensor& x, const Tensor& weight, const T
   if (bias != nullptr && !key.bias_epilogue) add_bias(out, *bias);
 }
 
-void register_gemm_kernels() { ops::linear.register_kernel(DeviceType::kCUDA, linear); }
+// out[b] = x[b] @ weight[b]^T for every b: x [B, m, k], weight [B, n, k] contiguous, out [B, m, n]; x and out
+// strided in dims 0 and 1 (ops.h). One strided-batched cublasLtMatmul; each batch's pointer is the base plus a
+// multiple of its batch stride, so the alignment cuBLASLt may assume is the base's and the strides' common one.
+void batched_linear(Tensor& out, const Tensor& x, const Tensor& weight) {
+  const int64_t batch = x.size(0), m = x.size(1), k = x.size(2), n = weight.size(1);
+  CHECK(x.dtype() == weight.dtype() && x.dtype() == out.dtype())
+      << "batched_linear: x " << x.to_string() << ", weight " << weight.to_string() << ", out " << out.to_string()
+      << " must share one dtype on cuda";
+  if (batch == 0 || m == 0 || n == 0) return;
+  const size_t elem = dtype_size(out.dtype());
+  if (k == 0) {  // empty sums: zeros (cuBLASLt rejects k = 0)
+    for (int64_t b = 0; b < batch; ++b) {
+      char* dst = static_cast<char*>(out.raw_data()) + b * out.stride(0) * elem;
+      CHECK(cudaMemset2DAsync(dst, out.stride(1) * elem, 0, n * elem, m, current_stream()) == cudaSuccess);
+    }
+    return;
+  }
+  // A size-1 dimension's stride is arbitrary (views may carry anything there): give cuBLASLt a consistent one.
+  const int64_t ldx = m > 1 ? x.stride(1) : k, ldo = m > 1 ? out.stride(1) : n;
+  const int64_t bsx = batch > 1 ? x.stride(0) : m * ldx, bso = batch > 1 ? out.stride(0) : m * ldo;
+  const auto aligned = [&](const void* p, int64_t stride) {
+    return std::min(alignment_of(p), alignment_of(reinterpret_cast<const void*>(stride * elem)));
+  };
+  PlanKey key;
+  std::memset(&key, 0, sizeof(key));  // padding bytes take part in the hash and the comparison
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.ldx = ldx;
+  key.ldo = ldo;
+  key.batch = batch;
+  key.batch_stride_x = bsx;
+  key.batch_stride_w = n * k;
+  key.batch_stride_o = bso;
+  key.x_type = x.dtype();
+  key.out_type = out.dtype();
+  key.bias_type = out.dtype();
+  key.align_x = aligned(x.raw_data(), bsx);
+  key.align_w = aligned(weight.raw_data(), n * k);
+  key.align_out = aligned(out.raw_data(), bso);
+  GemmContext& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex());
+  Plan* plan = ctx.plan(key);
+  CHECK(plan != nullptr) << "batched_linear: cuBLASLt has no algorithm for x " << x.to_string() << " @ weight "
+                         << weight.to_string() << "^T -> out " << out.to_string();
+  ctx.run(*plan, x, weight, out, nullptr);
+}
+
+void register_gemm_kernels() {
+  ops::linear.register_kernel(DeviceType::kCUDA, linear);
+  ops::batched_linear.register_kernel(DeviceType::kCUDA, batched_linear);
+}
 
 }  // namespace llmserve::cuda

@@ -11,6 +11,8 @@ void register_cache_kernels();
 void register_embedding_rotary_kernels();
 void register_gemm_kernels();
 void register_logits_kernels();
+void register_mla_attention_kernels();
+void register_mla_rotary_cache_kernels();
 void register_moe_kernels();
 void register_moe_gemm_kernels();
 void register_norm_kernels();
@@ -25,6 +27,8 @@ void register_kernels() {
   register_embedding_rotary_kernels();
   register_gemm_kernels();
   register_logits_kernels();
+  register_mla_attention_kernels();
+  register_mla_rotary_cache_kernels();
   register_moe_kernels();
   register_moe_gemm_kernels();
   register_norm_kernels();

@@ -19,6 +19,13 @@ FusedMoE::FusedMoE(const LinearContext& ctx, const FusedMoEOptions& o) : options
   router_.shape = {o.num_experts, o.hidden_size};
   router_.dtype = o.router_dtype;
   router_.weight_loader = load_whole_parameter;
+  if (o.grouped_routing) {
+    CHECK(o.num_groups >= 1 && o.topk_groups >= 1 && o.topk_groups <= o.num_groups && o.num_experts % o.num_groups == 0)
+        << "FusedMoE: bad expert groups";
+    correction_bias_.shape = {o.num_experts};
+    correction_bias_.dtype = DType::kF32;
+    correction_bias_.weight_loader = load_whole_parameter;
+  }
   w13_.shape = {o.num_experts, 2 * o.intermediate_size, o.hidden_size};
   w13_.dtype = dtype;
   w13_.weight_loader = [this](Parameter& p, WeightSource& w, const std::string& name, const std::string&) {
@@ -99,7 +106,12 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) co
   Tensor logits = arena.view(act.router_logits, T);
   ops::linear(logits, x, router_.data, nullptr);
   Tensor topk_weights = arena.view(act.topk_weights, T), topk_ids = arena.view(act.topk_ids, T);
-  ops::moe_route(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0);
+  if (options_.grouped_routing) {
+    ops::moe_route_grouped(topk_weights, topk_ids, logits, correction_bias_.data, options_.num_groups,
+                           options_.topk_groups, options_.renormalize ? 1 : 0, options_.routed_scaling_factor);
+  } else {
+    ops::moe_route(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0);
+  }
 
   const int64_t num_pairs = T * k, block = ops::moe_align_block(x.device(), num_pairs, E);
   const int64_t capacity = ops::moe_align_capacity(num_pairs, E, block);
@@ -128,10 +140,13 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) co
 
 void FusedMoE::named_parameters(const std::string& prefix, NamedParameters& out) {
   out.emplace_back(prefix + "." + options_.router_name + ".weight", &router_);
+  if (options_.grouped_routing) {
+    out.emplace_back(prefix + "." + options_.router_name + ".e_score_correction_bias", &correction_bias_);
+  }
   out.emplace_back(prefix + ".experts." + kGateUpSuffix, &w13_);
   out.emplace_back(prefix + ".experts." + kDownSuffix, &w2_);
   if (shared_expert_) {
-    shared_expert_->named_parameters(prefix + ".shared_expert", out);
+    shared_expert_->named_parameters(prefix + "." + options_.shared_expert_name, out);
     if (options_.shared_expert_gate) out.emplace_back(prefix + ".shared_expert_gate.weight", &shared_gate_);
   }
 }

@@ -1,6 +1,7 @@
 // FusedMoE: a mixture-of-experts feed-forward block (vLLM's FusedMoE) — router GEMM, top-k routing, tokens grouped by
 // expert, grouped gate/up GEMM over experts stacked [E, 2 I, H] at load, SiLU-and-mul, grouped down GEMM [E, H, I],
-// weighted combine back to token order, plus an optional shared expert (Qwen2-MoE: behind a sigmoid gate).
+// weighted combine back to token order, plus an optional shared expert (Qwen2-MoE: behind a sigmoid gate; DeepSeek-V3:
+// ungated, beside a group-limited sigmoid router).
 // x [T, hidden] in, the block's output [T, hidden] out, in place.
 #pragma once
 
@@ -23,6 +24,12 @@ struct FusedMoEOptions {
   bool renormalize = false;                     // top-k weights divided by their sum (Mixtral; norm_topk_prob)
   int64_t shared_expert_intermediate_size = 0;  // 0: none
   bool shared_expert_gate = false;              // the shared expert's output scaled by sigmoid(x . w_gate)
+  // DeepSeek-V3's router (ops::moe_route_grouped) instead of ops::moe_route: sigmoid scores, num_groups groups of
+  // experts of which the topk_groups best stay, the f32 `<router>.e_score_correction_bias` [E] added for choosing
+  // only, the chosen weights (renormalised when `renormalize`) times routed_scaling_factor. `scoring` is unused.
+  bool grouped_routing = false;
+  int64_t num_groups = 1, topk_groups = 1;
+  float routed_scaling_factor = 1.0f;
   // The router's (and the shared expert gate's) weight dtype: the activation dtype, so routing is computed in f32 on
   // CPU even over bf16 experts (a bf16-rounded router input flips near-tied choices: a discrete error the continuous
   // tolerance of the bf16 GEMM path cannot absorb); on CUDA the activation dtype too (ops::linear wants one dtype).
@@ -33,6 +40,7 @@ struct FusedMoEOptions {
   // `experts.down_proj` [E, H, I], transformers 5's in-memory layout) loads them as they are.
   std::string router_name = "gate";
   std::string gate_proj_name = "gate_proj", up_proj_name = "up_proj", down_proj_name = "down_proj";
+  std::string shared_expert_name = "shared_expert";  // DeepSeek: "shared_experts" (n_shared_experts merged in one)
 };
 
 class FusedMoE {
@@ -70,9 +78,10 @@ class FusedMoE {
 
   FusedMoEOptions options_;
   Communicator* comm_;
-  Parameter router_;  // [E, hidden] in router_dtype
-  Parameter w13_;     // [E, 2 I, hidden]: gate rows then up rows of each expert
-  Parameter w2_;      // [E, hidden, I]
+  Parameter router_;           // [E, hidden] in router_dtype
+  Parameter correction_bias_;  // [E] f32 (grouped routing only)
+  Parameter w13_;              // [E, 2 I, hidden]: gate rows then up rows of each expert
+  Parameter w2_;               // [E, hidden, I]
   std::unique_ptr<GatedMLP> shared_expert_;
   Parameter shared_gate_;  // [1, hidden]
 };

@@ -1,0 +1,178 @@
+// `mla_gpu_test --bench`: MLA decode attention at DeepSeek-V3's shape (128 heads, L 512, R 64, bf16, block 16; and
+// 16 heads, V3 under tensor parallel 8) at 4k context for batch 1, 16 and 64, each row beside its bandwidth floor (the
+// latent rows read once, at the device copy bandwidth measured in the same run) and with its tensor-core FLOP rate
+// (QK^T over 576 and PV over 512 columns per head and row: ~242 FLOP per cache byte at 128 heads, near the H200's
+// tensor-core / bandwidth balance, so both columns matter); both head groupings of the kernel, split-K on and off. Then
+// a 2048-token prefill beside the bf16 matmul rate of the same run. Each decode call reads a different slice of a >=
+// 512 MB cache so L2 never holds it; times are means of back-to-back calls with CUDA events.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+
+namespace llmserve {
+namespace {
+
+#define BENCH_CHECK(x) CHECK((x) == cudaSuccess) << #x << ": " << cudaGetErrorString(cudaGetLastError())
+
+constexpr int kPrefillHeads = 128, kLatent = 512, kRope = 64, kRow = kLatent + kRope, kBlock = 16;
+
+// Device-to-device copy of 1 GiB: (read + write) bytes per second.
+double copy_bandwidth_gbs() {
+  const size_t bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  BENCH_CHECK(cudaMalloc(&src, bytes));
+  BENCH_CHECK(cudaMalloc(&dst, bytes));
+  BENCH_CHECK(cudaMemset(src, 1, bytes));
+  const double us = gpu_testing::mean_call_us(
+      [&](int) { BENCH_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda::current_stream())); },
+      10);
+  BENCH_CHECK(cudaFree(src));
+  BENCH_CHECK(cudaFree(dst));
+  return 2.0 * bytes / us * 1e-3;
+}
+
+// A [num_blocks, block, row] bf16 cache of random (non-zero) contents, filled from a 64 MiB device pattern.
+Tensor random_cache(int64_t num_blocks) {
+  Tensor cache = Tensor::empty({num_blocks, kBlock, kRow}, DType::kBF16, Device::cuda());
+  const int64_t chunk = 32 << 20;
+  Tensor pattern = gpu_testing::to_device(testing::random_tensor({chunk}, 5, DType::kBF16));
+  for (int64_t off = 0; off < cache.numel(); off += chunk) {
+    const int64_t n = std::min(chunk, cache.numel() - off);
+    BENCH_CHECK(cudaMemcpy(static_cast<char*>(cache.raw_data()) + off * 2, pattern.raw_data(), n * 2,
+                           cudaMemcpyDeviceToDevice));
+  }
+  return cache;
+}
+
+struct DecodeRow {
+  double us, cache_bytes, flops;
+};
+
+DecodeRow bench_decode(int heads, int batch, int ctx, int heads_per_cta, bool split) {
+  const int blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+  const double cache_bytes = static_cast<double>(batch) * ctx * kRow * 2;
+  const int sets = std::max(2, static_cast<int>(512e6 / cache_bytes));  // consecutive calls never share L2 data
+  Tensor cache = random_cache(static_cast<int64_t>(sets) * batch * blocks_per_seq);
+  std::vector<int32_t> qsl(batch + 1), seq(batch, ctx);
+  std::iota(qsl.begin(), qsl.end(), 0);
+  std::vector<Tensor> tables;
+  for (int s = 0; s < sets; ++s) {
+    std::vector<int32_t> t(static_cast<size_t>(batch) * blocks_per_seq);
+    std::iota(t.begin(), t.end(), s * batch * blocks_per_seq);
+    tables.push_back(gpu_testing::to_device(Tensor::from_i32(t, {batch, blocks_per_seq})));
+  }
+  ops::AttentionMetadata md;
+  md.query_start_loc = gpu_testing::to_device(Tensor::from_i32(qsl, {batch + 1}));
+  md.seq_lens = gpu_testing::to_device(Tensor::from_i32(seq, {batch}));
+  md.num_reqs = batch;
+  md.num_decode_tokens = batch;
+  md.max_query_len = 1;
+  md.max_seq_len = ctx;
+  if (split) {
+    const int64_t elems = ops::paged_attention_workspace_elems(batch, heads, kLatent, ctx);
+    if (elems > 0) md.workspace = Tensor::zeros({elems}, DType::kF32, Device::cuda());  // counters start at 0
+  }
+  Tensor q = gpu_testing::to_device(testing::random_tensor({batch, heads, kRow}, 6, DType::kBF16, -2.f, 2.f));
+  Tensor out = Tensor::empty({batch, heads, kLatent}, DType::kBF16, Device::cuda());
+  cuda::set_mla_heads_per_cta(heads_per_cta);
+  const float scale = 1.f / std::sqrt(192.f);
+  const double us = gpu_testing::mean_call_us(
+      [&](int i) {
+        md.block_table = tables[i % sets];
+        ops::mla_attention(out, q, cache, md, scale);
+      },
+      50);
+  cuda::set_mla_heads_per_cta(0);
+  const double flops = 2.0 * batch * ctx * heads * (kRow + kLatent);
+  return {us, cache_bytes, flops};
+}
+
+// One causal prefill of `len` tokens on an empty context; returns microseconds per call.
+double bench_prefill(int len, int heads_per_cta) {
+  const int blocks = (len + kBlock - 1) / kBlock;
+  Tensor cache = random_cache(blocks);
+  std::vector<int32_t> t(blocks);
+  std::iota(t.begin(), t.end(), 0);
+  ops::AttentionMetadata md;
+  md.query_start_loc = gpu_testing::to_device(Tensor::from_i32({0, len}, {2}));
+  md.seq_lens = gpu_testing::to_device(Tensor::from_i32({len}, {1}));
+  md.block_table = gpu_testing::to_device(Tensor::from_i32(t, {1, blocks}));
+  md.num_reqs = 1;
+  md.max_query_len = len;
+  md.max_seq_len = len;
+  Tensor q = gpu_testing::to_device(testing::random_tensor({len, kPrefillHeads, kRow}, 9, DType::kBF16, -2.f, 2.f));
+  Tensor out = Tensor::empty({len, kPrefillHeads, kLatent}, DType::kBF16, Device::cuda());
+  cuda::set_mla_heads_per_cta(heads_per_cta);
+  const double us =
+      gpu_testing::mean_call_us([&](int) { ops::mla_attention(out, q, cache, md, 1.f / std::sqrt(192.f)); }, 5);
+  cuda::set_mla_heads_per_cta(0);
+  return us;
+}
+
+// ops::linear (cuBLASLt) in bf16 at 8192^3 on random data: the tensor-core rate the prefill row is read against.
+double bench_matmul_tflops() {
+  constexpr int64_t n = 8192;
+  Tensor x = gpu_testing::to_device(testing::random_tensor({n, n}, 11, DType::kBF16));
+  Tensor w = gpu_testing::to_device(testing::random_tensor({n, n}, 12, DType::kBF16));
+  Tensor out = Tensor::empty({n, n}, DType::kBF16, Device::cuda());
+  const double us = gpu_testing::mean_call_us([&](int) { ops::linear(out, x, w, nullptr); }, 5);
+  return 2.0 * n * n * n / us * 1e-6;
+}
+
+}  // namespace
+
+int run_bench() {
+  cudaDeviceProp prop{};
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy = copy_bandwidth_gbs();
+  const double matmul = bench_matmul_tflops();
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  std::printf("copy bandwidth (D2D 1 GiB, read + write): %.0f GB/s\n", copy);
+  std::printf("matmul rate (ops::linear / cuBLASLt, bf16, 8192^3, random data): %.0f TFLOP/s\n\n", matmul);
+  std::printf(
+      "MLA decode attention, DeepSeek-V3 rows (L 512, R 64), bf16, block %d, context 4096: 128 heads (one GPU) and 16\n"
+      "(tensor parallel 8: ~30 FLOP per byte, bandwidth-bound); floor = latent rows read once / copy bandwidth;\n"
+      "FLOP = 2 x heads x rows x (576 + 512)\n",
+      kBlock);
+  std::printf(
+      "| heads | batch | heads / CTA | split-K | us / call | cache MB | floor us | GB/s | of floor | TFLOP/s | of "
+      "matmul "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  struct Spec {
+    int heads, batch, heads_per_cta;
+    bool split;
+  };
+  const Spec specs[] = {{128, 1, 64, true},   {128, 1, 16, true},   {128, 1, 64, false}, {128, 16, 64, true},
+                        {128, 16, 16, true},  {128, 16, 64, false}, {128, 64, 64, true}, {128, 64, 16, true},
+                        {128, 64, 64, false}, {16, 1, 16, true},    {16, 16, 16, true},  {16, 64, 16, true},
+                        {16, 64, 16, false}};
+  for (const Spec& sp : specs) {
+    const DecodeRow r = bench_decode(sp.heads, sp.batch, 4096, sp.heads_per_cta, sp.split);
+    const double floor_us = r.cache_bytes / copy * 1e-3, tflops = r.flops / r.us * 1e-6;
+    std::printf("| %d | %d | %d | %s | %.1f | %.1f | %.1f | %.0f | %.0f%% | %.0f | %.0f%% |\n", sp.heads, sp.batch,
+                sp.heads_per_cta, sp.split ? "yes" : "no", r.us, r.cache_bytes * 1e-6, floor_us,
+                r.cache_bytes / r.us * 1e-3, 100.0 * floor_us / r.us, tflops, 100.0 * tflops / matmul);
+  }
+  std::printf(
+      "\nMLA prefill attention (one causal 2048-token prompt, empty context), 128 heads, bf16; every token is its\n"
+      "own query (it re-reads its prefix: L2); floor = the causal FLOPs at the matmul rate\n");
+  std::printf("| tokens | heads / CTA | us / call | TFLOP/s | of matmul |\n|---|---|---|---|---|\n");
+  for (int hpc : {64, 16}) {
+    const int len = 2048;
+    const double us = bench_prefill(len, hpc);
+    const double flops = 2.0 * kPrefillHeads * (kRow + kLatent) * len * (len + 1.0) / 2;
+    std::printf("| %d | %d | %.0f | %.0f | %.0f%% |\n", len, hpc, us, flops / us * 1e-6,
+                100.0 * flops / us * 1e-6 / matmul);
+  }
+  return 0;
+}
+
+}  // namespace llmserve
