@@ -48,7 +48,8 @@ TEST(BatchedLinear, MultipliesEachHeadOfAStridedViewByItsOwnMatrix) {
           const double tol = wdtype == DType::kF32 ? 1e-5 : 2e-2;
           ASSERT_NEAR(at3(wide, t, h, 2 + j), want, tol) << dtype_name(wdtype) << " h " << h << " t " << t;
         }
-        for (int64_t j : {int64_t{0}, int64_t{1}, 2 + n}) ASSERT_TRUE(std::isnan(at3(wide, t, h, j))) << "column " << j << " touched";
+        for (int64_t j : {int64_t{0}, int64_t{1}, 2 + n})
+          ASSERT_TRUE(std::isnan(at3(wide, t, h, j))) << "column " << j << " touched";
       }
     }
   }

@@ -327,6 +327,16 @@ TEST(ModelConfig, DeepseekV3LatentAttentionAndGroupedRouting) {
   EXPECT_NEAR(mla_softmax_scale(*cfg), linear_mscale * linear_mscale / std::sqrt(192.0), 1e-7);
 }
 
+// The bench shape (bench/configs/deepseek-v3-8l.json): DeepSeek-V3 cut to 8 layers, 3 dense then 5 MoE.
+TEST(ModelConfig, DeepseekV3BenchConfigParses) {
+  StatusOr<ModelConfig> cfg = load_model_config("bench/configs/deepseek-v3-8l.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  EXPECT_EQ(cfg->num_hidden_layers, 8);
+  EXPECT_EQ(cfg->mla->latent_size(), 576);
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(cfg->moe->is_sparse_layer(i), i >= 3) << i;
+  EXPECT_EQ(cfg->dtype, DType::kBF16);
+}
+
 TEST(ModelConfig, DeepseekV3RefusesWhatIsNotImplemented) {
   const std::vector<std::pair<std::function<void(json&)>, const char*>> cases = {
       {[](json& j) { j["scoring_func"] = "softmax"; }, "scoring_func"},
