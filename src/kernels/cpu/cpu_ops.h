@@ -15,6 +15,11 @@ namespace llmserve::cpu {
 void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_dim,
                       const Tensor& cos_sin_cache);
 
+// Dynamic quantization of one f32 row of k values to `dtype` (fp8_e4m3 or i8): dynamic_scaled_quantize's rule with
+// one group, writing out[0, k) and returning the scale. dynamic_scaled_quantize and the fused per-token ops
+// (rms_norm_quant, fused_add_rms_norm_quant, silu_and_mul_quant) share it, so fused and unfused agree bit for bit.
+float quantize_row_dynamic(const float* row, int64_t k, void* out, DType dtype);
+
 // Which library `linear` uses (process-wide): oneDNN on llmserve's thread pool (default), oneDNN on its own
 // OpenMP threads, or OpenBLAS (the fallback). Chosen by $LLMSERVE_GEMM (onednn | onednn-omp | openblas) or by
 // tests and benchmarks.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/status.h"
@@ -12,6 +13,13 @@
 namespace llmserve {
 
 class LinearBase;
+
+// A linear layer's input already quantized per token (by ops::rms_norm_quant, fused_add_rms_norm_quant or
+// silu_and_mul_quant in the layer before it): what dynamic_scaled_quantize would have made of the activations.
+struct QuantizedActivation {
+  Tensor q;       // [m, in] fp8_e4m3 or i8, contiguous
+  Tensor scales;  // [m, 1] f32, one per token
+};
 
 class LinearMethod {
  public:
@@ -28,6 +36,16 @@ class LinearMethod {
   // run q, k and v as three GEMMs. Default: CHECK-fails (a method whose weights cannot be split by rows).
   virtual void apply_rows(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin,
                           int64_t end) const;
+  // The seam for fusing activation quantization into the op before the GEMM: the dtype (fp8_e4m3 or i8) of dynamic
+  // per-token quantized input that apply_quantized takes, or nullopt when the method wants unquantized activations
+  // (or quantizes them otherwise: static, per-token-group). Valid once process_weights_after_loading has run.
+  // Default nullopt.
+  virtual std::optional<DType> quantized_input_dtype() const;
+  // apply_rows (output rows [begin, end); bias the layer's whole bias) on an input quantized per token, x.q of
+  // quantized_input_dtype(): the same result as apply_rows on the activations x.q was quantized from. Default:
+  // CHECK-fails (a method without quantized_input_dtype()).
+  virtual void apply_quantized(const LinearBase& layer, Tensor& out, const QuantizedActivation& x, const Tensor* bias,
+                               int64_t begin, int64_t end) const;
 };
 
 // Dense weights in the layer's dtype: one parameter "weight" [out, in]; apply is ops::linear.
