@@ -135,15 +135,17 @@ void set_param(LinearBase& layer, const std::string& name, Tensor data) {
   p.data = std::move(data);
 }
 
-// LLMSERVE_FUSED_ACT_QUANT: unset (nullopt: the device's default), "0" or "1".
-StatusOr<std::optional<bool>> fused_act_quant_switch() {
+// LLMSERVE_FUSED_ACT_QUANT: unset (the device's default), "0" or "1". (An enum, not std::optional<bool>: StatusOr's
+// value constructor would take a Status through its bool conversion.)
+enum class FusedActQuantSwitch { kDeviceDefault, kOff, kOn };
+StatusOr<FusedActQuantSwitch> fused_act_quant_switch() {
   const char* v = std::getenv("LLMSERVE_FUSED_ACT_QUANT");
-  if (v == nullptr) return std::optional<bool>();
+  if (v == nullptr) return FusedActQuantSwitch::kDeviceDefault;
   const std::string value = v;
   if (value != "0" && value != "1") {
     return invalid_argument("LLMSERVE_FUSED_ACT_QUANT='" + value + "' must be 0 or 1");
   }
-  return std::optional<bool>(value == "1");
+  return value == "1" ? FusedActQuantSwitch::kOn : FusedActQuantSwitch::kOff;
 }
 
 }  // namespace
@@ -204,8 +206,9 @@ void ScaledMMLinearMethod::create_weights(LinearBase& layer, int64_t input_size_
 Status ScaledMMLinearMethod::process_weights_after_loading(LinearBase& layer) const {
   Parameter& weight = layer.param("weight");
   const Device device = weight.data.device();
-  ASSIGN_OR_RETURN(const std::optional<bool> fused, fused_act_quant_switch());
-  fused_input_ = config_.activation == ActivationScaleKind::kDynamicToken && fused.value_or(!device.is_cpu());
+  ASSIGN_OR_RETURN(const FusedActQuantSwitch fused, fused_act_quant_switch());
+  fused_input_ = config_.activation == ActivationScaleKind::kDynamicToken &&
+                 (fused == FusedActQuantSwitch::kDeviceDefault ? !device.is_cpu() : fused == FusedActQuantSwitch::kOn);
   const int64_t n = weight.shape[0], k = weight.shape[1];
   if (config_.online) {  // vLLM's online fp8: per-channel scales from each row's amax (dynamic quantization of W)
     Tensor w = weight.data;
