@@ -609,8 +609,9 @@ decltype(fused_add_rms_norm_quant) fused_add_rms_norm_quant(
     "fused_add_rms_norm_quant",
     "fused_add_rms_norm_quant(Tensor! out, Tensor! scales, Tensor x, Tensor! residual, Tensor weight, float eps) -> ()",
     check_fused_add_rms_norm_quant);
-decltype(silu_and_mul_quant) silu_and_mul_quant(
-    "silu_and_mul_quant", "silu_and_mul_quant(Tensor! out, Tensor! scales, Tensor x) -> ()", check_silu_and_mul_quant);
+decltype(silu_and_mul_quant) silu_and_mul_quant("silu_and_mul_quant",
+                                                "silu_and_mul_quant(Tensor! out, Tensor! scales, Tensor x) -> ()",
+                                                check_silu_and_mul_quant);
 decltype(scaled_mm) scaled_mm(
     "scaled_mm", "scaled_mm(Tensor! out, Tensor a, Tensor a_scales, Tensor b, Tensor b_scales, Tensor? bias) -> ()",
     check_scaled_mm);

@@ -115,7 +115,7 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x) {
                    aligned16(x.raw_data()) && reinterpret_cast<uintptr_t>(out.raw_data()) % 8 == 0;
   if (!vec) {
     silu_and_mul_quant_kernel<T, Q><<<grid, kThreads, 0, stream()>>>(out.data<Q>(), scales.data<float>(), x.data<T>(),
-                                                                      x.stride(0), static_cast<int>(d));
+                                                                     x.stride(0), static_cast<int>(d));
     check_launch("silu_and_mul_quant_kernel");
     return;
   }
@@ -123,8 +123,8 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x) {
   const int64_t per_thread = (chunks + kQuantMaxThreads - 1) / kQuantMaxThreads;
   const int threads = static_cast<int>(std::max<int64_t>(32, (chunks + per_thread - 1) / per_thread + 31) / 32 * 32);
   auto run = [&](auto kernel) {
-    launch_pdl("silu_and_mul_quant_vec_kernel", kernel, grid, threads, out.data<Q>(), scales.data<float>(),
-               x.data<T>(), x.stride(0), static_cast<int>(d));
+    launch_pdl("silu_and_mul_quant_vec_kernel", kernel, grid, threads, out.data<Q>(), scales.data<float>(), x.data<T>(),
+               x.stride(0), static_cast<int>(d));
   };
   if (per_thread == 1) return run(silu_and_mul_quant_vec_kernel<T, Q, 1>);
   if (per_thread == 2) return run(silu_and_mul_quant_vec_kernel<T, Q, 2>);

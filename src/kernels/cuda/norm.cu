@@ -175,8 +175,8 @@ template <typename T, typename W>
 void launch_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), nullptr, x.data<T>(), x.stride(0), nullptr,
-                              0, weight.data<W>(), eps))
+  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), nullptr, x.data<T>(), x.stride(0), nullptr, 0,
+                              weight.data<W>(), eps))
     return;
   rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
       out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<W>(), static_cast<int>(x.size(1)), eps);
@@ -202,8 +202,8 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x, T* residual, int
                   float eps) {
   const int64_t n = x.size(0), d = x.size(1);
   if (n == 0) return;
-  if (launch_vec<T, W, kResidual, Q>(n, d, out.data<Q>(), out.stride(0), scales.data<float>(), x.data<T>(),
-                                     x.stride(0), residual, res_stride, weight.data<W>(), eps))
+  if (launch_vec<T, W, kResidual, Q>(n, d, out.data<Q>(), out.stride(0), scales.data<float>(), x.data<T>(), x.stride(0),
+                                     residual, res_stride, weight.data<W>(), eps))
     return;
   rms_norm_quant_kernel<T, W, Q, kResidual><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
       out.data<Q>(), scales.data<float>(), x.data<T>(), x.stride(0), residual, res_stride, weight.data<W>(),
