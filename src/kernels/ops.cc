@@ -378,8 +378,8 @@ void check_static_scaled_quantize(Tensor& out, const Tensor& x, const Tensor& sc
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-// The quantized output of the fused per-token ops: out [n, d] fp8_e4m3 or i8 and scales [n, 1] f32, both contiguous,
-// on x's device.
+// The quantized output of the fused per-token ops: out [n, d] fp8_e4m3 or i8 and scales [n, G] f32 (G dividing d),
+// both contiguous, on x's device.
 void check_per_token_quant_out(const Tensor& out, const Tensor& scales, const Tensor& x, int64_t d, const char* op) {
   check_contiguous(out, op, "out");
   check_contiguous(scales, op, "scales");
@@ -388,8 +388,9 @@ void check_per_token_quant_out(const Tensor& out, const Tensor& scales, const Te
   check_dtype(scales, DType::kF32, op, "scales");
   CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == d)
       << op << ": out " << out.to_string() << " for x " << x.to_string();
-  CHECK(scales.dim() == 2 && scales.size(0) == x.size(0) && scales.size(1) == 1)
-      << op << ": scales " << scales.to_string() << " for x " << x.to_string() << " (want [n, 1])";
+  CHECK(scales.dim() == 2 && scales.size(0) == x.size(0) && scales.size(1) >= 1 && d % scales.size(1) == 0)
+      << op << ": scales " << scales.to_string() << " for x " << x.to_string() << " (want [n, groups dividing " << d
+      << "])";
   check_same_device(x, out, op);
   check_same_device(x, scales, op);
 }

@@ -35,8 +35,7 @@ void silu_and_mul_quant(Tensor& out, Tensor& scales, const Tensor& x) {
     std::vector<float> y(static_cast<size_t>(d));
     for (int64_t i = begin; i < end; ++i) {
       silu_and_mul_row(row_ptr<float>(x, i), y.data(), d);
-      scales.data<float>()[i] =
-          quantize_row_dynamic(y.data(), d, static_cast<uint8_t*>(out.raw_data()) + i * d, out.dtype());
+      quantize_row_groups(y.data(), i, out, scales);
     }
   });
 }

@@ -53,8 +53,7 @@ void rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, const Tensor& 
     std::vector<float> y(static_cast<size_t>(d));
     for (int64_t i = begin; i < end; ++i) {
       normalize_row(row_ptr<float>(x, i), weight, eps, y.data(), d);
-      scales.data<float>()[i] =
-          quantize_row_dynamic(y.data(), d, static_cast<uint8_t*>(out.raw_data()) + i * d, out.dtype());
+      quantize_row_groups(y.data(), i, out, scales);
     }
   });
 }
@@ -68,8 +67,7 @@ void fused_add_rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, Tens
       float* rr = row_ptr<float>(residual, i);
       axpy_f32(1.0f, row_ptr<float>(x, i), rr, d);
       normalize_row(rr, weight, eps, y.data(), d);
-      scales.data<float>()[i] =
-          quantize_row_dynamic(y.data(), d, static_cast<uint8_t*>(out.raw_data()) + i * d, out.dtype());
+      quantize_row_groups(y.data(), i, out, scales);
     }
   });
 }

@@ -42,6 +42,14 @@ float quantize_row_dynamic(const float* row, int64_t k, void* out, DType dtype) 
   return scale;
 }
 
+void quantize_row_groups(const float* y, int64_t i, Tensor& out, Tensor& scales) {
+  const int64_t d = out.size(1), groups = scales.size(1), g = d / groups;
+  for (int64_t j = 0; j < groups; ++j) {  // fp8 and i8 are one byte each: element (i, j g) is byte i d + j g
+    scales.data<float>()[i * groups + j] =
+        quantize_row_dynamic(y + j * g, g, static_cast<uint8_t*>(out.raw_data()) + i * d + j * g, out.dtype());
+  }
+}
+
 namespace {
 
 void dynamic_scaled_quantize(Tensor& out, Tensor& scales, const Tensor& x) {

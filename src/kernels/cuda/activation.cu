@@ -61,7 +61,7 @@ constexpr int kQuantMaxChunks = 4;
 
 template <typename T, typename Q, int N>
 __global__ void __launch_bounds__(kQuantMaxThreads)
-    silu_and_mul_quant_vec_kernel(Q* out, float* scales, const T* x, int64_t x_stride, int d) {
+    silu_and_mul_quant_vec_kernel(Q* out, float* scales, int groups, const T* x, int64_t x_stride, int d) {
   pdl_wait();
   const int chunks = d / 8;
   const T* xr = x + blockIdx.x * x_stride;
@@ -81,9 +81,17 @@ __global__ void __launch_bounds__(kQuantMaxThreads)
     }
   }
   pdl_trigger();
+  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
+  if (groups > 1) {  // groups of 128 columns (the launch's condition)
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+      const int chunk = threadIdx.x + c * blockDim.x;
+      quantize_chunk_group128(o, scales + blockIdx.x * static_cast<int64_t>(groups), v[c], chunk, chunk < chunks);
+    }
+    return;
+  }
   const float scale = dynamic_quant_scale<Q>(block_max(amax));
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
-  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     const int chunk = threadIdx.x + c * blockDim.x;
@@ -92,18 +100,19 @@ __global__ void __launch_bounds__(kQuantMaxThreads)
   }
 }
 
-// Any width or alignment: the amax pass, then the quantization pass recomputing each output.
+// Any width or alignment: the amax pass, then the quantization pass recomputing each output (groups > 1: one warp
+// per group).
 template <typename T, typename Q>
-__global__ void silu_and_mul_quant_kernel(Q* out, float* scales, const T* x, int64_t x_stride, int d) {
+__global__ void silu_and_mul_quant_kernel(Q* out, float* scales, int groups, const T* x, int64_t x_stride, int d) {
   const T* xr = x + blockIdx.x * x_stride;
+  auto value = [&](int j) { return round_to<T>(silu_mul(load_f(xr + j), load_f(xr + d + j))); };
+  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
+  if (groups > 1) return quantize_row_by_warps(o, scales + blockIdx.x * static_cast<int64_t>(groups), d, groups, value);
   float amax = 0.f;
-  for (int j = threadIdx.x; j < d; j += blockDim.x)
-    amax = fmaxf(amax, fabsf(round_to<T>(silu_mul(load_f(xr + j), load_f(xr + d + j)))));
+  for (int j = threadIdx.x; j < d; j += blockDim.x) amax = fmaxf(amax, fabsf(value(j)));
   const float scale = dynamic_quant_scale<Q>(block_max(amax));
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
-  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
-  for (int j = threadIdx.x; j < d; j += blockDim.x)
-    o[j] = QuantTraits<Q>::cast(__fdiv_rn(round_to<T>(silu_mul(load_f(xr + j), load_f(xr + d + j))), scale));
+  for (int j = threadIdx.x; j < d; j += blockDim.x) o[j] = QuantTraits<Q>::cast(__fdiv_rn(value(j), scale));
 }
 
 template <typename T, typename Q>
@@ -111,11 +120,13 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x) {
   const int64_t n = out.size(0), d = out.size(1), chunks = d / 8;
   if (n == 0) return;
   const unsigned grid = static_cast<unsigned>(n);
+  const int groups = static_cast<int>(scales.size(1));
   const bool vec = d % 8 == 0 && chunks <= int64_t{kQuantMaxThreads} * kQuantMaxChunks && x.stride(0) % 8 == 0 &&
-                   aligned16(x.raw_data()) && reinterpret_cast<uintptr_t>(out.raw_data()) % 8 == 0;
+                   aligned16(x.raw_data()) && reinterpret_cast<uintptr_t>(out.raw_data()) % 8 == 0 &&
+                   (groups == 1 || d == int64_t{128} * groups);  // the registers' groups are 128 columns
   if (!vec) {
-    silu_and_mul_quant_kernel<T, Q><<<grid, kThreads, 0, stream()>>>(out.data<Q>(), scales.data<float>(), x.data<T>(),
-                                                                     x.stride(0), static_cast<int>(d));
+    silu_and_mul_quant_kernel<T, Q><<<grid, kThreads, 0, stream()>>>(out.data<Q>(), scales.data<float>(), groups,
+                                                                     x.data<T>(), x.stride(0), static_cast<int>(d));
     check_launch("silu_and_mul_quant_kernel");
     return;
   }
@@ -123,8 +134,8 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x) {
   const int64_t per_thread = (chunks + kQuantMaxThreads - 1) / kQuantMaxThreads;
   const int threads = static_cast<int>(std::max<int64_t>(32, (chunks + per_thread - 1) / per_thread + 31) / 32 * 32);
   auto run = [&](auto kernel) {
-    launch_pdl("silu_and_mul_quant_vec_kernel", kernel, grid, threads, out.data<Q>(), scales.data<float>(), x.data<T>(),
-               x.stride(0), static_cast<int>(d));
+    launch_pdl("silu_and_mul_quant_vec_kernel", kernel, grid, threads, out.data<Q>(), scales.data<float>(), groups,
+               x.data<T>(), x.stride(0), static_cast<int>(d));
   };
   if (per_thread == 1) return run(silu_and_mul_quant_vec_kernel<T, Q, 1>);
   if (per_thread == 2) return run(silu_and_mul_quant_vec_kernel<T, Q, 2>);

@@ -57,7 +57,7 @@ using NormOut = std::conditional_t<std::is_void_v<Q>, T, Q>;
 
 template <typename T, typename W, int N, bool kResidual, typename Q>
 __global__ void __launch_bounds__(kVecMaxThreads)
-    rms_norm_vec_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, const T* x, int64_t x_stride,
+    rms_norm_vec_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const T* x, int64_t x_stride,
                         T* residual, int64_t res_stride, const W* weight, int d, float eps) {
   pdl_wait();  // x and the residual come from the previous kernel
   const int chunks = d / 8;
@@ -103,6 +103,14 @@ __global__ void __launch_bounds__(kVecMaxThreads)
     }
   }
   if constexpr (!std::is_void_v<Q>) {
+    if (groups > 1) {  // groups of 128 columns (the launch's condition)
+#pragma unroll
+      for (int c = 0; c < N; ++c) {
+        const int chunk = threadIdx.x + c * blockDim.x;
+        quantize_chunk_group128(o, scales + blockIdx.x * static_cast<int64_t>(groups), v[c], chunk, chunk < chunks);
+      }
+      return;
+    }
     const float qscale = dynamic_quant_scale<Q>(block_max(amax));
     if (threadIdx.x == 0) scales[blockIdx.x] = qscale;
 #pragma unroll
@@ -117,9 +125,10 @@ __global__ void __launch_bounds__(kVecMaxThreads)
 // Launches the vectorised kernel when the row fits and every row start is aligned (16 bytes; a quantized out 8);
 // false otherwise.
 template <typename T, typename W, bool kResidual, typename Q = void>
-bool launch_vec(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, float* scales, const T* x,
+bool launch_vec(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const T* x,
                 int64_t x_stride, T* residual, int64_t res_stride, const W* weight, float eps) {
   const int64_t chunks = d / 8;
+  if (groups > 1 && d != int64_t{128} * groups) return false;  // the registers' groups are 128 columns
   const bool out_aligned = std::is_void_v<Q> ? aligned16(out) : reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const bool fits = d % 8 == 0 && chunks <= kVecMaxThreads * kVecMaxChunks && out_stride % 8 == 0 &&
                     x_stride % 8 == 0 && (!kResidual || res_stride % 8 == 0) && out_aligned && aligned16(x) &&
@@ -132,24 +141,25 @@ bool launch_vec(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, fl
   switch (per_thread) {
     case 1:
       launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 1, kResidual, Q>, grid, threads, out, out_stride,
-                 scales, x, x_stride, residual, res_stride, weight, di, eps);
+                 scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
       break;
     case 2:
       launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 2, kResidual, Q>, grid, threads, out, out_stride,
-                 scales, x, x_stride, residual, res_stride, weight, di, eps);
+                 scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
       break;
     default:
       launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual, Q>, grid, threads, out,
-                 out_stride, scales, x, x_stride, residual, res_stride, weight, di, eps);
+                 out_stride, scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
       break;
   }
   return true;
 }
 
 // The scalar fallback of the quantizing forms: rms_norm_kernel's / fused_add_rms_norm_kernel's passes (the same
-// sums, so the same scale), then the amax of the rounded normed row, then its quantization (recomputed, not kept).
+// sums, so the same scale), then the amax of the rounded normed row, then its quantization (recomputed, not kept);
+// groups > 1: one warp per group (quantize_row_by_warps).
 template <typename T, typename W, typename Q, bool kResidual>
-__global__ void rms_norm_quant_kernel(Q* out, float* scales, const T* x, int64_t x_stride, T* residual,
+__global__ void rms_norm_quant_kernel(Q* out, float* scales, int groups, const T* x, int64_t x_stride, T* residual,
                                       int64_t res_stride, const W* weight, int d, float eps) {
   const T* xr = x + blockIdx.x * x_stride;
   T* rr = kResidual ? residual + blockIdx.x * res_stride : nullptr;
@@ -160,23 +170,23 @@ __global__ void rms_norm_quant_kernel(Q* out, float* scales, const T* x, int64_t
     const float v = load_f(src + i);  // each thread reads back only what it wrote
     ss += v * v;
   }
-  const float r = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
+  const float r = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);  // block_sum syncs: the residual is visible
+  auto value = [&](int i) { return round_to<T>(load_f(src + i) * r * load_f(weight + i)); };
+  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
+  if (groups > 1) return quantize_row_by_warps(o, scales + blockIdx.x * static_cast<int64_t>(groups), d, groups, value);
   float amax = 0.f;
-  for (int i = threadIdx.x; i < d; i += blockDim.x)
-    amax = fmaxf(amax, fabsf(round_to<T>(load_f(src + i) * r * load_f(weight + i))));
+  for (int i = threadIdx.x; i < d; i += blockDim.x) amax = fmaxf(amax, fabsf(value(i)));
   const float qscale = dynamic_quant_scale<Q>(block_max(amax));
   if (threadIdx.x == 0) scales[blockIdx.x] = qscale;
-  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
-  for (int i = threadIdx.x; i < d; i += blockDim.x)
-    o[i] = QuantTraits<Q>::cast(__fdiv_rn(round_to<T>(load_f(src + i) * r * load_f(weight + i)), qscale));
+  for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = QuantTraits<Q>::cast(__fdiv_rn(value(i), qscale));
 }
 
 template <typename T, typename W>
 void launch_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), nullptr, x.data<T>(), x.stride(0), nullptr, 0,
-                              weight.data<W>(), eps))
+  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), nullptr, 1, x.data<T>(), x.stride(0), nullptr,
+                              0, weight.data<W>(), eps))
     return;
   rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
       out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<W>(), static_cast<int>(x.size(1)), eps);
@@ -187,7 +197,7 @@ template <typename T, typename W>
 void launch_fused(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  if (launch_vec<T, W, true>(n, x.size(1), x.data<T>(), x.stride(0), nullptr, x.data<T>(), x.stride(0),
+  if (launch_vec<T, W, true>(n, x.size(1), x.data<T>(), x.stride(0), nullptr, 1, x.data<T>(), x.stride(0),
                              residual.data<T>(), residual.stride(0), weight.data<W>(), eps))
     return;
   fused_add_rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
@@ -202,11 +212,12 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x, T* residual, int
                   float eps) {
   const int64_t n = x.size(0), d = x.size(1);
   if (n == 0) return;
-  if (launch_vec<T, W, kResidual, Q>(n, d, out.data<Q>(), out.stride(0), scales.data<float>(), x.data<T>(), x.stride(0),
-                                     residual, res_stride, weight.data<W>(), eps))
+  const int groups = static_cast<int>(scales.size(1));
+  if (launch_vec<T, W, kResidual, Q>(n, d, out.data<Q>(), out.stride(0), scales.data<float>(), groups, x.data<T>(),
+                                     x.stride(0), residual, res_stride, weight.data<W>(), eps))
     return;
   rms_norm_quant_kernel<T, W, Q, kResidual><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
-      out.data<Q>(), scales.data<float>(), x.data<T>(), x.stride(0), residual, res_stride, weight.data<W>(),
+      out.data<Q>(), scales.data<float>(), groups, x.data<T>(), x.stride(0), residual, res_stride, weight.data<W>(),
       static_cast<int>(d), eps);
   check_launch("rms_norm_quant_kernel");
 }

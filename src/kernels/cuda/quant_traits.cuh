@@ -42,6 +42,43 @@ __device__ __forceinline__ void store8_quantized(Q* o, const float (&v)[8], floa
   *reinterpret_cast<uint2*>(o) = *reinterpret_cast<const uint2*>(q);
 }
 
+// DeepSeek's groups of 128 columns in the row-in-registers kernels: lane t of a block owns the row's 8-element chunks
+// t, t + blockDim, ... (blockDim a multiple of 32), so group j's 16 chunks sit in 16 consecutive lanes of one warp.
+// Quantizes chunk `chunk` of the row with its group's scale (written to scales_row[chunk / 16] by the group's first
+// lane). Every lane of the warp must call it (it shuffles): lanes past the row pass valid = false (v unread).
+template <typename Q>
+__device__ __forceinline__ void quantize_chunk_group128(Q* o_row, float* scales_row, const float (&v)[8], int chunk,
+                                                        bool valid) {
+  float amax = 0.f;
+  if (valid) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  }
+#pragma unroll
+  for (int offset = 8; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  if (!valid) return;
+  const float scale = dynamic_quant_scale<Q>(amax);
+  if (chunk % 16 == 0) scales_row[chunk / 16] = scale;
+  store8_quantized(o_row + chunk * 8, v, scale);
+}
+
+// The scalar kernels' group quantization: one warp per group of d / groups columns; value(i) recomputes the row's
+// i-th (rounded) value, which is not kept. Call with the whole block; earlier writes the values depend on must be
+// visible to the block (a __syncthreads since).
+template <typename Q, typename F>
+__device__ void quantize_row_by_warps(Q* o_row, float* scales_row, int d, int groups, F value) {
+  const int g = d / groups, lane = threadIdx.x % 32;
+  for (int j = threadIdx.x / 32; j < groups; j += blockDim.x / 32) {
+    float amax = 0.f;
+    for (int i = j * g + lane; i < (j + 1) * g; i += 32) amax = fmaxf(amax, fabsf(value(i)));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    const float scale = dynamic_quant_scale<Q>(amax);
+    if (lane == 0) scales_row[j] = scale;
+    for (int i = j * g + lane; i < (j + 1) * g; i += 32) o_row[i] = QuantTraits<Q>::cast(__fdiv_rn(value(i), scale));
+  }
+}
+
 // Calls f(Q{}) for the quantized dtype (fp8_e4m3, else i8: the ops' checks allow only those two).
 template <typename F>
 void dispatch_quant(DType dtype, F&& f) {
