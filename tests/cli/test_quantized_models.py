@@ -226,7 +226,7 @@ def test_gpu_greedy_matches_cpu(llmserve_bin, checkpoints, arch, fmt, gemm_min_r
 # LLMSERVE_FUSED_ACT_QUANT=1 on the CPU: the norms and the SiLU before the W8A8 GEMMs with dynamic per-token
 # activations quantize in their own kernels (ops.h: rms_norm_quant, fused_add_rms_norm_quant, silu_and_mul_quant),
 # with the unfused pair's arithmetic: the same output, logprobs bit for bit. qwen3 (q/k norms) runs QKV as three
-# row-sliced GEMMs on quantized input. Block fp8 (per-token-group activations) stays unfused under the switch.
+# row-sliced GEMMs on quantized input; block fp8 quantizes per token and group of 128 columns in the same kernels.
 @pytest.mark.parametrize("arch", list(BASES))
 @pytest.mark.parametrize("fmt", ["ct_fp8_channel", "ct_int8_channel", "fp8_block"])
 def test_fused_activation_quantization_is_exact_on_cpu(llmserve_bin, checkpoints, arch, fmt, monkeypatch):
@@ -250,7 +250,7 @@ def test_bad_fused_act_quant_switch_names_the_variable(llmserve_bin, checkpoints
 # by whole nats).
 @pytest.mark.skipif(os.environ.get("LLMSERVE_GPU_TESTS") != "1", reason="needs a GPU build (LLMSERVE_GPU_TESTS=1)")
 @pytest.mark.parametrize("arch", list(BASES))
-@pytest.mark.parametrize("fmt", ["ct_fp8_channel", "ct_int8_channel"])
+@pytest.mark.parametrize("fmt", ["ct_fp8_channel", "ct_int8_channel", "fp8_block"])
 def test_gpu_fused_activation_quantization_matches_unfused(llmserve_bin, checkpoints, arch, fmt, monkeypatch):
     for prompt in PROMPTS:
         runs = {}

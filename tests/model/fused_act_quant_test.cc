@@ -1,5 +1,5 @@
 // The seam that lets a norm hand a quantized linear layer its input already quantized per token
-// (LinearMethod::quantized_input_dtype / apply_quantized): on a ScaledMMLinearMethod (online fp8, CPU) the layer fed by
+// (LinearMethod::quantized_input / apply_quantized): on a ScaledMMLinearMethod (online fp8, CPU) the layer fed by
 // ops::rms_norm_quant gives the bytes it gives fed by rms_norm (it then quantizes itself), for one GEMM, the three
 // row slices of a QKV layer and a row-parallel layer with a bias; LLMSERVE_FUSED_ACT_QUANT decides, validated.
 #include <gtest/gtest.h>
@@ -85,7 +85,7 @@ TEST(FusedActQuant, QuantizedInputGivesTheUnfusedBytes) {
 
   MergedColumnParallelLinear gate_up(ctx, hidden, {24, 24}, /*has_bias=*/false);
   ASSERT_TRUE(load(gate_up, "mlp.gate_up", *weights, {{".gate_up", ".gate", "0"}, {".gate_up", ".up", "1"}}).ok());
-  ASSERT_EQ(gate_up.quantized_input_dtype(), DType::kFP8E4M3);
+  ASSERT_EQ(gate_up.quantized_input(), (QuantizedInputSpec{DType::kFP8E4M3, 0}));
   Tensor unfused = Tensor::empty({T, 48}, DType::kF32), fused = Tensor::empty({T, 48}, DType::kF32);
   gate_up.forward(unfused, in.normed);
   gate_up.forward_quantized(fused, in.quantized);
@@ -119,14 +119,15 @@ TEST(FusedActQuant, QuantizedInputGivesTheUnfusedBytes) {
 // Unset: off on the CPU (the unfused pair is the reference there; CUDA defaults to on); 0 / 1 force it.
 TEST(FusedActQuant, SwitchDecidesAndIsValidated) {
   std::unique_ptr<WeightSource> weights = make_dummy_weight_source(4);
-  for (const auto& [value, want] : {std::pair<std::optional<std::string>, std::optional<DType>>{std::nullopt, {}},
-                                    {"0", {}},
-                                    {"1", DType::kFP8E4M3}}) {
+  for (const auto& [value, want] :
+       {std::pair<std::optional<std::string>, std::optional<QuantizedInputSpec>>{std::nullopt, {}},
+        {"0", {}},
+        {"1", QuantizedInputSpec{DType::kFP8E4M3, 0}}}) {
     ScopedSwitch s(value);
     const ScaledMMLinearMethod method(online_fp8());
     ColumnParallelLinear layer({&single_process_communicator(), &method, DType::kF32}, 16, 8, false);
     ASSERT_TRUE(load(layer, "proj", *weights).ok());
-    EXPECT_EQ(layer.quantized_input_dtype(), want) << value.value_or("unset");
+    EXPECT_EQ(layer.quantized_input(), want) << value.value_or("unset");
   }
   for (const char* bad : {"2", "", "on", "1 "}) {
     ScopedSwitch s{std::string(bad)};

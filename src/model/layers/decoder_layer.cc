@@ -28,21 +28,22 @@ DecoderLayer::Activations DecoderLayer::plan_activations(int64_t max_num_tokens,
   Activations a;
   a.attention = self_attn_.plan_activations(max_num_tokens, dtype, planner);
   plan_feed_forward(max_num_tokens, dtype, planner, a);
-  std::optional<DType> q = self_attn_.quantized_input_dtype();
-  if (!q && mlp_) q = mlp_->quantized_input_dtype();
+  std::optional<QuantizedInputSpec> q = self_attn_.quantized_input();
+  if (!q && mlp_) q = mlp_->quantized_input();
   if (q) {
     const char* limit = "max_num_batched_tokens";
-    a.normed_q = planner.reserve("decoder.normed_q", {max_num_tokens, hidden_size_}, *q, limit);
-    a.normed_scales = planner.reserve("decoder.normed_scales", {max_num_tokens, 1}, DType::kF32, limit);
+    a.normed_q = planner.reserve("decoder.normed_q", {max_num_tokens, hidden_size_}, q->dtype, limit);
+    a.normed_scales =
+        planner.reserve("decoder.normed_scales", {max_num_tokens, q->num_groups(hidden_size_)}, DType::kF32, limit);
   }
   return a;
 }
 
 QuantizedActivation DecoderLayer::quantized_normed(const Arena& arena, const Activations& act, int64_t T,
-                                                   std::optional<DType> consumer) {
+                                                   const std::optional<QuantizedInputSpec>& consumer) const {
   if (!act.normed_q.valid() || !consumer) return {};
   QuantizedActivation q{arena.view(act.normed_q, T), arena.view(act.normed_scales, T)};
-  if (q.q.dtype() != *consumer) return {};
+  if (q.q.dtype() != consumer->dtype || q.scales.size(1) != consumer->num_groups(hidden_size_)) return {};
   return q;
 }
 
@@ -70,7 +71,7 @@ void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, c
   // Where the consumer of a norm takes per-token quantized input, the norm quantizes in its kernel and x keeps its
   // old contents (the consumer only writes it).
   const int64_t T = x.size(0);
-  QuantizedActivation attn_in = quantized_normed(arena, act, T, self_attn_.quantized_input_dtype());
+  QuantizedActivation attn_in = quantized_normed(arena, act, T, self_attn_.quantized_input());
   if (first_layer) residual.copy_from(x);
   if (attn_in.q.defined()) {
     if (first_layer) {
@@ -90,7 +91,7 @@ void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, c
     moe_->forward(arena, act.moe, x);
     return;
   }
-  QuantizedActivation mlp_in = quantized_normed(arena, act, T, mlp_->quantized_input_dtype());
+  QuantizedActivation mlp_in = quantized_normed(arena, act, T, mlp_->quantized_input());
   if (mlp_in.q.defined()) {
     post_attention_layernorm_.forward_with_residual_quantized(mlp_in, x, residual);
   } else {

@@ -14,9 +14,9 @@ GatedMLP::Activations GatedMLP::plan_activations(int64_t max_num_tokens, DType d
   const int64_t intermediate = down_proj_.input_size_per_partition();
   Activations a;
   a.gate_up = planner.reserve("mlp.gate_up", {max_num_tokens, gate_up_proj_.output_size_per_partition()}, dtype, limit);
-  if (const std::optional<DType> q = down_proj_.quantized_input_dtype()) {
-    a.act_q = planner.reserve("mlp.act_q", {max_num_tokens, intermediate}, *q, limit);
-    a.act_scales = planner.reserve("mlp.act_scales", {max_num_tokens, 1}, DType::kF32, limit);
+  if (const std::optional<QuantizedInputSpec> q = down_proj_.quantized_input()) {
+    a.act_q = planner.reserve("mlp.act_q", {max_num_tokens, intermediate}, q->dtype, limit);
+    a.act_scales = planner.reserve("mlp.act_scales", {max_num_tokens, q->num_groups(intermediate)}, DType::kF32, limit);
   } else {
     a.act = planner.reserve("mlp.act", {max_num_tokens, intermediate}, dtype, limit);
   }

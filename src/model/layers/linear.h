@@ -34,10 +34,10 @@ class LinearBase {
 
   // out [m, output_size_per_partition] = x [m, input_size_per_partition] W^T (+ b); row-parallel all-reduces.
   virtual void forward(Tensor& out, const Tensor& x) const;
-  // forward on an input quantized per token (x.q of quantized_input_dtype()): the caller checked that it is set.
+  // forward on an input quantized as quantized_input() says: the caller checked that it is set.
   virtual void forward_quantized(Tensor& out, const QuantizedActivation& x) const;
-  // The method's LinearMethod::quantized_input_dtype(): the quantized input forward_quantized takes, if any.
-  std::optional<DType> quantized_input_dtype() const { return method_->quantized_input_dtype(); }
+  // The method's LinearMethod::quantized_input(): the quantized input forward_quantized takes, if any.
+  std::optional<QuantizedInputSpec> quantized_input() const { return method_->quantized_input(); }
 
   // For LinearMethod::create_weights: declares parameter `name` with this rank's shape; its loader places
   // the layer's shards along output_dim and this rank's slice along the split dim.

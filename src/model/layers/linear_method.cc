@@ -20,7 +20,7 @@ void LinearMethod::apply_rows(const LinearBase& layer, Tensor& out, const Tensor
   CHECK(false) << "this linear method cannot apply a row range of its weights";
 }
 
-std::optional<DType> LinearMethod::quantized_input_dtype() const { return std::nullopt; }
+std::optional<QuantizedInputSpec> LinearMethod::quantized_input() const { return std::nullopt; }
 
 void LinearMethod::apply_quantized(const LinearBase& layer, Tensor& out, const QuantizedActivation& x,
                                    const Tensor* bias, int64_t begin, int64_t end) const {

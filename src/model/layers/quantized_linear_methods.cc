@@ -19,6 +19,8 @@ namespace llmserve {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Block fp8 quantizes activations per token and group of this many columns (ops::scaled_mm's a_scales [m, k / 128]).
+constexpr int64_t kActivationGroupSize = 128;
 Tensor on_cpu(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 Tensor on_device(const Tensor& t, Device device) { return device.is_cpu() ? t : t.to(device); }
 
@@ -207,7 +209,8 @@ Status ScaledMMLinearMethod::process_weights_after_loading(LinearBase& layer) co
   Parameter& weight = layer.param("weight");
   const Device device = weight.data.device();
   ASSIGN_OR_RETURN(const FusedActQuantSwitch fused, fused_act_quant_switch());
-  fused_input_ = config_.activation == ActivationScaleKind::kDynamicToken &&
+  fused_input_ = (config_.activation == ActivationScaleKind::kDynamicToken ||
+                  config_.activation == ActivationScaleKind::kDynamicGroup) &&
                  (fused == FusedActQuantSwitch::kDeviceDefault ? !device.is_cpu() : fused == FusedActQuantSwitch::kOn);
   const int64_t n = weight.shape[0], k = weight.shape[1];
   if (config_.online) {  // vLLM's online fp8: per-channel scales from each row's amax (dynamic quantization of W)
@@ -285,7 +288,7 @@ void ScaledMMLinearMethod::run(const LinearBase& layer, Tensor& out, const Tenso
   weight_rows(layer, begin, end, &w, &ws);
   const int64_t m = x.size(0), k = x.size(1);
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
-  const int64_t groups = config_.activation == ActivationScaleKind::kDynamicGroup ? k / 128 : 1;
+  const int64_t groups = config_.activation == ActivationScaleKind::kDynamicGroup ? k / kActivationGroupSize : 1;
   const size_t q_bytes = (static_cast<size_t>(m * k) + 255) / 256 * 256;
   Tensor xq = scratch_.view(0, {m, k}, weight_dtype_, x.device(), q_bytes + m * groups * 4);
   if (config_.activation == ActivationScaleKind::kStaticTensor) {
@@ -299,15 +302,18 @@ void ScaledMMLinearMethod::run(const LinearBase& layer, Tensor& out, const Tenso
   }
 }
 
-std::optional<DType> ScaledMMLinearMethod::quantized_input_dtype() const {
+std::optional<QuantizedInputSpec> ScaledMMLinearMethod::quantized_input() const {
   if (!fused_input_) return std::nullopt;
-  return weight_dtype_;
+  return QuantizedInputSpec{weight_dtype_,
+                            config_.activation == ActivationScaleKind::kDynamicGroup ? kActivationGroupSize : 0};
 }
 
 void ScaledMMLinearMethod::apply_quantized(const LinearBase& layer, Tensor& out, const QuantizedActivation& x,
                                            const Tensor* bias, int64_t begin, int64_t end) const {
-  CHECK(fused_input_ && x.q.dtype() == weight_dtype_)
-      << "scaled_mm linear method: quantized input " << x.q.to_string() << " it does not take";
+  CHECK(fused_input_ && x.q.dtype() == weight_dtype_ &&
+        x.scales.size(1) == quantized_input()->num_groups(layer.input_size_per_partition()))
+      << "scaled_mm linear method: quantized input " << x.q.to_string() << ", scales " << x.scales.to_string()
+      << " it does not take";
   Tensor w, ws;
   weight_rows(layer, begin, end, &w, &ws);
   const bool whole = begin == 0 && end == layer.output_size_per_partition();

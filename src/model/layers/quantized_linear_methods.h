@@ -45,11 +45,12 @@ class ScaledMMLinearMethod final : public LinearMethod {
   void apply(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias) const override;
   void apply_rows(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin,
                   int64_t end) const override;
-  // Dynamic per-token activations (fp8 / int8 with one scale per token): the weight's dtype, so that the norm or
-  // SiLU before the GEMM quantizes its output in the same kernel. On by default on CUDA, off on the CPU (the unfused
-  // pair stays the reference there); LLMSERVE_FUSED_ACT_QUANT=1 / 0 forces it (anything else fails the load naming
-  // the variable). Per-token-group (block fp8) and static activations stay unfused: nullopt.
-  std::optional<DType> quantized_input_dtype() const override;
+  // Dynamic activations (fp8 / int8 with one scale per token, or per token and group of 128 columns: block fp8):
+  // the weight's dtype and that grouping, so that the norm or SiLU before the GEMM quantizes its output in the same
+  // kernel. On by default on CUDA, off on the CPU (the unfused pair stays the reference there);
+  // LLMSERVE_FUSED_ACT_QUANT=1 / 0 forces it (anything else fails the load naming the variable). Static activation
+  // scales stay unfused: nullopt.
+  std::optional<QuantizedInputSpec> quantized_input() const override;
   void apply_quantized(const LinearBase& layer, Tensor& out, const QuantizedActivation& x, const Tensor* bias,
                        int64_t begin, int64_t end) const override;
 
@@ -60,7 +61,7 @@ class ScaledMMLinearMethod final : public LinearMethod {
   QuantizationConfig config_;
   DType weight_dtype_;  // fp8_e4m3 or i8
   QuantScratch scratch_;
-  mutable bool fused_input_ = false;  // quantized_input_dtype() is set (process_weights_after_loading decides)
+  mutable bool fused_input_ = false;  // quantized_input() is set (process_weights_after_loading decides)
 };
 
 // W4A16 methods: GPTQ (qweight [in / 8, out] i32 packed along the input, qzeros [groups, out / 8] with v1's -1
