@@ -1,5 +1,5 @@
-// DecoderLayer: norm -> attention -> fused residual norm -> MLP; each norm quantizes per token in its kernel when its
-// consumer (QKV, gate_up) takes quantized input.
+// DecoderLayer: norm -> attention -> fused residual norm -> MLP; each norm quantizes its output (per token or token
+// group) in its kernel when its consumer (QKV, gate_up) takes quantized input.
 #include "model/layers/decoder_layer.h"
 
 #include "core/logging.h"
@@ -68,8 +68,8 @@ DecoderLayer::Activations plan_decoder_activations(const std::vector<std::unique
 void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
                            const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, bool first_layer,
                            Tensor& x, Tensor& residual) const {
-  // Where the consumer of a norm takes per-token quantized input, the norm quantizes in its kernel and x keeps its
-  // old contents (the consumer only writes it).
+  // Where the consumer of a norm takes quantized input, the norm quantizes in its kernel and x keeps its old
+  // contents (the consumer only writes it).
   const int64_t T = x.size(0);
   QuantizedActivation attn_in = quantized_normed(arena, act, T, self_attn_.quantized_input());
   if (first_layer) residual.copy_from(x);

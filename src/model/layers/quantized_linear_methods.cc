@@ -137,8 +137,7 @@ void set_param(LinearBase& layer, const std::string& name, Tensor data) {
   p.data = std::move(data);
 }
 
-// LLMSERVE_FUSED_ACT_QUANT: unset (the device's default), "0" or "1". (An enum, not std::optional<bool>: StatusOr's
-// value constructor would take a Status through its bool conversion.)
+// LLMSERVE_FUSED_ACT_QUANT: unset (the device's default), "0" or "1"; anything else is an error naming it.
 enum class FusedActQuantSwitch { kDeviceDefault, kOff, kOn };
 StatusOr<FusedActQuantSwitch> fused_act_quant_switch() {
   const char* v = std::getenv("LLMSERVE_FUSED_ACT_QUANT");
