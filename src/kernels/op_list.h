@@ -21,6 +21,9 @@ void for_each_op(F&& f) {
   f(batched_linear);
   f(dynamic_scaled_quantize);
   f(static_scaled_quantize);
+  f(rms_norm_quant);
+  f(fused_add_rms_norm_quant);
+  f(silu_and_mul_quant);
   f(scaled_mm);
   f(w4a16_linear);
   f(w4a16_gemm_pack);

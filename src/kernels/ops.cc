@@ -519,6 +519,49 @@ void check_static_scaled_quantize(Tensor& out, const Tensor& x, const Tensor& sc
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// The quantized output of the fused per-token ops: out [n, d] fp8_e4m3 or i8 and scales [n, G] f32 (G dividing d),
+// both contiguous, on x's device.
+void check_per_token_quant_out(const Tensor& out, const Tensor& scales, const Tensor& x, int64_t d, const char* op) {
+  check_contiguous(out, op, "out");
+  check_contiguous(scales, op, "scales");
+  CHECK(out.dtype() == DType::kFP8E4M3 || out.dtype() == DType::kI8)
+      << op << ": out " << out.to_string() << " must be fp8_e4m3 or i8";
+  check_dtype(scales, DType::kF32, op, "scales");
+  CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == d)
+      << op << ": out " << out.to_string() << " for x " << x.to_string();
+  CHECK(scales.dim() == 2 && scales.size(0) == x.size(0) && scales.size(1) >= 1 && d % scales.size(1) == 0)
+      << op << ": scales " << scales.to_string() << " for x " << x.to_string() << " (want [n, groups dividing " << d
+      << "])";
+  check_same_device(x, out, op);
+  check_same_device(x, scales, op);
+}
+
+void check_rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, const Tensor& weight, float /*eps*/) {
+  constexpr const char* op = "rms_norm_quant";
+  check_norm_operands(x, x, weight, op);
+  check_per_token_quant_out(out, scales, x, x.size(1), op);
+}
+
+void check_fused_add_rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, Tensor& residual,
+                                    const Tensor& weight, float /*eps*/) {
+  constexpr const char* op = "fused_add_rms_norm_quant";
+  check_norm_operands(residual, x, weight, op);
+  CHECK(residual.raw_data() != x.raw_data() || x.numel() == 0) << op << ": residual must not alias x";
+  check_per_token_quant_out(out, scales, x, x.size(1), op);
+}
+
+void check_silu_and_mul_quant(Tensor& out, Tensor& scales, const Tensor& x) {
+  constexpr const char* op = "silu_and_mul_quant";
+  check_rows(x, op, "x");
+  CHECK(x.dim() == 2 && x.size(1) % 2 == 0) << op << ": x " << x.to_string() << " (want [n, 2d])";
+  if (x.device().is_cpu()) {
+    check_dtype(x, DType::kF32, op, "x");
+  } else {
+    check_float(x, op, "x");
+  }
+  check_per_token_quant_out(out, scales, x, x.size(1) / 2, op);
+}
+
 
 void check_scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b, const Tensor& b_scales,
                      const Tensor* bias) {
@@ -701,6 +744,16 @@ decltype(dynamic_scaled_quantize) dynamic_scaled_quantize(
 decltype(static_scaled_quantize) static_scaled_quantize(
     "static_scaled_quantize", "static_scaled_quantize(Tensor! out, Tensor x, Tensor scale) -> ()",
     check_static_scaled_quantize);
+decltype(rms_norm_quant) rms_norm_quant(
+    "rms_norm_quant", "rms_norm_quant(Tensor! out, Tensor! scales, Tensor x, Tensor weight, float eps) -> ()",
+    check_rms_norm_quant);
+decltype(fused_add_rms_norm_quant) fused_add_rms_norm_quant(
+    "fused_add_rms_norm_quant",
+    "fused_add_rms_norm_quant(Tensor! out, Tensor! scales, Tensor x, Tensor! residual, Tensor weight, float eps) -> ()",
+    check_fused_add_rms_norm_quant);
+decltype(silu_and_mul_quant) silu_and_mul_quant("silu_and_mul_quant",
+                                                "silu_and_mul_quant(Tensor! out, Tensor! scales, Tensor x) -> ()",
+                                                check_silu_and_mul_quant);
 decltype(scaled_mm) scaled_mm(
     "scaled_mm", "scaled_mm(Tensor! out, Tensor a, Tensor a_scales, Tensor b, Tensor b_scales, Tensor? bias) -> ()",
     check_scaled_mm);

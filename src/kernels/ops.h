@@ -79,6 +79,25 @@ extern Op<void(Tensor& out, Tensor& scales, const Tensor& x)> dynamic_scaled_qua
 // Static: out = saturate(round(x / scale[0])) with a given scale [1] f32 (fp8 `input_scale`). out, x as above.
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& scale)> static_scaled_quantize;
 
+// Dynamic per-token quantization fused into the op before a quantized GEMM (vLLM's rms_norm_dynamic_per_token_quant
+// and silu_and_mul_per_token_quant): the op's activation-dtype row y, then out, scales = dynamic_scaled_quantize(y):
+// scales [n, G] f32 (G = 1: one per token; G = d / 128: DeepSeek's per-token-group of 128; any G dividing d), out
+// [n, d] fp8_e4m3 or i8 by its dtype, contiguous. y is rounded to x's dtype before its amax and division, as the
+// unfused op stores it (vLLM's fused kernels round it too), so each op equals its unfused sequence on the same device
+// bit for bit: on CUDA when both take the same reduction layout (rows of d % 8 == 0 with 16-byte aligned rows; the
+// model's buffers always are), else a norm's sum of squares may differ in its last bit, moving a value by at most one
+// quantization step. Shapes and dtypes of x and weight as the unfused op's. CUDA: G = 1 and groups of 128 in the
+// row-in-registers kernels, other groups in the scalar ones. model/layers: the norm / SiLU that feeds a LinearMethod
+// with quantized_input() runs these.
+// rms_norm_quant: y = rms_norm(x) * weight.
+extern Op<void(Tensor& out, Tensor& scales, const Tensor& x, const Tensor& weight, float eps)> rms_norm_quant;
+// fused_add_rms_norm_quant: residual += x (CUDA 16-bit: rounded, as fused_add_rms_norm); y = rms_norm(residual) *
+// weight. x is only read (fused_add_rms_norm would overwrite it with y).
+extern Op<void(Tensor& out, Tensor& scales, const Tensor& x, Tensor& residual, const Tensor& weight, float eps)>
+    fused_add_rms_norm_quant;
+// silu_and_mul_quant: y = silu_and_mul(x); x [n, 2d], out [n, d].
+extern Op<void(Tensor& out, Tensor& scales, const Tensor& x)> silu_and_mul_quant;
+
 // out [m, n] = sum_k (a[i, k] * sa(i, k)) * (b[j, k] * sb(j, k)) (+ bias [n]): a [m, k] and b [n, k] both fp8_e4m3
 // or both i8 (contiguous, b as HF stores weights). a_scales: [1] (per tensor), [m, 1] (per token) or
 // [m, k / 128] (per token and 128-column group); b_scales: [1], [n] (per output channel) or

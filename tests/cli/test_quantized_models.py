@@ -223,6 +223,46 @@ def test_gpu_greedy_matches_cpu(llmserve_bin, checkpoints, arch, fmt, gemm_min_r
             assert abs(a_lp - b_lp) <= 0.3, (fmt, prompt, a_lp, b_lp)
 
 
+# LLMSERVE_FUSED_ACT_QUANT=1 on the CPU: the norms and the SiLU before the W8A8 GEMMs with dynamic per-token
+# activations quantize in their own kernels (ops.h: rms_norm_quant, fused_add_rms_norm_quant, silu_and_mul_quant),
+# with the unfused pair's arithmetic: the same output, logprobs bit for bit. qwen3 (q/k norms) runs QKV as three
+# row-sliced GEMMs on quantized input; block fp8 quantizes per token and group of 128 columns in the same kernels.
+@pytest.mark.parametrize("arch", list(BASES))
+@pytest.mark.parametrize("fmt", ["ct_fp8_channel", "ct_int8_channel", "fp8_block"])
+def test_fused_activation_quantization_is_exact_on_cpu(llmserve_bin, checkpoints, arch, fmt, monkeypatch):
+    runs = {}
+    for value in ("0", "1"):
+        monkeypatch.setenv("LLMSERVE_FUSED_ACT_QUANT", value)
+        runs[value] = steps(generate(llmserve_bin, checkpoints / arch / fmt, PROMPTS[1]).stdout)
+    assert runs["0"] == runs["1"]
+
+
+@pytest.mark.parametrize("value", ["2", "yes", ""])
+def test_bad_fused_act_quant_switch_names_the_variable(llmserve_bin, checkpoints, value, monkeypatch):
+    monkeypatch.setenv("LLMSERVE_FUSED_ACT_QUANT", value)
+    r = generate(llmserve_bin, checkpoints / "llama" / "ct_fp8_channel", PROMPTS[0], check=False)
+    assert r.returncode != 0 and f"LLMSERVE_FUSED_ACT_QUANT='{value}' must be 0 or 1" in r.stderr, r.stderr
+
+
+# On the GPU machine: the fused kernels (the default on cuda) against LLMSERVE_FUSED_ACT_QUANT=0 on the same device.
+# The quantized activations are bit-identical (tests/gpu/quant_gpu_test.cc), so the GEMMs see the same bytes: the
+# same ids, logprobs equal up to 1e-3 (a margin for any run-to-run reduction order; a wrong scale or row moves them
+# by whole nats).
+@pytest.mark.skipif(os.environ.get("LLMSERVE_GPU_TESTS") != "1", reason="needs a GPU build (LLMSERVE_GPU_TESTS=1)")
+@pytest.mark.parametrize("arch", list(BASES))
+@pytest.mark.parametrize("fmt", ["ct_fp8_channel", "ct_int8_channel", "fp8_block"])
+def test_gpu_fused_activation_quantization_matches_unfused(llmserve_bin, checkpoints, arch, fmt, monkeypatch):
+    for prompt in PROMPTS:
+        runs = {}
+        for value in ("0", "1"):
+            monkeypatch.setenv("LLMSERVE_FUSED_ACT_QUANT", value)
+            runs[value] = steps(generate(llmserve_bin, checkpoints / arch / fmt, prompt, "--device", "cuda",
+                                         "--dtype", "bfloat16").stdout)
+        assert [s[0] for s in runs["0"]] == [s[0] for s in runs["1"]], (fmt, prompt, runs)
+        for (_, _, a_lp), (_, _, b_lp) in zip(runs["0"], runs["1"]):
+            assert abs(a_lp - b_lp) <= 1e-3, (fmt, prompt, a_lp, b_lp)
+
+
 @pytest.mark.parametrize("fmt,tensor,message", [
     ("awq_g128", "mlp.gate_proj.qweight", "is not a multiple of 8"),  # AWQ packs 8 outputs per int32
     ("gptq_g128", "mlp.gate_proj.qweight", "has shape [32, 512], expected [32, 260]"),  # GPTQ packs the input

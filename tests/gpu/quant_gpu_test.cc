@@ -13,7 +13,8 @@
 // fallbacks).
 // `--bench`: the prefill GEMMs (bf16, fp8, block-FP8, int8) at the Mistral-7B MLP shapes in TFLOP/s beside the FP8
 // peak and a large fp8 GEMM of the same run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in
-// the same process, then the W4A16 GEMM beside the bf16 GEMM at m = 32, 64, 256, 2048 (bytes / FLOP floors).
+// the same process, then the W4A16 GEMM beside the bf16 GEMM at m = 32, 64, 256, 2048 (bytes / FLOP floors), then the
+// fused per-token activation quantization beside the unfused pairs (fused_quant_gpu_test.cc, also its tests).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -36,6 +37,9 @@
 #include "kernels/ops.h"
 
 namespace llmserve {
+
+void run_fused_quant_bench(double bandwidth);  // fused_quant_gpu_test.cc
+
 namespace {
 
 using gpu_testing::poisoned_device;
@@ -919,6 +923,7 @@ int run_bench() {
     }
   }
   run_w4a16_gemm_bench(bandwidth);
+  run_fused_quant_bench(bandwidth);
   return 0;
 }
 

@@ -301,6 +301,44 @@ def test_quantized_ops_cpu():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("qtype", [torch.float8_e4m3fn, torch.int8])
+def test_fused_per_token_quant_ops(device, qtype):
+    # rms_norm_quant, fused_add_rms_norm_quant and silu_and_mul_quant against PyTorch: the unfused op in f32, then
+    # per-token scales amax / qmax and the dequantized output within half a quantization step of the unfused row
+    # (PyTorch's float8 conversion / int8 rounding define the step; the two sides' norms round differently, so the
+    # step is the tolerance, not exact bits). 16-bit activations on CUDA are rounded before quantizing (ops.h).
+    qmax = 448.0 if qtype == torch.float8_e4m3fn else 127.0
+    act = torch.float32 if device == "cpu" else torch.bfloat16
+
+    def expect(y):
+        y = y.to(act).float()  # the unfused op's stored row
+        s = torch.clamp(y.abs().amax(-1, keepdim=True) / qmax, min=1.0 / (qmax * 512))
+        step = (s / 8) if qtype == torch.float8_e4m3fn else s  # fp8: 3 mantissa bits (relative step <= 2^-3)
+
+        def compare(a):
+            q, scales = a[0].float(), a[1]
+            torch.testing.assert_close(scales, s, atol=0, rtol=2e-2)
+            err = (q * scales - y).abs()
+            bound = (y.abs() / 8 if qtype == torch.float8_e4m3fn else 0) + step / 2 + s / 64
+            if act != torch.float32:  # the two norms' 16-bit rows may differ by one bf16 ulp
+                bound = bound + y.abs() / 128
+            assert bool((err <= bound * 1.05 + 1e-6).all()), float((err - bound).max())
+            return []
+        return compare
+
+    n, d = 5, 96
+    x, w = rand(n, d, device=device, dtype=act) * 3, rand(d, device=device)
+    out, scales = torch.empty(n, d, dtype=qtype, device=device), torch.empty(n, 1, device=device)
+    check(L.rms_norm_quant, [out, scales, x, w, 1e-6], expect(rms(x.float(), w, 1e-6)))
+    res = rand(n, d, device=device, dtype=act)
+    summed = (x.float() + res.float()).to(act).float()
+    check(L.fused_add_rms_norm_quant, [out, scales, x, res.clone(), w, 1e-6], expect(rms(summed, w, 1e-6)))
+    g = rand(n, 2 * d, device=device, dtype=act) * 3
+    gf = g.float()
+    check(L.silu_and_mul_quant, [out, scales, g], expect(torch.nn.functional.silu(gf[:, :d]) * gf[:, d:]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_moe_ops_match_torch(device):
     # The MoE chain against transformers' block written in PyTorch: softmax -> topk -> renormalise, then per token
     # the weighted sum of down(silu(gate x) * up x) over its experts. Continuous logits (no ties: torch.topk's tie

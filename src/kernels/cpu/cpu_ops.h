@@ -22,6 +22,14 @@ void rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64
 std::vector<int32_t> token_to_request(const ops::AttentionMetadata& md, int64_t num_tokens, int64_t num_blocks,
                                       int64_t block_size, int64_t* max_seq_len, const char* op);
 
+// Dynamic quantization of one f32 row of k values to `dtype` (fp8_e4m3 or i8): dynamic_scaled_quantize's rule with
+// one group, writing out[0, k) and returning the scale. dynamic_scaled_quantize and the fused per-token ops
+// (rms_norm_quant, fused_add_rms_norm_quant, silu_and_mul_quant) share it, so fused and unfused agree bit for bit.
+float quantize_row_dynamic(const float* row, int64_t k, void* out, DType dtype);
+// Row i of a fused per-token op's output: y [d] quantized into out's row i in scales.size(1) groups (scales' row i),
+// each by quantize_row_dynamic.
+void quantize_row_groups(const float* y, int64_t i, Tensor& out, Tensor& scales);
+
 // Which library `linear` uses (process-wide): oneDNN on llmserve's thread pool (default), oneDNN on its own
 // OpenMP threads, or OpenBLAS (the fallback). Chosen by $LLMSERVE_GEMM (onednn | onednn-omp | openblas) or by
 // tests and benchmarks.

@@ -1,6 +1,8 @@
-// RMSNorm and vLLM's fused residual-add + RMSNorm on CPU (f32 activations; f32 or bf16 weight).
+// RMSNorm and vLLM's fused residual-add + RMSNorm on CPU (f32 activations; f32 or bf16 weight), and both with the
+// dynamic per-token quantization of the normed row fused in.
 // Each row is independent: rows are split across the thread pool; sums are accumulated in f32 lanes.
 #include <cmath>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -43,9 +45,38 @@ void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float
   });
 }
 
+// The fused per-token quantizing forms: the normed row in an f32 scratch (normalize_row, as rms_norm writes it),
+// then quantize_row_dynamic (as dynamic_scaled_quantize reads it): the unfused pair's arithmetic exactly.
+void rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, const Tensor& weight, float eps) {
+  const int64_t n = x.size(0), d = x.size(1);
+  parallel_for(n, rows_per_chunk(d), [&](int64_t begin, int64_t end) {
+    std::vector<float> y(static_cast<size_t>(d));
+    for (int64_t i = begin; i < end; ++i) {
+      normalize_row(row_ptr<float>(x, i), weight, eps, y.data(), d);
+      quantize_row_groups(y.data(), i, out, scales);
+    }
+  });
+}
+
+void fused_add_rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, Tensor& residual, const Tensor& weight,
+                              float eps) {
+  const int64_t n = x.size(0), d = x.size(1);
+  parallel_for(n, rows_per_chunk(d), [&](int64_t begin, int64_t end) {
+    std::vector<float> y(static_cast<size_t>(d));
+    for (int64_t i = begin; i < end; ++i) {
+      float* rr = row_ptr<float>(residual, i);
+      axpy_f32(1.0f, row_ptr<float>(x, i), rr, d);
+      normalize_row(rr, weight, eps, y.data(), d);
+      quantize_row_groups(y.data(), i, out, scales);
+    }
+  });
+}
+
 void register_norm_kernels() {
   ops::rms_norm.register_kernel(DeviceType::kCPU, rms_norm);
   ops::fused_add_rms_norm.register_kernel(DeviceType::kCPU, fused_add_rms_norm);
+  ops::rms_norm_quant.register_kernel(DeviceType::kCPU, rms_norm_quant);
+  ops::fused_add_rms_norm_quant.register_kernel(DeviceType::kCPU, fused_add_rms_norm_quant);
 }
 
 }  // namespace llmserve::cpu

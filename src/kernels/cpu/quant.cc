@@ -31,19 +31,36 @@ inline float load_quantized(const void* data, DType dtype, int64_t i) {
                                   : static_cast<float>(static_cast<const int8_t*>(data)[i]);
 }
 
+}  // namespace
+
+float quantize_row_dynamic(const float* row, int64_t k, void* out, DType dtype) {
+  const float qmax = quant_max(dtype), min_scale = 1.0f / (qmax * 512.0f);
+  float amax = 0.0f;
+  for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(row[c]));
+  const float scale = std::max(amax / qmax, min_scale);
+  for (int64_t c = 0; c < k; ++c) store_quantized(out, dtype, c, row[c] / scale);
+  return scale;
+}
+
+void quantize_row_groups(const float* y, int64_t i, Tensor& out, Tensor& scales) {
+  const int64_t d = out.size(1), groups = scales.size(1), g = d / groups;
+  for (int64_t j = 0; j < groups; ++j) {  // fp8 and i8 are one byte each: element (i, j g) is byte i d + j g
+    scales.data<float>()[i * groups + j] =
+        quantize_row_dynamic(y + j * g, g, static_cast<uint8_t*>(out.raw_data()) + i * d + j * g, out.dtype());
+  }
+}
+
+namespace {
+
 void dynamic_scaled_quantize(Tensor& out, Tensor& scales, const Tensor& x) {
   const int64_t m = x.size(0), k = x.size(1), groups = scales.size(1), g = k / groups;
-  const float qmax = quant_max(out.dtype()), min_scale = 1.0f / (qmax * 512.0f);
   parallel_for(m, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float* row = x.data<float>() + i * k;
       for (int64_t j = 0; j < groups; ++j) {
-        float amax = 0.0f;
-        for (int64_t c = j * g; c < (j + 1) * g; ++c) amax = std::max(amax, std::fabs(row[c]));
-        const float scale = std::max(amax / qmax, min_scale);
-        scales.data<float>()[i * groups + j] = scale;
-        for (int64_t c = j * g; c < (j + 1) * g; ++c)
-          store_quantized(out.raw_data(), out.dtype(), i * k + c, row[c] / scale);
+        // fp8 and i8 are one byte each: element (i, j g) is byte i k + j g.
+        scales.data<float>()[i * groups + j] =
+            quantize_row_dynamic(row + j * g, g, static_cast<uint8_t*>(out.raw_data()) + i * k + j * g, out.dtype());
       }
     }
   });

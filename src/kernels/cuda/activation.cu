@@ -1,10 +1,12 @@
 // silu_and_mul, add and the linear bias add on CUDA: 2-D grids (rows x chunks of the row), one element per thread
 // (silu_and_mul: eight, with 16-byte accesses, where rows allow), f32 math, launched on the current stream. Match
-// the CPU ops up to the rounding of 16-bit stores.
+// the CPU ops up to the rounding of 16-bit stores. silu_and_mul_quant: silu_and_mul's rows quantized per token to fp8
+// / int8 in the same kernel (one block per row).
 #include <algorithm>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/quant_traits.cuh"
 
 namespace llmserve::cuda {
 namespace {
@@ -51,6 +53,95 @@ void launch(Tensor& out, const Tensor& x) {
   check_launch("silu_and_mul_kernel");
 }
 
+// silu_and_mul_quant: one block per row. The row's outputs, rounded to T as silu_and_mul stores them, stay in
+// registers (thread t owns 8-element chunks t, t + blockDim, ..., N of them) between their amax and the per-token
+// quantization (dynamic_scaled_quantize's arithmetic, so the pair's result bit for bit).
+constexpr int kQuantMaxThreads = 1024;
+constexpr int kQuantMaxChunks = 4;
+
+template <typename T, typename Q, int N>
+__global__ void __launch_bounds__(kQuantMaxThreads)
+    silu_and_mul_quant_vec_kernel(Q* out, float* scales, int groups, const T* x, int64_t x_stride, int d) {
+  pdl_wait();
+  const int chunks = d / 8;
+  const T* xr = x + blockIdx.x * x_stride;
+  float v[N][8];
+  float amax = 0.f;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int chunk = threadIdx.x + c * blockDim.x;
+    if (chunk >= chunks) break;
+    float u[8];
+    load8(xr + chunk * 8, v[c]);
+    load8(xr + d + chunk * 8, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v[c][e] = round_to<T>(silu_mul(v[c][e], u[e]));
+      amax = fmaxf(amax, fabsf(v[c][e]));
+    }
+  }
+  pdl_trigger();
+  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
+  if (groups > 1) {  // groups of 128 columns (the launch's condition)
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+      const int chunk = threadIdx.x + c * blockDim.x;
+      quantize_chunk_group128(o, scales + blockIdx.x * static_cast<int64_t>(groups), v[c], chunk, chunk < chunks);
+    }
+    return;
+  }
+  const float scale = dynamic_quant_scale<Q>(block_max(amax));
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    const int chunk = threadIdx.x + c * blockDim.x;
+    if (chunk >= chunks) break;
+    store8_quantized(o + chunk * 8, v[c], scale);
+  }
+}
+
+// Any width or alignment: the amax pass, then the quantization pass recomputing each output (groups > 1: one warp
+// per group).
+template <typename T, typename Q>
+__global__ void silu_and_mul_quant_kernel(Q* out, float* scales, int groups, const T* x, int64_t x_stride, int d) {
+  const T* xr = x + blockIdx.x * x_stride;
+  auto value = [&](int j) { return round_to<T>(silu_mul(load_f(xr + j), load_f(xr + d + j))); };
+  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
+  if (groups > 1) return quantize_row_by_warps(o, scales + blockIdx.x * static_cast<int64_t>(groups), d, groups, value);
+  float amax = 0.f;
+  for (int j = threadIdx.x; j < d; j += blockDim.x) amax = fmaxf(amax, fabsf(value(j)));
+  const float scale = dynamic_quant_scale<Q>(block_max(amax));
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  for (int j = threadIdx.x; j < d; j += blockDim.x) o[j] = QuantTraits<Q>::cast(__fdiv_rn(value(j), scale));
+}
+
+template <typename T, typename Q>
+void launch_quant(Tensor& out, Tensor& scales, const Tensor& x) {
+  const int64_t n = out.size(0), d = out.size(1), chunks = d / 8;
+  if (n == 0) return;
+  const unsigned grid = static_cast<unsigned>(n);
+  const int groups = static_cast<int>(scales.size(1));
+  const bool vec = d % 8 == 0 && chunks <= int64_t{kQuantMaxThreads} * kQuantMaxChunks && x.stride(0) % 8 == 0 &&
+                   aligned16(x.raw_data()) && reinterpret_cast<uintptr_t>(out.raw_data()) % 8 == 0 &&
+                   (groups == 1 || d == int64_t{128} * groups);  // the registers' groups are 128 columns
+  if (!vec) {
+    silu_and_mul_quant_kernel<T, Q><<<grid, kThreads, 0, stream()>>>(out.data<Q>(), scales.data<float>(), groups,
+                                                                     x.data<T>(), x.stride(0), static_cast<int>(d));
+    check_launch("silu_and_mul_quant_kernel");
+    return;
+  }
+  // The most threads (up to 1024) and the fewest chunks per thread: rows are one block each.
+  const int64_t per_thread = (chunks + kQuantMaxThreads - 1) / kQuantMaxThreads;
+  const int threads = static_cast<int>(std::max<int64_t>(32, (chunks + per_thread - 1) / per_thread + 31) / 32 * 32);
+  auto run = [&](auto kernel) {
+    launch_pdl("silu_and_mul_quant_vec_kernel", kernel, grid, threads, out.data<Q>(), scales.data<float>(), groups,
+               x.data<T>(), x.stride(0), static_cast<int>(d));
+  };
+  if (per_thread == 1) return run(silu_and_mul_quant_vec_kernel<T, Q, 1>);
+  if (per_thread == 2) return run(silu_and_mul_quant_vec_kernel<T, Q, 2>);
+  run(silu_and_mul_quant_vec_kernel<T, Q, kQuantMaxChunks>);
+}
+
 template <typename T>
 __global__ void add_kernel(T* a, int64_t a_stride, const T* b, int64_t b_stride, int64_t d) {
   const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
@@ -71,6 +162,12 @@ __global__ void add_bias_kernel(T* out, int64_t out_stride, const B* bias, int64
 
 void silu_and_mul(Tensor& out, const Tensor& x) {
   dispatch_float(x.dtype(), "silu_and_mul", [&](auto t) { launch<decltype(t)>(out, x); });
+}
+
+void silu_and_mul_quant(Tensor& out, Tensor& scales, const Tensor& x) {
+  dispatch_float(x.dtype(), "silu_and_mul_quant", [&](auto t) {
+    dispatch_quant(out.dtype(), [&](auto q) { launch_quant<decltype(t), decltype(q)>(out, scales, x); });
+  });
 }
 
 void add(Tensor& a, const Tensor& b) {
@@ -100,6 +197,7 @@ void add_bias(Tensor& out, const Tensor& bias) {
 
 void register_activation_kernels() {
   ops::silu_and_mul.register_kernel(DeviceType::kCUDA, silu_and_mul);
+  ops::silu_and_mul_quant.register_kernel(DeviceType::kCUDA, silu_and_mul_quant);
   ops::add.register_kernel(DeviceType::kCUDA, add);
 }
 

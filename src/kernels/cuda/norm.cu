@@ -3,10 +3,14 @@
 // stream. Matches the CPU ops up to the rounding of 16-bit stores. Rows of up to 8192 elements in 16-byte-aligned
 // 8-element chunks take the vectorised kernels (the row stays in registers: one read, one write; programmatic
 // dependent launch); anything else the scalar ones.
+// rms_norm_quant / fused_add_rms_norm_quant are the same kernels ending in the per-token fp8 / int8 quantization of
+// the normed row (bit-identical to rms_norm then dynamic_scaled_quantize when both take the same kernel form).
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/quant_traits.cuh"
 
 namespace llmserve::cuda {
 namespace {
@@ -44,16 +48,21 @@ __global__ void fused_add_rms_norm_kernel(T* x, int64_t x_stride, T* residual, i
 
 // Vectorised: thread t owns chunks t, t + blockDim, ... (N of them at most) of 8 elements, kept in registers
 // between the sum of squares and the scaling. A single decode token is one block: every round trip counts.
+// Q void: out (T) gets the normed row. Q fp8 / int8: the normed row, rounded to T as the void form stores it, is
+// quantized per token instead (dynamic_scaled_quantize's arithmetic), out (Q) and scales[row] written; x is not.
 constexpr int kVecMaxChunks = 4;
 constexpr int kVecMaxThreads = 256;
 
-template <typename T, typename W, int N, bool kResidual>
+template <typename T, typename Q>
+using NormOut = std::conditional_t<std::is_void_v<Q>, T, Q>;
+
+template <typename T, typename W, int N, bool kResidual, typename Q>
 __global__ void __launch_bounds__(kVecMaxThreads)
-    rms_norm_vec_kernel(T* out, int64_t out_stride, T* x, int64_t x_stride, T* residual, int64_t res_stride,
-                        const W* weight, int d, float eps) {
+    rms_norm_vec_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const T* x, int64_t x_stride,
+                        T* residual, int64_t res_stride, const W* weight, int d, float eps) {
   pdl_wait();  // x and the residual come from the previous kernel
   const int chunks = d / 8;
-  T* xr = x + blockIdx.x * x_stride;
+  const T* xr = x + blockIdx.x * x_stride;
   T* rr = kResidual ? residual + blockIdx.x * res_stride : nullptr;
   float v[N][8];
   float ss = 0.f;
@@ -74,7 +83,8 @@ __global__ void __launch_bounds__(kVecMaxThreads)
   }
   pdl_trigger();
   const float scale = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
-  T* o = out + blockIdx.x * out_stride;
+  NormOut<T, Q>* o = out + blockIdx.x * out_stride;
+  [[maybe_unused]] float amax = 0.f;
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     const int chunk = threadIdx.x + c * blockDim.x;
@@ -83,18 +93,45 @@ __global__ void __launch_bounds__(kVecMaxThreads)
     load8(weight + chunk * 8, w);
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * scale * w[e];
-    store8(o + chunk * 8, v[c]);
+    if constexpr (std::is_void_v<Q>) {
+      store8(o + chunk * 8, v[c]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        v[c][e] = round_to<T>(v[c][e]);  // the value the void form stores
+        amax = fmaxf(amax, fabsf(v[c][e]));
+      }
+    }
+  }
+  if constexpr (!std::is_void_v<Q>) {
+    if (groups > 1) {  // groups of 128 columns (the launch's condition)
+#pragma unroll
+      for (int c = 0; c < N; ++c) {
+        const int chunk = threadIdx.x + c * blockDim.x;
+        quantize_chunk_group128(o, scales + blockIdx.x * static_cast<int64_t>(groups), v[c], chunk, chunk < chunks);
+      }
+      return;
+    }
+    const float qscale = dynamic_quant_scale<Q>(block_max(amax));
+    if (threadIdx.x == 0) scales[blockIdx.x] = qscale;
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+      const int chunk = threadIdx.x + c * blockDim.x;
+      if (chunk >= chunks) break;
+      store8_quantized(o + chunk * 8, v[c], qscale);
+    }
   }
 }
 
-// Short rows (per-head q/k norms: d = 64..256, tens of thousands of rows in a prefill): one block per row leaves a
+// Short rows (per-head q/k norms: d = 16..256, tens of thousands of rows in a prefill): one block per row leaves a
 // block mostly idle and the block launch rate bounds the kernel (measured on an H200: 45 us per call for 65,536
 // rows of 128 at a 2048-token Qwen3 prefill, ~0.7 TB/s). Here a group of G = 2..32 lanes (one 8-element chunk
-// each) owns a row and kThreads / G rows share a block; the group reduces with shuffles.
-template <typename T, typename W, int G, bool kResidual>
+// each) owns a row and kThreads / G rows share a block; the group reduces with shuffles. Q as rms_norm_vec_kernel's,
+// one scale per token.
+template <typename T, typename W, int G, bool kResidual, typename Q>
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_rows_kernel(T* out, int64_t out_stride, T* x, int64_t x_stride, T* residual, int64_t res_stride,
-                         const W* weight, int64_t n, int d, float eps) {
+    rms_norm_rows_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, const T* x, int64_t x_stride,
+                         T* residual, int64_t res_stride, const W* weight, int64_t n, int d, float eps) {
   pdl_wait();  // x and the residual come from the previous kernel
   const int lane = threadIdx.x % G;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / G) + threadIdx.x / G;
@@ -117,44 +154,67 @@ __global__ void __launch_bounds__(kThreads)
   pdl_trigger();
 #pragma unroll
   for (int o = G / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o, G);
-  if (!active) return;
   const float scale = rsqrtf(ss / static_cast<float>(d) + eps);
-  float w[8];
-  load8(weight + lane * 8, w);
+  float w[8] = {};
+  if (active) load8(weight + lane * 8, w);
+  float amax = 0.f;
 #pragma unroll
-  for (int e = 0; e < 8; ++e) v[e] = v[e] * scale * w[e];
-  store8(out + row * out_stride + lane * 8, v);
+  for (int e = 0; e < 8; ++e) {
+    v[e] = v[e] * scale * w[e];
+    if constexpr (!std::is_void_v<Q>) {
+      v[e] = round_to<T>(v[e]);  // the value the void form stores
+      amax = fmaxf(amax, fabsf(v[e]));
+    }
+  }
+  NormOut<T, Q>* o = out + row * out_stride + lane * 8;
+  if constexpr (std::is_void_v<Q>) {
+    if (active) store8(o, v);
+  } else {
+#pragma unroll
+    for (int m = G / 2; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m, G));
+    const float qscale = dynamic_quant_scale<Q>(active ? amax : 0.f);
+    if (!active) return;
+    if (lane == 0) scales[row] = qscale;
+    store8_quantized(o, v, qscale);
+  }
 }
 
-template <typename T, typename W, int G, bool kResidual>
-void launch_rows(int64_t n, int64_t d, T* out, int64_t out_stride, T* x, int64_t x_stride, T* residual,
-                 int64_t res_stride, const W* weight, float eps) {
+template <typename T, typename W, int G, bool kResidual, typename Q>
+void launch_rows(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, float* scales, const T* x,
+                 int64_t x_stride, T* residual, int64_t res_stride, const W* weight, float eps) {
   constexpr int64_t kRows = kThreads / G;
-  launch_pdl("rms_norm_rows_kernel", rms_norm_rows_kernel<T, W, G, kResidual>,
-             static_cast<unsigned>((n + kRows - 1) / kRows), kThreads, out, out_stride, x, x_stride, residual,
+  launch_pdl("rms_norm_rows_kernel", rms_norm_rows_kernel<T, W, G, kResidual, Q>,
+             static_cast<unsigned>((n + kRows - 1) / kRows), kThreads, out, out_stride, scales, x, x_stride, residual,
              res_stride, weight, n, static_cast<int>(d), eps);
 }
 
-// Launches the vectorised kernel when the row fits and every row start is 16-byte aligned; false otherwise.
-template <typename T, typename W, bool kResidual>
-bool launch_vec(int64_t n, int64_t d, T* out, int64_t out_stride, T* x, int64_t x_stride, T* residual,
-                int64_t res_stride, const W* weight, float eps) {
+// Launches the vectorised kernel when the row fits and every row start is aligned (16 bytes; a quantized out 8);
+// false otherwise.
+template <typename T, typename W, bool kResidual, typename Q = void>
+bool launch_vec(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const T* x,
+                int64_t x_stride, T* residual, int64_t res_stride, const W* weight, float eps) {
   const int64_t chunks = d / 8;
+  if (groups > 1 && d != int64_t{128} * groups) return false;  // the registers' groups are 128 columns
+  const bool out_aligned = std::is_void_v<Q> ? aligned16(out) : reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const bool fits = d % 8 == 0 && chunks <= kVecMaxThreads * kVecMaxChunks && out_stride % 8 == 0 &&
-                    x_stride % 8 == 0 && (!kResidual || res_stride % 8 == 0) && aligned16(out) && aligned16(x) &&
+                    x_stride % 8 == 0 && (!kResidual || res_stride % 8 == 0) && out_aligned && aligned16(x) &&
                     (!kResidual || aligned16(residual)) && aligned16(weight);
   if (!fits) return false;
-  if (chunks <= 32) {  // short rows: several per block (rms_norm_rows_kernel)
+  if (chunks <= 32 && groups <= 1) {  // short rows: several per block (rms_norm_rows_kernel)
+    const auto rows = [&](auto group) {
+      launch_rows<T, W, decltype(group)::value, kResidual, Q>(n, d, out, out_stride, scales, x, x_stride, residual,
+                                                              res_stride, weight, eps);
+    };
     if (chunks <= 2) {
-      launch_rows<T, W, 2, kResidual>(n, d, out, out_stride, x, x_stride, residual, res_stride, weight, eps);
+      rows(std::integral_constant<int, 2>{});
     } else if (chunks <= 4) {
-      launch_rows<T, W, 4, kResidual>(n, d, out, out_stride, x, x_stride, residual, res_stride, weight, eps);
+      rows(std::integral_constant<int, 4>{});
     } else if (chunks <= 8) {
-      launch_rows<T, W, 8, kResidual>(n, d, out, out_stride, x, x_stride, residual, res_stride, weight, eps);
+      rows(std::integral_constant<int, 8>{});
     } else if (chunks <= 16) {
-      launch_rows<T, W, 16, kResidual>(n, d, out, out_stride, x, x_stride, residual, res_stride, weight, eps);
+      rows(std::integral_constant<int, 16>{});
     } else {
-      launch_rows<T, W, 32, kResidual>(n, d, out, out_stride, x, x_stride, residual, res_stride, weight, eps);
+      rows(std::integral_constant<int, 32>{});
     }
     return true;
   }
@@ -164,27 +224,53 @@ bool launch_vec(int64_t n, int64_t d, T* out, int64_t out_stride, T* x, int64_t 
   const int di = static_cast<int>(d);
   switch (per_thread) {
     case 1:
-      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 1, kResidual>, grid, threads, out, out_stride, x,
-                 x_stride, residual, res_stride, weight, di, eps);
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 1, kResidual, Q>, grid, threads, out, out_stride,
+                 scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
       break;
     case 2:
-      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 2, kResidual>, grid, threads, out, out_stride, x,
-                 x_stride, residual, res_stride, weight, di, eps);
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 2, kResidual, Q>, grid, threads, out, out_stride,
+                 scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
       break;
     default:
-      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual>, grid, threads, out,
-                 out_stride, x, x_stride, residual, res_stride, weight, di, eps);
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual, Q>, grid, threads, out,
+                 out_stride, scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
       break;
   }
   return true;
+}
+
+// The scalar fallback of the quantizing forms: rms_norm_kernel's / fused_add_rms_norm_kernel's passes (the same
+// sums, so the same scale), then the amax of the rounded normed row, then its quantization (recomputed, not kept);
+// groups > 1: one warp per group (quantize_row_by_warps).
+template <typename T, typename W, typename Q, bool kResidual>
+__global__ void rms_norm_quant_kernel(Q* out, float* scales, int groups, const T* x, int64_t x_stride, T* residual,
+                                      int64_t res_stride, const W* weight, int d, float eps) {
+  const T* xr = x + blockIdx.x * x_stride;
+  T* rr = kResidual ? residual + blockIdx.x * res_stride : nullptr;
+  const T* src = kResidual ? rr : xr;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    if constexpr (kResidual) store_f(rr + i, load_f(rr + i) + load_f(xr + i));
+    const float v = load_f(src + i);  // each thread reads back only what it wrote
+    ss += v * v;
+  }
+  const float r = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);  // block_sum syncs: the residual is visible
+  auto value = [&](int i) { return round_to<T>(load_f(src + i) * r * load_f(weight + i)); };
+  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
+  if (groups > 1) return quantize_row_by_warps(o, scales + blockIdx.x * static_cast<int64_t>(groups), d, groups, value);
+  float amax = 0.f;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) amax = fmaxf(amax, fabsf(value(i)));
+  const float qscale = dynamic_quant_scale<Q>(block_max(amax));
+  if (threadIdx.x == 0) scales[blockIdx.x] = qscale;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = QuantTraits<Q>::cast(__fdiv_rn(value(i), qscale));
 }
 
 template <typename T, typename W>
 void launch_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), nullptr, 0,
-                              weight.data<W>(), eps))
+  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), nullptr, 1, x.data<T>(), x.stride(0), nullptr,
+                              0, weight.data<W>(), eps))
     return;
   rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
       out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<W>(), static_cast<int>(x.size(1)), eps);
@@ -195,8 +281,8 @@ template <typename T, typename W>
 void launch_fused(Tensor& x, Tensor& residual, const Tensor& weight, float eps) {
   const int64_t n = x.size(0);
   if (n == 0) return;
-  if (launch_vec<T, W, true>(n, x.size(1), x.data<T>(), x.stride(0), x.data<T>(), x.stride(0), residual.data<T>(),
-                             residual.stride(0), weight.data<W>(), eps))
+  if (launch_vec<T, W, true>(n, x.size(1), x.data<T>(), x.stride(0), nullptr, 1, x.data<T>(), x.stride(0),
+                             residual.data<T>(), residual.stride(0), weight.data<W>(), eps))
     return;
   fused_add_rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
       x.data<T>(), x.stride(0), residual.data<T>(), residual.stride(0), weight.data<W>(), static_cast<int>(x.size(1)),
@@ -204,7 +290,47 @@ void launch_fused(Tensor& x, Tensor& residual, const Tensor& weight, float eps) 
   check_launch("fused_add_rms_norm_kernel");
 }
 
+// The quantizing forms (residual: nullptr for rms_norm_quant): vectorised where the row fits, else the scalar passes.
+template <typename T, typename W, typename Q, bool kResidual>
+void launch_quant(Tensor& out, Tensor& scales, const Tensor& x, T* residual, int64_t res_stride, const Tensor& weight,
+                  float eps) {
+  const int64_t n = x.size(0), d = x.size(1);
+  if (n == 0) return;
+  const int groups = static_cast<int>(scales.size(1));
+  if (launch_vec<T, W, kResidual, Q>(n, d, out.data<Q>(), out.stride(0), scales.data<float>(), groups, x.data<T>(),
+                                     x.stride(0), residual, res_stride, weight.data<W>(), eps))
+    return;
+  rms_norm_quant_kernel<T, W, Q, kResidual><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
+      out.data<Q>(), scales.data<float>(), groups, x.data<T>(), x.stride(0), residual, res_stride, weight.data<W>(),
+      static_cast<int>(d), eps);
+  check_launch("rms_norm_quant_kernel");
+}
+
+template <bool kResidual>
+void dispatch_norm_quant(const char* op, Tensor& out, Tensor& scales, const Tensor& x, Tensor* residual,
+                         const Tensor& weight, float eps) {
+  dispatch_float(x.dtype(), op, [&](auto t) {
+    dispatch_float(weight.dtype(), op, [&](auto w) {
+      dispatch_quant(out.dtype(), [&](auto q) {
+        using T = decltype(t);
+        T* res = kResidual ? residual->data<T>() : nullptr;
+        const int64_t res_stride = kResidual ? residual->stride(0) : 0;
+        launch_quant<T, decltype(w), decltype(q), kResidual>(out, scales, x, res, res_stride, weight, eps);
+      });
+    });
+  });
+}
+
 }  // namespace
+
+void rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, const Tensor& weight, float eps) {
+  dispatch_norm_quant<false>("rms_norm_quant", out, scales, x, nullptr, weight, eps);
+}
+
+void fused_add_rms_norm_quant(Tensor& out, Tensor& scales, const Tensor& x, Tensor& residual, const Tensor& weight,
+                              float eps) {
+  dispatch_norm_quant<true>("fused_add_rms_norm_quant", out, scales, x, &residual, weight, eps);
+}
 
 void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   dispatch_float(x.dtype(), "rms_norm", [&](auto t) {
@@ -223,6 +349,8 @@ void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float
 void register_norm_kernels() {
   ops::rms_norm.register_kernel(DeviceType::kCUDA, rms_norm);
   ops::fused_add_rms_norm.register_kernel(DeviceType::kCUDA, fused_add_rms_norm);
+  ops::rms_norm_quant.register_kernel(DeviceType::kCUDA, rms_norm_quant);
+  ops::fused_add_rms_norm_quant.register_kernel(DeviceType::kCUDA, fused_add_rms_norm_quant);
 }
 
 }  // namespace llmserve::cuda

@@ -14,27 +14,13 @@
 #include "core/cuda_stream.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/quant_traits.cuh"
 #include "kernels/cuda/w4a16_gemm.h"
 #include "kernels/cuda/w4a16_gemv.h"
 #include "kernels/w4a16_gemm_layout.h"
 
 namespace llmserve::cuda {
 namespace {
-
-template <typename Q>
-struct QuantTraits;
-template <>
-struct QuantTraits<__nv_fp8_e4m3> {
-  static constexpr float kMax = 448.0f;
-  __device__ static __nv_fp8_e4m3 cast(float v) { return __nv_fp8_e4m3(v); }  // satfinite, round to nearest even
-};
-template <>
-struct QuantTraits<int8_t> {
-  static constexpr float kMax = 127.0f;
-  __device__ static int8_t cast(float v) {
-    return static_cast<int8_t>(__float2int_rn(fminf(fmaxf(v, -128.0f), 127.0f)));
-  }
-};
 
 // One block per (row, group): amax over the group, scale = max(amax / qmax, 1 / (qmax * 512)), out = x / scale.
 template <typename T, typename Q>
@@ -46,8 +32,7 @@ __global__ void dynamic_quant_kernel(Q* out, float* scales, const T* x, int64_t 
   float amax = 0.0f;
   for (int64_t c = threadIdx.x; c < g; c += blockDim.x) amax = fmaxf(amax, fabsf(load_f(xr + c)));
   amax = block_max(amax);
-  constexpr float qmax = QuantTraits<Q>::kMax;
-  const float scale = fmaxf(__fdiv_rn(amax, qmax), __fdiv_rn(1.0f, qmax * 512.0f));
+  const float scale = dynamic_quant_scale<Q>(amax);
   if (threadIdx.x == 0) scales[row * gridDim.y + group] = scale;
   Q* o = out + row * k + group * g;
   for (int64_t c = threadIdx.x; c < g; c += blockDim.x) o[c] = QuantTraits<Q>::cast(__fdiv_rn(load_f(xr + c), scale));
@@ -77,19 +62,13 @@ __global__ void __launch_bounds__(1024)
     }
   }
   amax = block_max(amax);
-  constexpr float qmax = QuantTraits<Q>::kMax;
-  const float scale = fmaxf(__fdiv_rn(amax, qmax), __fdiv_rn(1.0f, qmax * 512.0f));
+  const float scale = dynamic_quant_scale<Q>(amax);
   if (threadIdx.x == 0) scales[row * gridDim.y + group] = scale;
   Q* o = out + row * k + group * g;
 #pragma unroll
   for (int j = 0; j < kQuantRegWords; ++j) {
     const int64_t w = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-    if (w < words) {
-      alignas(8) Q q[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[e] = QuantTraits<Q>::cast(__fdiv_rn(v[j][e], scale));
-      *reinterpret_cast<uint2*>(o + 8 * w) = *reinterpret_cast<const uint2*>(q);
-    }
+    if (w < words) store8_quantized(o + 8 * w, v[j], scale);
   }
 }
 
@@ -102,12 +81,6 @@ __global__ void static_quant_kernel(Q* out, const T* x, const float* scale, int6
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = QuantTraits<Q>::cast(__fdiv_rn(load_f(x + i), s));
   }
-}
-
-template <typename F>
-void dispatch_quant(DType dtype, F&& f) {
-  if (dtype == DType::kFP8E4M3) return f(__nv_fp8_e4m3{});
-  return f(int8_t{});
 }
 
 void dynamic_scaled_quantize(Tensor& out, Tensor& scales, const Tensor& x) {

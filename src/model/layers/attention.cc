@@ -38,14 +38,19 @@ Attention::Activations Attention::plan_activations(int64_t max_num_tokens, DType
 }
 
 void Attention::forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
-                        const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, Tensor& h) const {
+                        const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, Tensor& h,
+                        const QuantizedActivation* hq) const {
   const int64_t T = h.size(0), D = options_.head_dim;
   const int64_t nh = num_heads_, nkv = num_kv_heads_;
   Tensor q, k, v;
   if (options_.fuse_qkv) {  // q, k, v: column slices (row-strided) of one [T, (nh + 2 nkv) D] output
     const int64_t width = (nh + 2 * nkv) * D;
     Tensor qkv = arena.view(act.qkv, T);
-    qkv_proj_.forward(qkv, h);
+    if (hq != nullptr) {
+      qkv_proj_.forward_quantized(qkv, *hq);
+    } else {
+      qkv_proj_.forward(qkv, h);
+    }
     q = qkv.slice(1, 0, nh * D);
     k = qkv.slice(1, nh * D, (nh + nkv) * D);
     v = qkv.slice(1, (nh + nkv) * D, width);
@@ -53,7 +58,11 @@ void Attention::forward(const ForwardBatch& batch, const Tensor& key_cache, cons
     q = arena.view(act.q, T);
     k = arena.view(act.k, T);
     v = arena.view(act.v, T);
-    qkv_proj_.forward_split(q, k, v, h);
+    if (hq != nullptr) {
+      qkv_proj_.forward_split_quantized(q, k, v, *hq);
+    } else {
+      qkv_proj_.forward_split(q, k, v, h);
+    }
   }
   // [T, heads, D] views that keep the row stride of the fused output.
   auto heads = [T, D](const Tensor& t, int64_t n) { return t.as_strided({T, n, D}, {t.stride(0), D, 1}); };

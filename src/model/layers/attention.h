@@ -34,8 +34,13 @@ class Attention {
   Activations plan_activations(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner) const;
 
   // h [T, hidden]: in the normed hidden states, out the projected attention output. Writes this layer's K/V.
+  // hq: the normed hidden states already quantized (as quantized_input() says) for the QKV projection;
+  // h's contents are then not read, only written.
   void forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
-               const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, Tensor& h) const;
+               const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, Tensor& h,
+               const QuantizedActivation* hq = nullptr) const;
+  // The quantized input the QKV projection takes (LinearMethod::quantized_input()), if any.
+  std::optional<QuantizedInputSpec> quantized_input() const { return qkv_proj_.quantized_input(); }
   void named_parameters(const std::string& prefix, NamedParameters& out);
   Status process_weights_after_loading();
 

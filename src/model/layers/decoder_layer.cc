@@ -1,4 +1,5 @@
-// DecoderLayer: norm -> attention -> fused residual norm -> MLP.
+// DecoderLayer: norm -> attention -> fused residual norm -> MLP; each norm quantizes its output (per token or token
+// group) in its kernel when its consumer (QKV, gate_up) takes quantized input.
 #include "model/layers/decoder_layer.h"
 
 #include "core/logging.h"
@@ -7,14 +8,16 @@ namespace llmserve {
 
 DecoderLayer::DecoderLayer(const LinearContext& ctx, const AttentionOptions& attention, int64_t intermediate_size,
                            bool mlp_bias)
-    : input_layernorm_(attention.hidden_size, attention.rms_norm_eps),
+    : hidden_size_(attention.hidden_size),
+      input_layernorm_(attention.hidden_size, attention.rms_norm_eps),
       self_attn_(ctx, attention),
       post_attention_layernorm_(attention.hidden_size, attention.rms_norm_eps),
       mlp_(std::make_unique<GatedMLP>(ctx, attention.hidden_size, intermediate_size, mlp_bias)) {}
 
 DecoderLayer::DecoderLayer(const LinearContext& ctx, const AttentionOptions& attention, const FusedMoEOptions& moe,
                            std::string moe_module)
-    : input_layernorm_(attention.hidden_size, attention.rms_norm_eps),
+    : hidden_size_(attention.hidden_size),
+      input_layernorm_(attention.hidden_size, attention.rms_norm_eps),
       self_attn_(ctx, attention),
       post_attention_layernorm_(attention.hidden_size, attention.rms_norm_eps),
       moe_(std::make_unique<FusedMoE>(ctx, moe)),
@@ -25,7 +28,23 @@ DecoderLayer::Activations DecoderLayer::plan_activations(int64_t max_num_tokens,
   Activations a;
   a.attention = self_attn_.plan_activations(max_num_tokens, dtype, planner);
   plan_feed_forward(max_num_tokens, dtype, planner, a);
+  std::optional<QuantizedInputSpec> q = self_attn_.quantized_input();
+  if (!q && mlp_) q = mlp_->quantized_input();
+  if (q) {
+    const char* limit = "max_num_batched_tokens";
+    a.normed_q = planner.reserve("decoder.normed_q", {max_num_tokens, hidden_size_}, q->dtype, limit);
+    a.normed_scales =
+        planner.reserve("decoder.normed_scales", {max_num_tokens, q->num_groups(hidden_size_)}, DType::kF32, limit);
+  }
   return a;
+}
+
+QuantizedActivation DecoderLayer::quantized_normed(const Arena& arena, const Activations& act, int64_t T,
+                                                   const std::optional<QuantizedInputSpec>& consumer) const {
+  if (!act.normed_q.valid() || !consumer) return {};
+  QuantizedActivation q{arena.view(act.normed_q, T), arena.view(act.normed_scales, T)};
+  if (q.q.dtype() != consumer->dtype || q.scales.size(1) != consumer->num_groups(hidden_size_)) return {};
+  return q;
 }
 
 void DecoderLayer::plan_feed_forward(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner, Activations& a) const {
@@ -49,19 +68,36 @@ DecoderLayer::Activations plan_decoder_activations(const std::vector<std::unique
 void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
                            const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, bool first_layer,
                            Tensor& x, Tensor& residual) const {
-  if (first_layer) {
-    residual.copy_from(x);
+  // Where the consumer of a norm takes quantized input, the norm quantizes in its kernel and x keeps its old
+  // contents (the consumer only writes it).
+  const int64_t T = x.size(0);
+  QuantizedActivation attn_in = quantized_normed(arena, act, T, self_attn_.quantized_input());
+  if (first_layer) residual.copy_from(x);
+  if (attn_in.q.defined()) {
+    if (first_layer) {
+      input_layernorm_.forward_quantized(attn_in, x);
+    } else {
+      input_layernorm_.forward_with_residual_quantized(attn_in, x, residual);
+    }
+  } else if (first_layer) {
     input_layernorm_.forward(x, x);
   } else {
     input_layernorm_.forward_with_residual(x, residual);
   }
-  self_attn_.forward(batch, key_cache, value_cache, cos_sin_cache, arena, act.attention, x);
-  post_attention_layernorm_.forward_with_residual(x, residual);
+  self_attn_.forward(batch, key_cache, value_cache, cos_sin_cache, arena, act.attention, x,
+                     attn_in.q.defined() ? &attn_in : nullptr);
   if (moe_) {
+    post_attention_layernorm_.forward_with_residual(x, residual);
     moe_->forward(arena, act.moe, x);
-  } else {
-    mlp_->forward(arena, act.mlp, x);
+    return;
   }
+  QuantizedActivation mlp_in = quantized_normed(arena, act, T, mlp_->quantized_input());
+  if (mlp_in.q.defined()) {
+    post_attention_layernorm_.forward_with_residual_quantized(mlp_in, x, residual);
+  } else {
+    post_attention_layernorm_.forward_with_residual(x, residual);
+  }
+  mlp_->forward(arena, act.mlp, x, mlp_in.q.defined() ? &mlp_in : nullptr);
 }
 
 void DecoderLayer::named_parameters(const std::string& prefix, NamedParameters& out) {

@@ -25,6 +25,10 @@ class DecoderLayer {
     Attention::Activations attention;
     GatedMLP::Activations mlp;  // planned when some layer is dense
     FusedMoE::Activations moe;  // planned when some layer is sparse
+    // The normed hidden states quantized ([T, hidden] fp8 / i8, [T, groups] f32): planned when the QKV projection
+    // or the dense MLP's gate_up takes them (LinearMethod::quantized_input()); the norm before such
+    // a consumer then quantizes in the same kernel (the input norm for QKV, the post-attention norm for gate_up).
+    ArenaRegion normed_q, normed_scales;
   };
   // Planned once per model on any one layer (every layer has the same shapes), plus the feed-forward kind it lacks
   // when the model mixes dense and sparse layers: see plan_decoder_activations.
@@ -39,12 +43,18 @@ class DecoderLayer {
   bool is_sparse() const { return moe_ != nullptr; }
 
  private:
+  int64_t hidden_size_;
   RMSNorm input_layernorm_;
   Attention self_attn_;
   RMSNorm post_attention_layernorm_;
   std::unique_ptr<GatedMLP> mlp_;  // dense layers
   std::unique_ptr<FusedMoE> moe_;  // sparse layers
   std::string moe_module_;
+
+  // The quantized normed hidden states of act for T tokens when `consumer` (a projection's quantized_input()) takes
+  // them as planned; else an undefined q (the unfused path).
+  QuantizedActivation quantized_normed(const Arena& arena, const Activations& act, int64_t T,
+                                       const std::optional<QuantizedInputSpec>& consumer) const;
 };
 
 // The activations of a model's layers (the attention once; the MLP and / or the MoE block from the first layer of

@@ -125,6 +125,10 @@ Status LinearBase::load_shard(Parameter& p, WeightSource& weights, const std::st
 
 void LinearBase::forward(Tensor& out, const Tensor& x) const { method_->apply(*this, out, x, bias()); }
 
+void LinearBase::forward_quantized(Tensor& out, const QuantizedActivation& x) const {
+  method_->apply_quantized(*this, out, x, bias(), 0, output_size_per_partition_);
+}
+
 ColumnParallelLinear::ColumnParallelLinear(const LinearContext& ctx, int64_t input_size, int64_t output_size,
                                            bool has_bias)
     : ColumnParallelLinear(ctx, input_size, {{"", output_size / ctx.comm->world_size()}}, has_bias) {
@@ -188,6 +192,13 @@ void QKVParallelLinear::forward_split(Tensor& q, Tensor& k, Tensor& v, const Ten
   method_->apply_rows(*this, v, x, bias(), q_rows + kv_rows, q_rows + 2 * kv_rows);
 }
 
+void QKVParallelLinear::forward_split_quantized(Tensor& q, Tensor& k, Tensor& v, const QuantizedActivation& x) const {
+  const int64_t q_rows = num_heads_ * head_dim_, kv_rows = num_kv_heads_ * head_dim_;
+  method_->apply_quantized(*this, q, x, bias(), 0, q_rows);
+  method_->apply_quantized(*this, k, x, bias(), q_rows, q_rows + kv_rows);
+  method_->apply_quantized(*this, v, x, bias(), q_rows + kv_rows, q_rows + 2 * kv_rows);
+}
+
 RowParallelLinear::RowParallelLinear(const LinearContext& ctx, int64_t input_size, int64_t output_size, bool has_bias)
     : LinearBase(ctx, input_size / ctx.comm->world_size(), {{"", output_size}}, has_bias, /*split_input=*/true,
                  /*split_output=*/false) {
@@ -197,6 +208,11 @@ RowParallelLinear::RowParallelLinear(const LinearContext& ctx, int64_t input_siz
 void RowParallelLinear::forward(Tensor& out, const Tensor& x) const {
   // vLLM: the bias joins once, on rank 0, so the all-reduce adds it exactly once.
   method_->apply(*this, out, x, comm_->rank() == 0 ? bias() : nullptr);
+  if (comm_->world_size() > 1) comm_->all_reduce(out);
+}
+
+void RowParallelLinear::forward_quantized(Tensor& out, const QuantizedActivation& x) const {
+  method_->apply_quantized(*this, out, x, comm_->rank() == 0 ? bias() : nullptr, 0, output_size_per_partition_);
   if (comm_->world_size() > 1) comm_->all_reduce(out);
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,10 @@ class LinearBase {
 
   // out [m, output_size_per_partition] = x [m, input_size_per_partition] W^T (+ b); row-parallel all-reduces.
   virtual void forward(Tensor& out, const Tensor& x) const;
+  // forward on an input quantized as quantized_input() says: the caller checked that it is set.
+  virtual void forward_quantized(Tensor& out, const QuantizedActivation& x) const;
+  // The method's LinearMethod::quantized_input(): the quantized input forward_quantized takes, if any.
+  std::optional<QuantizedInputSpec> quantized_input() const { return method_->quantized_input(); }
 
   // For LinearMethod::create_weights: declares parameter `name` with this rank's shape; its loader places
   // the layer's shards along output_dim and this rank's slice along the split dim.
@@ -102,6 +107,8 @@ class QKVParallelLinear final : public ColumnParallelLinear {
                     int64_t num_kv_heads, bool has_bias);
   // q, k, v as three GEMMs over row slices of the stacked weight (the same shapes as three separate layers).
   void forward_split(Tensor& q, Tensor& k, Tensor& v, const Tensor& x) const;
+  // forward_split on an input quantized per token.
+  void forward_split_quantized(Tensor& q, Tensor& k, Tensor& v, const QuantizedActivation& x) const;
   int64_t num_heads() const { return num_heads_; }        // on this rank
   int64_t num_kv_heads() const { return num_kv_heads_; }  // on this rank
 
@@ -118,6 +125,7 @@ class RowParallelLinear final : public LinearBase {
  public:
   RowParallelLinear(const LinearContext& ctx, int64_t input_size, int64_t output_size, bool has_bias);
   void forward(Tensor& out, const Tensor& x) const override;
+  void forward_quantized(Tensor& out, const QuantizedActivation& x) const override;
 };
 
 }  // namespace llmserve

@@ -20,6 +20,14 @@ void LinearMethod::apply_rows(const LinearBase& layer, Tensor& out, const Tensor
   CHECK(false) << "this linear method cannot apply a row range of its weights";
 }
 
+std::optional<QuantizedInputSpec> LinearMethod::quantized_input() const { return std::nullopt; }
+
+void LinearMethod::apply_quantized(const LinearBase& layer, Tensor& out, const QuantizedActivation& x,
+                                   const Tensor* bias, int64_t begin, int64_t end) const {
+  (void)layer, (void)out, (void)x, (void)bias, (void)begin, (void)end;
+  CHECK(false) << "this linear method takes no per-token quantized input";
+}
+
 void UnquantizedLinearMethod::create_weights(LinearBase& layer, int64_t input_size_per_partition,
                                              const std::vector<int64_t>& output_partition_sizes,
                                              DType params_dtype) const {

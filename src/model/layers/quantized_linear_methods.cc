@@ -19,6 +19,8 @@ namespace llmserve {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Block fp8 quantizes activations per token and group of this many columns (ops::scaled_mm's a_scales [m, k / 128]).
+constexpr int64_t kActivationGroupSize = 128;
 Tensor on_cpu(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 Tensor on_device(const Tensor& t, Device device) { return device.is_cpu() ? t : t.to(device); }
 
@@ -135,6 +137,18 @@ void set_param(LinearBase& layer, const std::string& name, Tensor data) {
   p.data = std::move(data);
 }
 
+// LLMSERVE_FUSED_ACT_QUANT: unset (the device's default), "0" or "1"; anything else is an error naming it.
+enum class FusedActQuantSwitch { kDeviceDefault, kOff, kOn };
+StatusOr<FusedActQuantSwitch> fused_act_quant_switch() {
+  const char* v = std::getenv("LLMSERVE_FUSED_ACT_QUANT");
+  if (v == nullptr) return FusedActQuantSwitch::kDeviceDefault;
+  const std::string value = v;
+  if (value != "0" && value != "1") {
+    return invalid_argument("LLMSERVE_FUSED_ACT_QUANT='" + value + "' must be 0 or 1");
+  }
+  return value == "1" ? FusedActQuantSwitch::kOn : FusedActQuantSwitch::kOff;
+}
+
 }  // namespace
 
 Tensor QuantScratch::view(size_t offset, Shape shape, DType dtype, Device device, size_t total_bytes) const {
@@ -193,6 +207,10 @@ void ScaledMMLinearMethod::create_weights(LinearBase& layer, int64_t input_size_
 Status ScaledMMLinearMethod::process_weights_after_loading(LinearBase& layer) const {
   Parameter& weight = layer.param("weight");
   const Device device = weight.data.device();
+  ASSIGN_OR_RETURN(const FusedActQuantSwitch fused, fused_act_quant_switch());
+  fused_input_ = (config_.activation == ActivationScaleKind::kDynamicToken ||
+                  config_.activation == ActivationScaleKind::kDynamicGroup) &&
+                 (fused == FusedActQuantSwitch::kDeviceDefault ? !device.is_cpu() : fused == FusedActQuantSwitch::kOn);
   const int64_t n = weight.shape[0], k = weight.shape[1];
   if (config_.online) {  // vLLM's online fp8: per-channel scales from each row's amax (dynamic quantization of W)
     Tensor w = weight.data;
@@ -249,21 +267,27 @@ Status ScaledMMLinearMethod::process_weights_after_loading(LinearBase& layer) co
   return ok_status();
 }
 
-void ScaledMMLinearMethod::run(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin,
-                               int64_t end) const {
+void ScaledMMLinearMethod::weight_rows(const LinearBase& layer, int64_t begin, int64_t end, Tensor* w,
+                                       Tensor* ws) const {
   const bool whole = begin == 0 && end == layer.output_size_per_partition();
   const Tensor& w_all = layer.param("weight").data;
   const Tensor& s_all = layer.param(config_.online ? std::string("weight_scale") : config_.weight_scale_name).data;
-  const Tensor w = whole ? w_all : w_all.slice(0, begin, end);
-  Tensor ws = s_all;
-  if (!whole && s_all.dim() == 1 && s_all.numel() > 1) ws = s_all.slice(0, begin, end);
+  *w = whole ? w_all : w_all.slice(0, begin, end);
+  *ws = s_all;
+  if (!whole && s_all.dim() == 1 && s_all.numel() > 1) *ws = s_all.slice(0, begin, end);
   if (!whole && s_all.dim() == 2) {
     CHECK(begin % config_.block_n == 0) << "block-scaled rows [" << begin << ", " << end << ") not block-aligned";
-    ws = s_all.slice(0, begin / config_.block_n, ceil_div(end, config_.block_n));
+    *ws = s_all.slice(0, begin / config_.block_n, ceil_div(end, config_.block_n));
   }
+}
+
+void ScaledMMLinearMethod::run(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin,
+                               int64_t end) const {
+  Tensor w, ws;
+  weight_rows(layer, begin, end, &w, &ws);
   const int64_t m = x.size(0), k = x.size(1);
   const Tensor xc = x.is_contiguous() ? x : x.contiguous();
-  const int64_t groups = config_.activation == ActivationScaleKind::kDynamicGroup ? k / 128 : 1;
+  const int64_t groups = config_.activation == ActivationScaleKind::kDynamicGroup ? k / kActivationGroupSize : 1;
   const size_t q_bytes = (static_cast<size_t>(m * k) + 255) / 256 * 256;
   Tensor xq = scratch_.view(0, {m, k}, weight_dtype_, x.device(), q_bytes + m * groups * 4);
   if (config_.activation == ActivationScaleKind::kStaticTensor) {
@@ -275,6 +299,25 @@ void ScaledMMLinearMethod::run(const LinearBase& layer, Tensor& out, const Tenso
     ops::dynamic_scaled_quantize(xq, xs, xc);
     ops::scaled_mm(out, xq, xs, w, ws, bias);
   }
+}
+
+std::optional<QuantizedInputSpec> ScaledMMLinearMethod::quantized_input() const {
+  if (!fused_input_) return std::nullopt;
+  return QuantizedInputSpec{weight_dtype_,
+                            config_.activation == ActivationScaleKind::kDynamicGroup ? kActivationGroupSize : 0};
+}
+
+void ScaledMMLinearMethod::apply_quantized(const LinearBase& layer, Tensor& out, const QuantizedActivation& x,
+                                           const Tensor* bias, int64_t begin, int64_t end) const {
+  CHECK(fused_input_ && x.q.dtype() == weight_dtype_ &&
+        x.scales.size(1) == quantized_input()->num_groups(layer.input_size_per_partition()))
+      << "scaled_mm linear method: quantized input " << x.q.to_string() << ", scales " << x.scales.to_string()
+      << " it does not take";
+  Tensor w, ws;
+  weight_rows(layer, begin, end, &w, &ws);
+  const bool whole = begin == 0 && end == layer.output_size_per_partition();
+  const Tensor bias_rows = bias != nullptr && !whole ? bias->slice(0, begin, end) : Tensor();
+  ops::scaled_mm(out, x.q, x.scales, w, ws, bias == nullptr ? nullptr : (whole ? bias : &bias_rows));
 }
 
 void ScaledMMLinearMethod::apply(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias) const {

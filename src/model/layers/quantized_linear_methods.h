@@ -45,12 +45,23 @@ class ScaledMMLinearMethod final : public LinearMethod {
   void apply(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias) const override;
   void apply_rows(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin,
                   int64_t end) const override;
+  // Dynamic activations (fp8 / int8 with one scale per token, or per token and group of 128 columns: block fp8):
+  // the weight's dtype and that grouping, so that the norm or SiLU before the GEMM quantizes its output in the same
+  // kernel. On by default on CUDA, off on the CPU (the unfused pair stays the reference there);
+  // LLMSERVE_FUSED_ACT_QUANT=1 / 0 forces it (anything else fails the load naming the variable). Static activation
+  // scales stay unfused: nullopt.
+  std::optional<QuantizedInputSpec> quantized_input() const override;
+  void apply_quantized(const LinearBase& layer, Tensor& out, const QuantizedActivation& x, const Tensor* bias,
+                       int64_t begin, int64_t end) const override;
 
  private:
   void run(const LinearBase& layer, Tensor& out, const Tensor& x, const Tensor* bias, int64_t begin, int64_t end) const;
+  // The weight [end - begin, in] and its scales for output rows [begin, end).
+  void weight_rows(const LinearBase& layer, int64_t begin, int64_t end, Tensor* w, Tensor* ws) const;
   QuantizationConfig config_;
   DType weight_dtype_;  // fp8_e4m3 or i8
   QuantScratch scratch_;
+  mutable bool fused_input_ = false;  // quantized_input() is set (process_weights_after_loading decides)
 };
 
 // W4A16 methods: GPTQ (qweight [in / 8, out] i32 packed along the input, qzeros [groups, out / 8] with v1's -1

@@ -17,4 +17,12 @@ void RMSNorm::forward_with_residual(Tensor& x, Tensor& residual) const {
   ops::fused_add_rms_norm(x, residual, weight_.data, eps_);
 }
 
+void RMSNorm::forward_quantized(QuantizedActivation& out, const Tensor& x) const {
+  ops::rms_norm_quant(out.q, out.scales, x, weight_.data, eps_);
+}
+
+void RMSNorm::forward_with_residual_quantized(QuantizedActivation& out, const Tensor& x, Tensor& residual) const {
+  ops::fused_add_rms_norm_quant(out.q, out.scales, x, residual, weight_.data, eps_);
+}
+
 }  // namespace llmserve

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "model/layers/linear_method.h"
 #include "model/layers/parameter.h"
 
 namespace llmserve {
@@ -16,6 +17,10 @@ class RMSNorm {
   void forward(Tensor& out, const Tensor& x) const;
   // residual += x; x = norm(residual) * w.
   void forward_with_residual(Tensor& x, Tensor& residual) const;
+  // The same with the normed row quantized per token into out (ops::rms_norm_quant / fused_add_rms_norm_quant) for a
+  // linear layer's forward_quantized; x is only read.
+  void forward_quantized(QuantizedActivation& out, const Tensor& x) const;
+  void forward_with_residual_quantized(QuantizedActivation& out, const Tensor& x, Tensor& residual) const;
   void named_parameters(const std::string& prefix, NamedParameters& out) {
     out.emplace_back(prefix + ".weight", &weight_);
   }
