@@ -1,11 +1,11 @@
 // The fused per-token quantizing ops on CUDA (rms_norm_quant, fused_add_rms_norm_quant, silu_and_mul_quant; part of
 // quant_gpu_test): bit-identical to the unfused CUDA pair (the op, then dynamic_scaled_quantize) in f32, f16 and bf16,
 // per token and per group (128 columns; other sizes in the scalar kernels), on the vectorised kernels and the scalar
-// fallbacks (odd widths, rows too wide for registers, row-strided inputs),
-// zero rows, NaN-poisoned outputs; and against the CPU ops within one quantization step (the CPU normalises in f32
-// with another summation order and an exact 1 / sqrt; CUDA's rsqrtf and, in 16-bit, the rounding of the normed row to
-// the activation dtype move a value across a rounding boundary at most once). `quant_gpu_test --bench` prints
-// run_fused_quant_bench's table.
+// fallbacks (odd widths, rows too wide for registers, row-strided inputs), zero rows, NaN-poisoned outputs; and against
+// the CPU ops within one quantization step (the CPU normalises in f32 with another summation order and an exact
+// 1 / sqrt; CUDA's rsqrtf and, in 16-bit, the rounding of the normed row to the activation dtype move a value across
+// a rounding boundary at most once; two steps for int8 after the bf16 residual form, which rounds twice).
+// `quant_gpu_test --bench` prints run_fused_quant_bench's table.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -74,9 +74,9 @@ int ordinal(const Tensor& q, int64_t i) {
 }
 
 // CUDA vs the CPU op: scales within 2^-7 relative (16-bit rounding of the amax element; f32: rsqrtf's error), values
-// at most one quantization step apart.
-void expect_within_one_step(const DeviceQuantized& gpu, const Tensor& cpu_q, const Tensor& cpu_scales,
-                            const std::string& what) {
+// at most max_steps quantization steps apart (one, or two where two 16-bit roundings precede an int8 quantization).
+void expect_within_steps(const DeviceQuantized& gpu, const Tensor& cpu_q, const Tensor& cpu_scales,
+                         const std::string& what, int max_steps = 1) {
   const Tensor q = to_host(gpu.q), s = to_host(gpu.scales);
   for (int64_t i = 0; i < s.numel(); ++i) {
     const float a = s.data<float>()[i], b = cpu_scales.data<float>()[i];
@@ -86,7 +86,7 @@ void expect_within_one_step(const DeviceQuantized& gpu, const Tensor& cpu_q, con
   for (int64_t i = 0; i < q.numel(); ++i) {
     worst = std::max<int64_t>(worst, std::abs(ordinal(q, i) - ordinal(cpu_q, i)));
   }
-  EXPECT_LE(worst, 1) << what << ": quantized values more than one step apart";
+  EXPECT_LE(worst, max_steps) << what << ": quantized values more than " << max_steps << " step(s) apart";
 }
 
 std::string describe(const char* op, DType t, DType q, int64_t n, int64_t d, int64_t pad, int64_t groups) {
@@ -126,7 +126,7 @@ TEST_F(CudaFusedQuantTest, RmsNormQuantIsBitIdenticalToTheUnfusedPair) {
           if (t == DType::kF16 || c.n == 0) continue;
           Tensor q_cpu = Tensor::empty({c.n, c.d}, qtype), s_cpu = Tensor::empty({c.n, groups}, DType::kF32);
           ops::rms_norm_quant(q_cpu, s_cpu, x_host.to(DType::kF32), to_host(w), 1e-5f);
-          expect_within_one_step(fused, q_cpu, s_cpu, what + " vs cpu");
+          expect_within_steps(fused, q_cpu, s_cpu, what + " vs cpu");
         }
       }
     }
@@ -158,7 +158,11 @@ TEST_F(CudaFusedQuantTest, FusedAddRmsNormQuantIsBitIdenticalToTheUnfusedPair) {
         Tensor q_cpu = Tensor::empty({c.n, c.d}, qtype), s_cpu = Tensor::empty({c.n, groups}, DType::kF32);
         Tensor r_cpu = r_host.to(DType::kF32);
         ops::fused_add_rms_norm_quant(q_cpu, s_cpu, x_host.to(DType::kF32), r_cpu, to_host(w).to(DType::kF32), 1e-6f);
-        expect_within_one_step(fused, q_cpu, s_cpu, what + " vs cpu");
+        // In bf16 the device rounds the residual sum and then the normed row (each up to 2^-9 relative) where the CPU
+        // keeps f32: near an int8 group's amax (127 steps) that is up to ~1 step, and the group's scale moves by as
+        // much (measured on an H200: 2 steps in g128 groups). fp8's steps are relative (2^-3): one still covers it.
+        const int max_steps = t == DType::kBF16 && qtype == DType::kI8 ? 2 : 1;
+        expect_within_steps(fused, q_cpu, s_cpu, what + " vs cpu", max_steps);
       }
     }
   }
@@ -187,7 +191,7 @@ TEST_F(CudaFusedQuantTest, SiluAndMulQuantIsBitIdenticalToTheUnfusedPair) {
           if (t == DType::kF16 || c.n == 0) continue;
           Tensor q_cpu = Tensor::empty({c.n, c.d}, qtype), s_cpu = Tensor::empty({c.n, groups}, DType::kF32);
           ops::silu_and_mul_quant(q_cpu, s_cpu, x_host.to(DType::kF32));
-          expect_within_one_step(fused, q_cpu, s_cpu, what + " vs cpu");
+          expect_within_steps(fused, q_cpu, s_cpu, what + " vs cpu");
         }
       }
     }

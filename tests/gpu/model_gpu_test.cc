@@ -162,20 +162,22 @@ void compare_fixture_on_gpu(const std::string& name, DType dtype) {
   const bool exact_rotary = expected.value("rotary_inv_freq", "") == "float32";
   StatusOr<ModelConfig> config = load_model_config(dir);
   ASSERT_TRUE(config.ok()) << name;
-  const float tolerance = dtype == DType::kBF16 ? (config->moe ? kGpuBf16MoeTolerance : kGpuBf16Tolerance)
-                          : bf16_fixture        ? (exact_rotary ? kGpuBf16WidenedTolerance : kGpuBf16LegacyTolerance)
-                                                : kGpuF32Tolerance;
-  // make_fixtures.py records how far transformers' own bf16 run strays from its f32 reference (bf16_reference): a
-  // fixture whose oracle cannot reproduce itself in bf16 within the tolerance cannot judge our bf16 run by it.
+  const float base_tolerance = dtype == DType::kBF16 ? (config->moe ? kGpuBf16MoeTolerance : kGpuBf16Tolerance)
+                               : bf16_fixture ? (exact_rotary ? kGpuBf16WidenedTolerance : kGpuBf16LegacyTolerance)
+                                              : kGpuF32Tolerance;
+  // make_fixtures.py records how far transformers' own bf16 run strays from its f32 reference (bf16_reference): our
+  // bf16 run is held to twice that where it exceeds the tolerance above (the oracle cannot be matched more closely in
+  // bf16 than it matches itself: deepseek_v3_f32, 0.28, whose latent projections and group-limited routing amplify
+  // the rounding of bf16 hidden states), and a fixture whose own bf16 run breaks vLLM's rule is not compared.
+  float tolerance = base_tolerance;
   if (dtype == DType::kBF16 && expected.contains("bf16_reference")) {
     const nlohmann::json& self = expected["bf16_reference"];
-    if (!self["rule_ok"].get<bool>() || self["max_distance"].get<float>() > tolerance) {
-      std::cout << "[ distance ] gpu " << name << " as bf16: not compared: transformers' own bf16 run is "
-                << self["max_distance"].get<float>() << " from its f32 reference"
-                << (self["rule_ok"].get<bool>() ? "" : " and breaks vLLM's rule") << " (tolerance " << tolerance << ")"
-                << std::endl;
+    if (!self["rule_ok"].get<bool>()) {
+      std::cout << "[ distance ] gpu " << name << " as bf16: not compared: transformers' own bf16 run breaks vLLM's "
+                << "rule against its f32 reference" << std::endl;
       return;
     }
+    tolerance = std::max(tolerance, 2 * self["max_distance"].get<float>());
   }
   SCOPED_TRACE(name + " on cuda as " + std::string(dtype_name(dtype)));
   const int num_steps = expected["num_steps"], top_k = expected["top_k"];

@@ -47,8 +47,8 @@ void launch(Tensor& out, const Tensor& x) {
     launch_pdl("silu_and_mul_kernel", silu_and_mul_kernel<T, 8>, grid, kThreads, out.data<T>(), out.stride(0),
                x.data<T>(), x.stride(0), static_cast<int>(d));
   } else {
-    silu_and_mul_kernel<T, 1><<<grid, kThreads, 0, stream()>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
-                                                               static_cast<int>(d));
+    silu_and_mul_kernel<T, 1>
+        <<<grid, kThreads, 0, stream()>>>(out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), static_cast<int>(d));
   }
   check_launch("silu_and_mul_kernel");
 }
@@ -65,18 +65,24 @@ __global__ void __launch_bounds__(kQuantMaxThreads)
   pdl_wait();
   const int chunks = d / 8;
   const T* xr = x + blockIdx.x * x_stride;
-  float v[N][8];
+  float v[N][8], u[N][8];
   float amax = 0.f;
+  // Every load is issued before the first use: a loop that loads, computes and may break keeps one chunk in flight
+  // per thread (measured on an H200: 92 us per 2048 x 14336 row block, ~40% of the copy bandwidth).
 #pragma unroll
   for (int c = 0; c < N; ++c) {
     const int chunk = threadIdx.x + c * blockDim.x;
-    if (chunk >= chunks) break;
-    float u[8];
-    load8(xr + chunk * 8, v[c]);
-    load8(xr + d + chunk * 8, u);
+    if (chunk < chunks) {
+      load8(xr + chunk * 8, v[c]);
+      load8(xr + d + chunk * 8, u[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < N; ++c) {
+    if (threadIdx.x + c * blockDim.x >= chunks) break;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      v[c][e] = round_to<T>(silu_mul(v[c][e], u[e]));
+      v[c][e] = round_to<T>(silu_mul(v[c][e], u[c][e]));
       amax = fmaxf(amax, fabsf(v[c][e]));
     }
   }
