@@ -106,43 +106,6 @@ __global__ void __launch_bounds__(kQuantMaxThreads)
   }
 }
 
-// Many rows, one scale per token: two passes over the row in 256-thread blocks (the amax of the rounded outputs, then
-// each output recomputed from the inputs, which the first pass left in L2, and quantized). The register form above
-// keeps a whole row per block (up to 1024 threads): two rows per SM in flight, each waiting on its load, reduction and
-// store in turn, measured on an H200 at 94 us for 2048 rows of 14,336 (37% of the bytes floor); small blocks keep
-// eight rows per SM in flight. Same values, same amax, same scale: the unfused pair's result bit for bit.
-constexpr int kTwoPassThreads = 256;
-
-template <typename T, typename Q>
-__global__ void __launch_bounds__(kTwoPassThreads)
-    silu_and_mul_quant_two_pass_kernel(Q* out, float* scales, const T* x, int64_t x_stride, int d) {
-  pdl_wait();
-  const int chunks = d / 8;
-  const T* xr = x + blockIdx.x * x_stride;
-  float amax = 0.f;
-#pragma unroll 4
-  for (int c = threadIdx.x; c < chunks; c += kTwoPassThreads) {
-    float g[8], u[8];
-    load8(xr + c * 8, g);
-    load8(xr + d + c * 8, u);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(round_to<T>(silu_mul(g[e], u[e]))));
-  }
-  pdl_trigger();
-  const float scale = dynamic_quant_scale<Q>(block_max(amax));
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
-  Q* o = out + blockIdx.x * static_cast<int64_t>(d);
-#pragma unroll 4
-  for (int c = threadIdx.x; c < chunks; c += kTwoPassThreads) {
-    float g[8], u[8];
-    load8(xr + c * 8, g);
-    load8(xr + d + c * 8, u);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) g[e] = round_to<T>(silu_mul(g[e], u[e]));
-    store8_quantized(o + c * 8, g, scale);
-  }
-}
-
 // Any width or alignment: the amax pass, then the quantization pass recomputing each output (groups > 1: one warp
 // per group).
 template <typename T, typename Q>
@@ -171,11 +134,6 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x) {
     silu_and_mul_quant_kernel<T, Q><<<grid, kThreads, 0, stream()>>>(out.data<Q>(), scales.data<float>(), groups,
                                                                      x.data<T>(), x.stride(0), static_cast<int>(d));
     check_launch("silu_and_mul_quant_kernel");
-    return;
-  }
-  if (groups == 1 && n >= 2 * num_sms()) {  // more rows than the register form keeps in flight
-    launch_pdl("silu_and_mul_quant_two_pass_kernel", silu_and_mul_quant_two_pass_kernel<T, Q>, grid, kTwoPassThreads,
-               out.data<Q>(), scales.data<float>(), x.data<T>(), x.stride(0), static_cast<int>(d));
     return;
   }
   // The most threads (up to 1024) and the fewest chunks per thread: rows are one block each.
