@@ -1,5 +1,5 @@
 // Parameters and launchers of CUDA multi-head latent attention (ops::mla_attention): one plain struct filled from
-// the tensors by mla_attention.cc and validated by check() before any launch (STYLE.md: Params + check()).
+// the tensors by mla_attention.cu and validated by check() before any launch (STYLE.md: Params + check()).
 // Plain C++ plus the runtime API's stream type: the struct is passed to kernels by value, so it holds only PODs.
 #pragma once
 

@@ -4,6 +4,7 @@
 // the weighted combine. No host synchronisation, no allocation (graph-safe); launched with programmatic dependent
 // launch: each kernel waits for its inputs before reading or writing anything, so only launch gaps overlap.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -279,7 +280,27 @@ void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, 
 
 constexpr int kCombineThreads = 256;
 
-template <typename T>
+// V adjacent columns per thread: 8 (16-byte loads of 16-bit rows) where every row is aligned, else 1. The 2-byte
+// scalar form ran a 2048-token Qwen3-MoE combine at ~50% of the copy bandwidth. Same sums in the same order.
+template <int V, typename T>
+__device__ __forceinline__ void load_cols(const T* p, float (&f)[V]) {
+  if constexpr (V == 8) {
+    load8(p, f);
+  } else {
+    f[0] = load_f(p);
+  }
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void store_cols(T* p, const float (&f)[V]) {
+  if constexpr (V == 8) {
+    store8(p, f);
+  } else {
+    store_f(p, f[0]);
+  }
+}
+
+template <typename T, int V>
 __global__ void __launch_bounds__(kCombineThreads)
     moe_combine_kernel(T* out, int64_t out_stride, const T* expert_out, int64_t expert_stride, const float* weights,
                        int64_t weights_stride, const int32_t* pair_rows, const T* shared_out, int64_t shared_stride,
@@ -296,48 +317,20 @@ __global__ void __launch_bounds__(kCombineThreads)
   __syncthreads();
   float shared_scale = 1.f;
   if (shared_gate != nullptr) shared_scale = 1.f / (1.f + expf(-load_f(shared_gate + t * gate_stride)));
-  for (int64_t h = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x; h < hidden;
-       h += static_cast<int64_t>(gridDim.y) * kCombineThreads) {
-    float acc = 0.f;
-    for (int j = 0; j < k; ++j) acc += w[j] * load_f(expert_out + rows[j] * expert_stride + h);
-    if (shared_out != nullptr) acc += shared_scale * load_f(shared_out + t * shared_stride + h);
-    store_f(out + t * out_stride + h, acc);
-  }
-}
-
-// moe_combine_kernel with each thread on 8 adjacent columns (16-byte loads of 16-bit rows: the scalar kernel's
-// 2-byte loads ran a 2048-token Qwen3-MoE combine at ~50% of the copy bandwidth). Same sums in the same order.
-template <typename T>
-__global__ void __launch_bounds__(kCombineThreads)
-    moe_combine_vec_kernel(T* out, int64_t out_stride, const T* expert_out, int64_t expert_stride, const float* weights,
-                           int64_t weights_stride, const int32_t* pair_rows, const T* shared_out, int64_t shared_stride,
-                           const T* shared_gate, int64_t gate_stride, int64_t hidden, int k) {
-  __shared__ float w[ops::kMaxMoeTopK];
-  __shared__ int64_t rows[ops::kMaxMoeTopK];
-  pdl_wait();  // the expert outputs come from the down projection
-  pdl_trigger();
-  const int64_t t = blockIdx.x;
-  if (threadIdx.x < k) {
-    w[threadIdx.x] = weights[t * weights_stride + threadIdx.x];
-    rows[threadIdx.x] = pair_rows[t * k + threadIdx.x];
-  }
-  __syncthreads();
-  float shared_scale = 1.f;
-  if (shared_gate != nullptr) shared_scale = 1.f / (1.f + expf(-load_f(shared_gate + t * gate_stride)));
-  for (int64_t h = (static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x) * 8; h < hidden;
-       h += static_cast<int64_t>(gridDim.y) * kCombineThreads * 8) {
-    float acc[8] = {}, v[8];
+  for (int64_t h = (static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x) * V; h < hidden;
+       h += static_cast<int64_t>(gridDim.y) * kCombineThreads * V) {
+    float acc[V] = {}, v[V];
     for (int j = 0; j < k; ++j) {
-      load8(expert_out + rows[j] * expert_stride + h, v);
+      load_cols<V>(expert_out + rows[j] * expert_stride + h, v);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] += w[j] * v[e];
+      for (int e = 0; e < V; ++e) acc[e] += w[j] * v[e];
     }
     if (shared_out != nullptr) {
-      load8(shared_out + t * shared_stride + h, v);
+      load_cols<V>(shared_out + t * shared_stride + h, v);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] += shared_scale * v[e];
+      for (int e = 0; e < V; ++e) acc[e] += shared_scale * v[e];
     }
-    store8(out + t * out_stride + h, acc);
+    store_cols<V>(out + t * out_stride + h, acc);
   }
 }
 
@@ -350,23 +343,21 @@ void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weigh
     const bool vec = hidden % 8 == 0 && out.stride(0) % 8 == 0 && expert_out.stride(0) % 8 == 0 &&
                      aligned16(out.raw_data()) && aligned16(expert_out.raw_data()) &&
                      (shared_out == nullptr || (shared_out->stride(0) % 8 == 0 && aligned16(shared_out->raw_data())));
+    auto run = [&](auto cols) {
+      constexpr int V = decltype(cols)::value;
+      const dim3 grid(static_cast<unsigned>(num_tokens), std::min<unsigned>(ceil_div(hidden / V, kCombineThreads), 8));
+      launch_pdl("moe_combine_kernel", moe_combine_kernel<T, V>, grid, kCombineThreads, out.data<T>(), out.stride(0),
+                 expert_out.data<T>(), expert_out.stride(0), topk_weights.data<float>(), topk_weights.stride(0),
+                 pair_rows.data<int32_t>(), shared_out != nullptr ? shared_out->data<T>() : nullptr,
+                 shared_out != nullptr ? shared_out->stride(0) : 0,
+                 shared_gate != nullptr ? shared_gate->data<T>() : nullptr,
+                 shared_gate != nullptr ? shared_gate->stride(0) : 0, hidden, static_cast<int>(topk_weights.size(1)));
+    };
     if (vec) {
-      const dim3 grid(static_cast<unsigned>(num_tokens), std::min<unsigned>(ceil_div(hidden / 8, kCombineThreads), 8));
-      launch_pdl(
-          "moe_combine_vec_kernel", moe_combine_vec_kernel<T>, grid, kCombineThreads, out.data<T>(), out.stride(0),
-          expert_out.data<T>(), expert_out.stride(0), topk_weights.data<float>(), topk_weights.stride(0),
-          pair_rows.data<int32_t>(), shared_out != nullptr ? shared_out->data<T>() : nullptr,
-          shared_out != nullptr ? shared_out->stride(0) : 0, shared_gate != nullptr ? shared_gate->data<T>() : nullptr,
-          shared_gate != nullptr ? shared_gate->stride(0) : 0, hidden, static_cast<int>(topk_weights.size(1)));
-      return;
+      run(std::integral_constant<int, 8>{});
+    } else {
+      run(std::integral_constant<int, 1>{});
     }
-    const dim3 grid(static_cast<unsigned>(num_tokens), std::min<unsigned>(ceil_div(hidden, kCombineThreads), 8));
-    launch_pdl("moe_combine_kernel", moe_combine_kernel<T>, grid, kCombineThreads, out.data<T>(), out.stride(0),
-               expert_out.data<T>(), expert_out.stride(0), topk_weights.data<float>(), topk_weights.stride(0),
-               pair_rows.data<int32_t>(), shared_out != nullptr ? shared_out->data<T>() : nullptr,
-               shared_out != nullptr ? shared_out->stride(0) : 0,
-               shared_gate != nullptr ? shared_gate->data<T>() : nullptr,
-               shared_gate != nullptr ? shared_gate->stride(0) : 0, hidden, static_cast<int>(topk_weights.size(1)));
   });
 }
 
