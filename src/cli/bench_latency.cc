@@ -297,6 +297,11 @@ int run_latency(const std::vector<std::string>& args) {
       std::printf("  prefill kernel %9.1f us %5lld calls  %s\n", kernels[i].total_us,
                   static_cast<long long>(kernels[i].count), kernels[i].name.substr(0, 110).c_str());
     }
+    const auto& waits = prefill_meter.idle_before();
+    for (size_t i = 0; i < waits.size() && static_cast<int64_t>(i) < f.kernel_breakdown; ++i) {
+      std::printf("  prefill idle before %9.1f us %5lld gaps  %s\n", waits[i].total_us,
+                  static_cast<long long>(waits[i].count), waits[i].name.substr(0, 110).c_str());
+    }
   }
   if (on_cuda) {
     if (decode_busy) {

@@ -63,6 +63,31 @@ std::pair<int64_t, double> GpuBusyMeter::idle_stretches(std::vector<std::pair<ui
   return {gaps, static_cast<double>(idle) / 1e3};
 }
 
+std::vector<GpuBusyMeter::KernelTime> GpuBusyMeter::idle_before_kernels(std::vector<KernelRecord> records,
+                                                                        uint64_t from, uint64_t to) {
+  std::sort(records.begin(), records.end(),
+            [](const KernelRecord& a, const KernelRecord& b) { return a.start < b.start; });
+  std::map<std::string, KernelTime> by_name;
+  uint64_t covered_to = from;
+  bool any = false;  // the stretch before the window's first kernel is host time, not a gap between kernels
+  for (const KernelRecord& r : records) {
+    if (r.start >= to) break;
+    if (r.end <= from) continue;
+    if (any && r.start > covered_to) {
+      KernelTime& t = by_name[r.name];
+      t.name = r.name;
+      ++t.count;
+      t.total_us += static_cast<double>(r.start - covered_to) / 1e3;
+    }
+    any = true;
+    covered_to = std::max(covered_to, r.end);
+  }
+  std::vector<KernelTime> out;
+  for (auto& [name, t] : by_name) out.push_back(std::move(t));
+  std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
+  return out;
+}
+
 std::pair<double, double> GpuBusyMeter::edge_idle(const std::vector<std::pair<uint64_t, uint64_t>>& intervals,
                                                   uint64_t from, uint64_t to) {
   uint64_t first = to, last = from;
@@ -133,6 +158,7 @@ std::optional<double> GpuBusyMeter::stop() {
   kernel_times_ = group_by_name(g_kernels);
   std::tie(idle_gaps_, idle_us_) = idle_stretches(intervals, from_, to);
   std::tie(leading_idle_us_, trailing_idle_us_) = edge_idle(intervals, from_, to);
+  idle_before_ = idle_before_kernels(g_kernels, from_, to);
   return busy_fraction(std::move(intervals), from_, to);
 }
 

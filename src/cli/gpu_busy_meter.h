@@ -43,6 +43,9 @@ class GpuBusyMeter {
   // launches) and after its last kernel ended (the host waiting for results, output handling).
   double leading_idle_us() const { return leading_idle_us_; }
   double trailing_idle_us() const { return trailing_idle_us_; }
+  // The gaps between kernels grouped by the kernel that started after each (the one the GPU waited for), most idle
+  // time first; total_us is the idle time, count the gaps.
+  const std::vector<KernelTime>& idle_before() const { return idle_before_; }
 
   struct KernelRecord {
     std::string name;
@@ -52,6 +55,8 @@ class GpuBusyMeter {
   static std::vector<KernelTime> group_by_name(const std::vector<KernelRecord>& records);
   static std::pair<int64_t, double> idle_stretches(std::vector<std::pair<uint64_t, uint64_t>> intervals, uint64_t from,
                                                    uint64_t to);
+  // idle_before()'s grouping of [from, to). Exposed for tests.
+  static std::vector<KernelTime> idle_before_kernels(std::vector<KernelRecord> records, uint64_t from, uint64_t to);
   // (idle before the first interval starts, idle after the last one ends) within [from, to), in us. Exposed for tests.
   static std::pair<double, double> edge_idle(const std::vector<std::pair<uint64_t, uint64_t>>& intervals, uint64_t from,
                                              uint64_t to);
@@ -63,6 +68,7 @@ class GpuBusyMeter {
   int64_t idle_gaps_ = 0;
   double idle_us_ = 0;
   double leading_idle_us_ = 0, trailing_idle_us_ = 0;
+  std::vector<KernelTime> idle_before_;
 };
 
 }  // namespace llmserve::cli

@@ -44,9 +44,28 @@ TEST(GpuBusyMeter, IdleBeforeTheFirstAndAfterTheLastKernel) {
   EXPECT_DOUBLE_EQ(leading + trailing, 100 / 1e3);
 }
 
+TEST(GpuBusyMeter, IdleGapsGroupedByTheKernelThatStartedAfterThem) {
+  // Window [100, 400): the first kernel's lead (100..110) is host time, not a gap; gemm waits 20 + 30, norm 5; the
+  // overlapping attention (starts inside gemm's interval) and the kernel past the window close no gap.
+  const std::vector<GpuBusyMeter::KernelTime> t = GpuBusyMeter::idle_before_kernels({{"norm", 110, 150},
+                                                                                     {"gemm", 170, 250},
+                                                                                     {"attention", 240, 260},
+                                                                                     {"norm", 265, 300},
+                                                                                     {"gemm", 330, 380},
+                                                                                     {"late", 420, 430}},
+                                                                                    100, 400);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].name, "gemm");
+  EXPECT_EQ(t[0].count, 2);
+  EXPECT_DOUBLE_EQ(t[0].total_us, 50 / 1e3);
+  EXPECT_EQ(t[1].name, "norm");
+  EXPECT_EQ(t[1].count, 1);
+  EXPECT_DOUBLE_EQ(t[1].total_us, 5 / 1e3);
+}
+
 TEST(GpuBusyMeter, KernelTimesGroupedByNameMostTimeFirst) {
-  const std::vector<GpuBusyMeter::KernelTime> t =
-      GpuBusyMeter::group_by_name({{"gemv", 0, 3000}, {"norm", 3000, 4000}, {"gemv", 4000, 8000}, {"norm", 8000, 9500}});
+  const std::vector<GpuBusyMeter::KernelTime> t = GpuBusyMeter::group_by_name(
+      {{"gemv", 0, 3000}, {"norm", 3000, 4000}, {"gemv", 4000, 8000}, {"norm", 8000, 9500}});
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[0].name, "gemv");
   EXPECT_EQ(t[0].count, 2);
