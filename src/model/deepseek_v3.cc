@@ -91,9 +91,8 @@ class DeepseekV3DecoderLayer {
 
   void forward(const ForwardBatch& batch, const Tensor& latent_cache, const Tensor& cos_sin_cache, const Arena& arena,
                const Activations& act, bool first_layer, Tensor& x, Tensor& residual) const {
-    if (first_layer) {
-      residual.copy_from(x);
-      input_layernorm_.forward(x, x);
+    if (first_layer) {  // the embeddings are in residual (DecoderLayer's convention)
+      input_layernorm_.forward(x, residual);
     } else {
       input_layernorm_.forward_with_residual(x, residual);
     }
@@ -226,7 +225,7 @@ void DeepseekV3ForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& k
   CHECK(arena_ != nullptr) << "forward before activation memory was bound (ActivationMemory)";
   Tensor x = arena_->view(hidden_, T);
   Tensor residual = arena_->view(residual_, T);
-  embed_tokens_.forward(x, batch.input_ids);
+  embed_tokens_.forward(residual, batch.input_ids);  // the first layer reads them there
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_[i]->forward(batch, kv_cache.key[i], cos_sin_cache_, *arena_, layer_act_, i == 0, x, residual);
   }

@@ -72,15 +72,14 @@ void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, c
   // contents (the consumer only writes it).
   const int64_t T = x.size(0);
   QuantizedActivation attn_in = quantized_normed(arena, act, T, self_attn_.quantized_input());
-  if (first_layer) residual.copy_from(x);
   if (attn_in.q.defined()) {
     if (first_layer) {
-      input_layernorm_.forward_quantized(attn_in, x);
+      input_layernorm_.forward_quantized(attn_in, residual);
     } else {
       input_layernorm_.forward_with_residual_quantized(attn_in, x, residual);
     }
   } else if (first_layer) {
-    input_layernorm_.forward(x, x);
+    input_layernorm_.forward(x, residual);
   } else {
     input_layernorm_.forward_with_residual(x, residual);
   }

@@ -1,6 +1,7 @@
 // DecoderLayer: pre-norm attention + gated MLP (or a FusedMoE block) with the fused residual norm (the Llama family's
 // block; Mixtral / Qwen-MoE put a FusedMoE where the MLP was).
-// x [T, hidden] is the running block output, residual [T, hidden] the running sum; the first layer seeds residual.
+// x [T, hidden] is the running block output, residual [T, hidden] the running sum; the first layer finds the
+// embeddings in residual (the model embeds into it: no copy) and normalises them into x.
 #pragma once
 
 #include <memory>
