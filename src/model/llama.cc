@@ -145,8 +145,7 @@ void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cac
   CHECK(arena_ != nullptr) << "forward before activation memory was bound (ActivationMemory)";
   Tensor x = arena_->view(hidden_, T);  // the running block output
   Tensor residual = arena_->view(residual_, T);
-  // Into the residual sum, which the first layer normalises into x: no copy of the embeddings (a 2048-token
-  // prefill spent ~4 ms of GPU idle around that copy on an H200, bench latency --kernel-breakdown).
+  // Into the residual sum, which the first layer normalises into x: no device copy of the embeddings per step.
   embed_tokens_.forward(residual, batch.input_ids);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_[i]->forward(batch, kv_cache.key[i], kv_cache.value[i], cos_sin_cache_, *arena_, layer_act_, i == 0, x,
