@@ -7,13 +7,11 @@
 #include <cmath>
 #include <memory>
 
+#include "model/decoder_only_lm.h"
 #include "model/layers/fused_moe.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/mla_attention.h"
-#include "model/layers/quantized_linear_methods.h"
 #include "model/layers/rms_norm.h"
-#include "model/layers/vocab_parallel_embedding.h"
-#include "model/rope.h"
 #include "model/tensor_parallel.h"
 
 namespace llmserve {
@@ -129,13 +127,10 @@ class DeepseekV3DecoderLayer {
   std::unique_ptr<FusedMoE> moe_;  // the rest
 };
 
-class DeepseekV3ForCausalLM final : public CausalLM {
+class DeepseekV3ForCausalLM final : public DecoderOnlyLM {
  public:
   DeepseekV3ForCausalLM(const ModelConfig& config, const ModelLoadOptions& options);
   Status load_weights(WeightSource& weights);
-  const ModelConfig& config() const override { return config_; }
-  Device device() const override { return device_; }
-  DType activation_dtype() const override { return act_; }
   // One latent row [kv_lora_rank + qk_rope_head_dim] per token and layer, shared by every head; no value cache.
   KVCacheSpec kv_cache_spec() const override { return {{config_.mla->latent_size()}, false}; }
   // mla_attention's split-K scratch: every head accumulates an L-wide latent output.
@@ -145,40 +140,14 @@ class DeepseekV3ForCausalLM final : public CausalLM {
   }
   void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) override;
   void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) override;
-  void bind_activations(const Arena* arena) override { arena_ = arena; }
-  const Arena* bound_activations() const override { return arena_; }
 
  private:
-  ModelConfig config_;
-  Device device_;
-  DType act_ = DType::kF32;  // activations: f32 on CPU, the weight dtype on CUDA
-  std::shared_ptr<const LinearMethod> linear_method_;
-  LinearContext linear_;
-  VocabParallelEmbedding embed_tokens_;
   std::vector<std::unique_ptr<DeepseekV3DecoderLayer>> layers_;
-  RMSNorm norm_;
-  ParallelLMHead lm_head_;
-  Tensor cos_sin_cache_;  // [max_position, qk_rope_head_dim]
-  ArenaRegion hidden_, residual_, selected_;
   DeepseekV3DecoderLayer::Activations layer_act_;
-  ParallelLMHead::Activations lm_head_act_;
-  const Arena* arena_ = nullptr;
 };
 
-LinearContext linear_context(const ModelConfig& c, const ModelLoadOptions& o, const LinearMethod* method) {
-  Communicator* comm = o.communicator != nullptr ? o.communicator : &single_process_communicator();
-  return {comm, method, resolve_weight_dtype(c, o)};
-}
-
 DeepseekV3ForCausalLM::DeepseekV3ForCausalLM(const ModelConfig& c, const ModelLoadOptions& options)
-    : config_(c),
-      device_(options.device),
-      act_(options.device.is_cpu() ? DType::kF32 : resolve_weight_dtype(c, options)),
-      linear_method_(make_linear_method(c.quantization)),
-      linear_(linear_context(c, options, linear_method_.get())),
-      embed_tokens_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype),
-      norm_(c.hidden_size, static_cast<float>(c.rms_norm_eps)),
-      lm_head_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype) {
+    : DecoderOnlyLM(c, options) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_.push_back(std::make_unique<DeepseekV3DecoderLayer>(linear_, c, act_, c.moe->is_sparse_layer(i)));
   }
@@ -186,25 +155,17 @@ DeepseekV3ForCausalLM::DeepseekV3ForCausalLM(const ModelConfig& c, const ModelLo
 
 Status DeepseekV3ForCausalLM::load_weights(WeightSource& weights) {
   NamedParameters params;
-  embed_tokens_.named_parameters("model.embed_tokens", params);
   // Only layers [0, num_hidden_layers): a checkpoint's MTP layers (num_nextn_predict_layers, numbered after them)
   // are never read (vLLM skips them too).
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->named_parameters("model.layers." + std::to_string(i), params);
-  norm_.named_parameters("model.norm", params);
-  if (!config_.tie_word_embeddings) lm_head_.named_parameters("lm_head", params);
-  RETURN_IF_ERROR(load_parameters(params, weights, kStackedParams));
+  RETURN_IF_ERROR(load_parameters_with(std::move(params), weights, kStackedParams));
   for (auto& layer : layers_) RETURN_IF_ERROR(layer->process_weights_after_loading());
-  if (config_.tie_word_embeddings) lm_head_.tie_to(embed_tokens_);
-  ASSIGN_OR_RETURN(cos_sin_cache_, build_rope_cos_sin_cache(config_, config_.max_position_embeddings));
-  if (!device_.is_cpu()) cos_sin_cache_ = cos_sin_cache_.to(device_);
-  return ok_status();
+  return finish_loading();
 }
 
 void DeepseekV3ForCausalLM::plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) {
-  const int64_t T = limits.max_num_tokens, H = config_.hidden_size;
-  hidden_ = planner.reserve("hidden", {T, H}, act_, "max_num_batched_tokens");
-  residual_ = planner.reserve("residual", {T, H}, act_, "max_num_batched_tokens");
-  selected_ = planner.reserve("lm_head.rows", {limits.max_num_logits, H}, act_, "max_num_logits");
+  plan_outer_activations(limits, planner);
+  const int64_t T = limits.max_num_tokens;
   layer_act_ = {};
   layers_.front()->plan_attention(T, act_, planner, layer_act_);
   layers_.front()->plan_feed_forward(T, act_, planner, layer_act_);
@@ -214,28 +175,15 @@ void DeepseekV3ForCausalLM::plan_activations(const ActivationLimits& limits, Are
       break;
     }
   }
-  lm_head_act_ = lm_head_.plan_activations(limits.max_num_logits, planner);
 }
 
 void DeepseekV3ForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) {
-  const ModelConfig& c = config_;
-  const int64_t T = batch.input_ids.size(0);
-  CHECK_EQ(batch.positions.size(0), T);
-  CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), c.num_hidden_layers);
-  CHECK(arena_ != nullptr) << "forward before activation memory was bound (ActivationMemory)";
-  Tensor x = arena_->view(hidden_, T);
-  Tensor residual = arena_->view(residual_, T);
-  embed_tokens_.forward(residual, batch.input_ids);  // the first layer reads them there
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers_[i]->forward(batch, kv_cache.key[i], cos_sin_cache_, *arena_, layer_act_, i == 0, x, residual);
+  CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), config_.num_hidden_layers);
+  auto [x, residual] = embed(batch);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    layers_[i]->forward(batch, kv_cache.key[i], cos_sin_cache_, arena(), layer_act_, i == 0, x, residual);
   }
-  const int64_t num_logits = batch.logits_indices.size(0);
-  CHECK(!logits.defined() || logits.shape() == (Shape{num_logits, c.vocab_size})) << "logits " << logits.to_string();
-  if (num_logits == 0) return;
-  norm_.forward_with_residual(x, residual);
-  Tensor selected = arena_->view(selected_, num_logits);
-  ops::embedding(selected, batch.logits_indices, x);
-  lm_head_.forward(logits, selected, arena_, lm_head_act_);
+  compute_logits(batch, x, residual, logits);
 }
 
 }  // namespace

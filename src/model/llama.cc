@@ -6,10 +6,8 @@
 
 #include <memory>
 
+#include "model/decoder_only_lm.h"
 #include "model/layers/decoder_layer.h"
-#include "model/layers/quantized_linear_methods.h"
-#include "model/layers/vocab_parallel_embedding.h"
-#include "model/rope.h"
 #include "model/tensor_parallel.h"
 
 namespace llmserve {
@@ -21,37 +19,19 @@ const std::vector<StackedParamMapping> kStackedParams = {
     {".gate_up_proj", ".gate_proj", "0"}, {".gate_up_proj", ".up_proj", "1"},
 };
 
-class LlamaForCausalLM final : public CausalLM {
+class LlamaForCausalLM final : public DecoderOnlyLM {
  public:
   LlamaForCausalLM(const ModelConfig& config, const ModelLoadOptions& options);
   Status load_weights(WeightSource& weights);
-  const ModelConfig& config() const override { return config_; }
-  Device device() const override { return device_; }
-  DType activation_dtype() const override { return act_; }
   int64_t num_kv_heads_per_rank() const override {
     return heads_per_rank(config_.num_key_value_heads, linear_.comm->world_size());
   }
   void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) override;
   void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) override;
-  void bind_activations(const Arena* arena) override { arena_ = arena; }
-  const Arena* bound_activations() const override { return arena_; }
 
  private:
-  ModelConfig config_;
-  Device device_;
-  DType act_ = DType::kF32;                            // activations: f32 on CPU, the weight dtype on CUDA
-  std::shared_ptr<const LinearMethod> linear_method_;  // config.quantization's (the dense one when unset)
-  LinearContext linear_;
-  VocabParallelEmbedding embed_tokens_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
-  RMSNorm norm_;
-  ParallelLMHead lm_head_;
-  Tensor cos_sin_cache_;  // [max_position, head_dim]
-  // The per-step buffers: the running block output, the residual sum, the rows the lm head reads, the blocks'.
-  ArenaRegion hidden_, residual_, selected_;
   DecoderLayer::Activations layer_act_;
-  ParallelLMHead::Activations lm_head_act_;
-  const Arena* arena_ = nullptr;
 };
 
 // The sparse layers' block (Mixtral, Qwen2-MoE, Qwen3-MoE) and its checkpoint names.
@@ -78,20 +58,7 @@ std::string moe_module(const ModelConfig& c) {
   return c.architecture == "MixtralForCausalLM" ? "block_sparse_moe" : "mlp";
 }
 
-LinearContext linear_context(const ModelConfig& c, const ModelLoadOptions& o, const LinearMethod* method) {
-  Communicator* comm = o.communicator != nullptr ? o.communicator : &single_process_communicator();
-  return {comm, method, resolve_weight_dtype(c, o)};
-}
-
-LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options)
-    : config_(c),
-      device_(options.device),
-      act_(options.device.is_cpu() ? DType::kF32 : resolve_weight_dtype(c, options)),
-      linear_method_(make_linear_method(c.quantization)),
-      linear_(linear_context(c, options, linear_method_.get())),
-      embed_tokens_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype),
-      norm_(c.hidden_size, static_cast<float>(c.rms_norm_eps)),
-      lm_head_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype) {
+LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options) : DecoderOnlyLM(c, options) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     AttentionOptions a;
     a.hidden_size = c.hidden_size;
@@ -116,50 +83,25 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions&
 
 Status LlamaForCausalLM::load_weights(WeightSource& weights) {
   NamedParameters params;
-  embed_tokens_.named_parameters("model.embed_tokens", params);
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->named_parameters("model.layers." + std::to_string(i), params);
-  norm_.named_parameters("model.norm", params);
-  if (!config_.tie_word_embeddings) lm_head_.named_parameters("lm_head", params);
-  RETURN_IF_ERROR(load_parameters(params, weights, kStackedParams));
+  RETURN_IF_ERROR(load_parameters_with(std::move(params), weights, kStackedParams));
   for (auto& layer : layers_) RETURN_IF_ERROR(layer->process_weights_after_loading());
-  if (config_.tie_word_embeddings) lm_head_.tie_to(embed_tokens_);
-  ASSIGN_OR_RETURN(cos_sin_cache_, build_rope_cos_sin_cache(config_, config_.max_position_embeddings));
-  if (!device_.is_cpu()) cos_sin_cache_ = cos_sin_cache_.to(device_);
-  return ok_status();
+  return finish_loading();
 }
 
 void LlamaForCausalLM::plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) {
-  const int64_t T = limits.max_num_tokens, H = config_.hidden_size;
-  hidden_ = planner.reserve("hidden", {T, H}, act_, "max_num_batched_tokens");
-  residual_ = planner.reserve("residual", {T, H}, act_, "max_num_batched_tokens");
-  selected_ = planner.reserve("lm_head.rows", {limits.max_num_logits, H}, act_, "max_num_logits");
-  layer_act_ = plan_decoder_activations(layers_, T, act_, planner);
-  lm_head_act_ = lm_head_.plan_activations(limits.max_num_logits, planner);
+  plan_outer_activations(limits, planner);
+  layer_act_ = plan_decoder_activations(layers_, limits.max_num_tokens, act_, planner);
 }
 
 void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) {
-  const ModelConfig& c = config_;
-  const int64_t T = batch.input_ids.size(0);
-  CHECK_EQ(batch.positions.size(0), T);
-  CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), c.num_hidden_layers);
-  CHECK(arena_ != nullptr) << "forward before activation memory was bound (ActivationMemory)";
-  Tensor x = arena_->view(hidden_, T);  // the running block output
-  Tensor residual = arena_->view(residual_, T);
-  // Into the residual sum, which the first layer normalises into x: no device copy of the embeddings per step.
-  embed_tokens_.forward(residual, batch.input_ids);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers_[i]->forward(batch, kv_cache.key[i], kv_cache.value[i], cos_sin_cache_, *arena_, layer_act_, i == 0, x,
+  CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), config_.num_hidden_layers);
+  auto [x, residual] = embed(batch);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    layers_[i]->forward(batch, kv_cache.key[i], kv_cache.value[i], cos_sin_cache_, arena(), layer_act_, i == 0, x,
                         residual);
   }
-  const int64_t num_logits = batch.logits_indices.size(0);
-  CHECK(!logits.defined() || logits.shape() == (Shape{num_logits, c.vocab_size})) << "logits " << logits.to_string();
-  if (num_logits == 0) return;  // a step of partial prefill chunks only
-  norm_.forward_with_residual(x, residual);
-  // Only the requested rows go through the (large) vocabulary projection. The row gather is an embedding lookup
-  // with x as the table (on the device, from the device's index buffer: no host round trip).
-  Tensor selected = arena_->view(selected_, num_logits);
-  ops::embedding(selected, batch.logits_indices, x);
-  lm_head_.forward(logits, selected, arena_, lm_head_act_);
+  compute_logits(batch, x, residual, logits);
 }
 
 }  // namespace

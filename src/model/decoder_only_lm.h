@@ -1,0 +1,59 @@
+// DecoderOnlyLM: what every decoder-only architecture here shares around its layers — the linear method, the token
+// embedding (written into the residual sum), the final norm, the LM head over the sampled rows, the rotary cos/sin
+// table and the step buffers around the layers. An architecture adds its layers (llama.cc, deepseek_v3.cc).
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "model/causal_lm.h"
+#include "model/layers/linear.h"
+#include "model/layers/rms_norm.h"
+#include "model/layers/vocab_parallel_embedding.h"
+#include "model/model_registry.h"
+
+namespace llmserve {
+
+class DecoderOnlyLM : public CausalLM {
+ public:
+  const ModelConfig& config() const override { return config_; }
+  Device device() const override { return device_; }
+  DType activation_dtype() const override { return act_; }
+  void bind_activations(const Arena* arena) override { arena_ = arena; }
+  const Arena* bound_activations() const override { return arena_; }
+
+ protected:
+  DecoderOnlyLM(const ModelConfig& config, const ModelLoadOptions& options);
+
+  // Loads the layers' parameters (`layer_params`) with the embedding, final norm and LM head in one pass.
+  Status load_parameters_with(NamedParameters layer_params, WeightSource& weights,
+                              const std::vector<StackedParamMapping>& stacked);
+  // After the layers processed their weights: ties the LM head when the config says so, builds the rotary table.
+  Status finish_loading();
+  // Reserves the buffers around the layers (running output, residual sum, LM-head rows and its own).
+  void plan_outer_activations(const ActivationLimits& limits, ArenaPlanner& planner);
+  // The start of a forward: the step's running output x and residual sum, the embeddings written into the residual
+  // (each architecture's first layer normalises them from there into x).
+  std::pair<Tensor, Tensor> embed(const ForwardBatch& batch) const;
+  // The end: the final norm (adding the last block's output), then the LM head on the requested rows only.
+  void compute_logits(const ForwardBatch& batch, Tensor& x, Tensor& residual, Tensor& logits) const;
+  const Arena& arena() const { return *arena_; }
+
+  ModelConfig config_;
+  Device device_;
+  DType act_ = DType::kF32;                            // activations: f32 on CPU, the weight dtype on CUDA
+  std::shared_ptr<const LinearMethod> linear_method_;  // config.quantization's (the dense one when unset)
+  LinearContext linear_;
+  Tensor cos_sin_cache_;  // [max_position, rotary dim]
+
+ private:
+  VocabParallelEmbedding embed_tokens_;
+  RMSNorm norm_;
+  ParallelLMHead lm_head_;
+  ArenaRegion hidden_, residual_, selected_;
+  ParallelLMHead::Activations lm_head_act_;
+  const Arena* arena_ = nullptr;
+};
+
+}  // namespace llmserve
