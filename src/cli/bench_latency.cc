@@ -35,6 +35,18 @@ struct BenchFlags {
   int64_t tensor_parallel_size = 1;
 };
 
+// The copies of a metered phase and the CUDA API calls in it that stalled the host (total over all of them).
+void print_copies_and_slow_calls(const char* phase, const GpuBusyMeter& meter) {
+  for (const GpuBusyMeter::KernelTime& t : meter.copy_times()) {
+    std::printf("  %s copies %9.1f us %5lld calls  %s\n", phase, t.total_us, static_cast<long long>(t.count),
+                t.name.c_str());
+  }
+  for (const GpuBusyMeter::KernelTime& t : meter.slow_host_calls()) {
+    std::printf("  %s host call >= %.0f us: %9.1f us %5lld calls  %s\n", phase, GpuBusyMeter::kSlowHostCallNs / 1e3,
+                t.total_us, static_cast<long long>(t.count), t.name.c_str());
+  }
+}
+
 int run_latency(const std::vector<std::string>& args) {
   BenchFlags f;
   ArgParser parser("bench latency",
@@ -142,6 +154,8 @@ int run_latency(const std::vector<std::string>& args) {
   std::optional<double> decode_busy;
   GpuBusyMeter prefill_meter;  // --kernel-breakdown: the last iteration's prefill, kernel by kernel
   std::optional<double> prefill_busy;
+  // The metered iteration's own wall times, beside the best ones (CUPTI's records slow the host a little).
+  double metered_prefill_s = 0, metered_decode_s = 0;
   for (int64_t iter = 0; iter <= f.num_iters; ++iter) {  // iteration 0 warms up
     SchedulerOutput prefill;
     std::vector<RequestId> ids;
@@ -156,15 +170,21 @@ int run_latency(const std::vector<std::string>& args) {
       ids.push_back(n.req_id);
       prefill.scheduled_new_reqs.push_back(std::move(n));
     }
-    const bool meter_prefill = iter == f.num_iters && on_cuda && f.kernel_breakdown > 0;
+    // The warm-up iteration is metered too (its figures are overwritten): CUPTI's first window after it is enabled
+    // pays a one-time setup of several ms on the host (measured: a 2048-token prefill's first launch waited ~5 ms).
+    const bool metered_iter = iter == f.num_iters || iter == 0;
+    const bool meter_prefill = metered_iter && on_cuda && f.kernel_breakdown > 0;
     const bool prefill_metered = meter_prefill && prefill_meter.start(&busy_why_not);
     auto start = Clock::now();
     StatusOr<ModelRunnerOutput> out = runner.execute(prefill);
     if (!out.ok()) return fail(out.status());
     const double prefill_s = seconds_since(start);
-    if (prefill_metered) prefill_busy = prefill_meter.stop();  // execute returned the sampled ids: the GPU is done
+    if (prefill_metered) {
+      prefill_busy = prefill_meter.stop();  // execute returned the sampled ids: the GPU is done
+      metered_prefill_s = prefill_s;
+    }
     // The last iteration's decode phase also measures how much of its wall time the GPU spent in kernels.
-    const bool meter_this = iter == f.num_iters && on_cuda;
+    const bool meter_this = metered_iter && on_cuda;
     if (meter_this) busy_available = busy_meter.start(&busy_why_not);
     start = Clock::now();
     std::optional<ModelExecutor::StepHandle> in_flight;  // async: the queued step not yet waited for
@@ -196,7 +216,10 @@ int run_latency(const std::vector<std::string>& args) {
       if (!out.ok()) return fail(out.status());
     }
     const double decode_s = seconds_since(start);
-    if (meter_this && busy_available) decode_busy = busy_meter.stop();  // each step ended with its ids on the host
+    if (meter_this && busy_available) {
+      decode_busy = busy_meter.stop();  // each step ended with its ids on the host
+      metered_decode_s = decode_s;
+    }
     SchedulerOutput finish;
     finish.finished_req_ids = ids;
     if (StatusOr<ModelRunnerOutput> done = runner.execute(finish); !done.ok()) return fail(done.status());
@@ -288,36 +311,41 @@ int run_latency(const std::vector<std::string>& args) {
       f.batch_size * avg_context * kv_bytes / 1e6, on_cuda ? "copy" : "read");
   if (on_cuda && prefill_busy) {
     std::printf(
-        "prefill GPU busy: %.1f%% of the last iteration's prefill wall time in kernels; idle %.1f us in %lld "
-        "stretches (%.1f us before the first kernel, %.1f us after the last)\n",
-        100.0 * *prefill_busy, prefill_meter.idle_us(), static_cast<long long>(prefill_meter.idle_gaps()),
+        "prefill GPU busy: %.1f%% of the last iteration's prefill wall time (%.2f ms, metered) in kernels; idle %.1f "
+        "us in %lld stretches (%.1f us before the first kernel, %.1f us after the last)\n",
+        100.0 * *prefill_busy, metered_prefill_s * 1e3, prefill_meter.idle_us(),
+        static_cast<long long>(prefill_meter.idle_gaps()),
         prefill_meter.leading_idle_us(), prefill_meter.trailing_idle_us());
     const auto& kernels = prefill_meter.kernel_times();
     for (size_t i = 0; i < kernels.size() && static_cast<int64_t>(i) < f.kernel_breakdown; ++i) {
-      std::printf("  prefill kernel %9.1f us %5lld calls  %s\n", kernels[i].total_us,
-                  static_cast<long long>(kernels[i].count), kernels[i].name.substr(0, 110).c_str());
+      std::printf("  prefill kernel %9.1f us (wall share %9.1f) %5lld calls  %s\n", kernels[i].total_us,
+                  kernels[i].wall_us, static_cast<long long>(kernels[i].count),
+                  kernels[i].name.substr(0, 110).c_str());
     }
     const auto& waits = prefill_meter.idle_before();
     for (size_t i = 0; i < waits.size() && static_cast<int64_t>(i) < f.kernel_breakdown; ++i) {
       std::printf("  prefill idle before %9.1f us %5lld gaps  %s\n", waits[i].total_us,
                   static_cast<long long>(waits[i].count), waits[i].name.substr(0, 110).c_str());
     }
+    print_copies_and_slow_calls("prefill", prefill_meter);
   }
   if (on_cuda) {
     if (decode_busy) {
       std::printf(
-          "decode GPU busy: %.1f%% of the last iteration's decode wall time in kernels (CUPTI kernel activity; "
-          "the rest is launch gaps and host time between steps)\n",
-          100.0 * *decode_busy);
+          "decode GPU busy: %.1f%% of the last iteration's decode wall time (%.2f ms, metered) in kernels (CUPTI "
+          "kernel activity; the rest is launch gaps and host time between steps)\n",
+          100.0 * *decode_busy, metered_decode_s * 1e3);
       std::printf("decode idle: %lld stretches, %.1f us per step\n", static_cast<long long>(busy_meter.idle_gaps()),
                   busy_meter.idle_us() / static_cast<double>(f.output_len));
       const auto& kernels = busy_meter.kernel_times();
       for (size_t i = 0; i < kernels.size() && static_cast<int64_t>(i) < f.kernel_breakdown; ++i) {
-        std::printf("  kernel %6.1f us/step %6.2f per step  %s\n",
+        std::printf("  kernel %6.1f us/step (wall share %6.1f) %6.2f per step  %s\n",
                     kernels[i].total_us / static_cast<double>(f.output_len),
+                    kernels[i].wall_us / static_cast<double>(f.output_len),
                     static_cast<double>(kernels[i].count) / static_cast<double>(f.output_len),
                     kernels[i].name.substr(0, 110).c_str());
       }
+      print_copies_and_slow_calls("decode", busy_meter);
     } else {
       std::printf("decode GPU busy: not measured (%s)\n", busy_why_not.c_str());
     }

@@ -1,7 +1,8 @@
 // GpuBusyMeter: the fraction of a wall-clock window in which the GPU ran at least one kernel, from CUPTI's kernel
 // activity records (the union of kernel intervals inside the window over its length; kernels launched by CUDA
 // graphs count too). The gaps it exposes are launch overhead and host time between steps; a per-kernel breakdown of
-// the same records says which kernels the busy time went to.
+// the same records says which kernels the busy time went to, and copy records and slow CUDA API calls say what the
+// GPU waited for when the host did not launch.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +30,17 @@ class GpuBusyMeter {
   // Union of [start, end) intervals clipped to [from, to), over (to - from). Exposed for tests.
   static double busy_fraction(std::vector<std::pair<uint64_t, uint64_t>> intervals, uint64_t from, uint64_t to);
 
-  // The last window's kernels grouped by name, most total time first (durations summed, overlaps not merged), and
-  // the idle stretches between the merged intervals.
+  // The last window's kernels grouped by name, largest wall share first (durations summed, overlaps not merged),
+  // and the idle stretches between the merged intervals.
   struct KernelTime {
     std::string name;
     int64_t count = 0;
     double total_us = 0;
+    // The part of the window's busy time this kernel alone accounts for: from when it started or the kernels
+    // started before it had all ended, whichever is later, to its end. A kernel launched early by programmatic
+    // dependent launch waits at its grid dependency inside its duration; its wall share leaves that wait out.
+    // The wall shares of all kernels sum to the busy time.
+    double wall_us = 0;
   };
   const std::vector<KernelTime>& kernel_times() const { return kernel_times_; }
   int64_t idle_gaps() const { return idle_gaps_; }
@@ -46,13 +52,22 @@ class GpuBusyMeter {
   // The gaps between kernels grouped by the kernel that started after each (the one the GPU waited for), most idle
   // time first; total_us is the idle time, count the gaps.
   const std::vector<KernelTime>& idle_before() const { return idle_before_; }
+  // Memory copies and sets in the window, grouped as "[memcpy HtoD]" etc. (they are not kernel time: the busy
+  // fraction and the idle stretches count kernels only; idle_before() names a copy when it ended a gap).
+  const std::vector<KernelTime>& copy_times() const { return copy_times_; }
+  // CUDA runtime and driver API calls that took at least kSlowHostCallNs, grouped by name: where the host stalled
+  // (an allocation, a synchronisation, a pageable copy, a first launch loading its module).
+  static constexpr uint64_t kSlowHostCallNs = 200'000;
+  const std::vector<KernelTime>& slow_host_calls() const { return slow_host_calls_; }
 
   struct KernelRecord {
     std::string name;
     uint64_t start = 0, end = 0;
   };
-  // Groups records by name and counts the idle gaps of their union within [from, to). Exposed for tests.
-  static std::vector<KernelTime> group_by_name(const std::vector<KernelRecord>& records);
+  // Keeps the records of calls of at least kSlowHostCallNs inside [from, to), grouped by name. Exposed for tests.
+  static std::vector<KernelTime> slow_calls(const std::vector<KernelRecord>& calls, uint64_t from, uint64_t to);
+  // Groups records by name (with each one's wall share, records in any order). Exposed for tests.
+  static std::vector<KernelTime> group_by_name(std::vector<KernelRecord> records);
   static std::pair<int64_t, double> idle_stretches(std::vector<std::pair<uint64_t, uint64_t>> intervals, uint64_t from,
                                                    uint64_t to);
   // idle_before()'s grouping of [from, to). Exposed for tests.
@@ -69,6 +84,8 @@ class GpuBusyMeter {
   double idle_us_ = 0;
   double leading_idle_us_ = 0, trailing_idle_us_ = 0;
   std::vector<KernelTime> idle_before_;
+  std::vector<KernelTime> copy_times_;
+  std::vector<KernelTime> slow_host_calls_;
 };
 
 }  // namespace llmserve::cli

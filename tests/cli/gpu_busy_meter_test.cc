@@ -63,7 +63,7 @@ TEST(GpuBusyMeter, IdleGapsGroupedByTheKernelThatStartedAfterThem) {
   EXPECT_DOUBLE_EQ(t[1].total_us, 5 / 1e3);
 }
 
-TEST(GpuBusyMeter, KernelTimesGroupedByNameMostTimeFirst) {
+TEST(GpuBusyMeter, KernelTimesGroupedByNameMostWallTimeFirst) {
   const std::vector<GpuBusyMeter::KernelTime> t = GpuBusyMeter::group_by_name(
       {{"gemv", 0, 3000}, {"norm", 3000, 4000}, {"gemv", 4000, 8000}, {"norm", 8000, 9500}});
   ASSERT_EQ(t.size(), 2u);
@@ -72,6 +72,39 @@ TEST(GpuBusyMeter, KernelTimesGroupedByNameMostTimeFirst) {
   EXPECT_DOUBLE_EQ(t[0].total_us, 7.0);
   EXPECT_EQ(t[1].name, "norm");
   EXPECT_DOUBLE_EQ(t[1].total_us, 2.5);
+}
+
+TEST(GpuBusyMeter, WallShareLeavesOutTheWaitOfAnEarlyLaunchedKernel) {
+  // gemv runs [0, 3000); attention launched early (PDL) starts at 1000 and ends at 4000: its wall share is the
+  // 1000 ns after gemv ended; norm starts after a 500 ns gap and runs 1500. Records arrive out of order. The shares
+  // sum to the busy time (3000 + 1000 + 1500 ns).
+  const std::vector<GpuBusyMeter::KernelTime> t =
+      GpuBusyMeter::group_by_name({{"norm", 4500, 6000}, {"attention", 1000, 4000}, {"gemv", 0, 3000}});
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].name, "gemv");
+  EXPECT_DOUBLE_EQ(t[0].wall_us, 3.0);
+  EXPECT_EQ(t[1].name, "norm");
+  EXPECT_DOUBLE_EQ(t[1].wall_us, 1.5);
+  EXPECT_EQ(t[2].name, "attention");
+  EXPECT_DOUBLE_EQ(t[2].total_us, 3.0);
+  EXPECT_DOUBLE_EQ(t[2].wall_us, 1.0);
+}
+
+TEST(GpuBusyMeter, SlowHostCallsInsideTheWindowOnly) {
+  // Window [1'000'000, 5'000'000) ns; the threshold is 200 us: the 150 us launch is not slow, the call that started
+  // before the window is not in it, and the two slow mallocs group.
+  constexpr uint64_t us = 1000;
+  const std::vector<GpuBusyMeter::KernelTime> t = GpuBusyMeter::slow_calls(
+      {{"cudaMalloc", 1000 * us, 1300 * us}, {"cudaLaunchKernel", 1400 * us, 1550 * us},
+       {"cudaMalloc", 2000 * us, 2400 * us}, {"cudaStreamSynchronize", 500 * us, 1500 * us},
+       {"cudaMemcpy", 4900 * us, 5900 * us}, {"cudaFree", 5000 * us, 6000 * us}},
+      1000 * us, 5000 * us);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].name, "cudaMemcpy");
+  EXPECT_DOUBLE_EQ(t[0].total_us, 1000.0);
+  EXPECT_EQ(t[1].name, "cudaMalloc");
+  EXPECT_EQ(t[1].count, 2);
+  EXPECT_DOUBLE_EQ(t[1].total_us, 700.0);
 }
 
 TEST(GpuBusyMeter, WithoutCuptiItSaysWhy) {

@@ -103,6 +103,7 @@ struct Case {
   bool workspace = true;
   bool share_prefix = true;  // request 1 reuses request 0's leading full blocks (a prefix-cache hit)
   bool hints = true;         // pass max_query_len / max_seq_len (else 0 = unknown)
+  int max_seq_hint = 0;      // > 0: pass this max_seq_len instead (CUDA graphs pass the block table's reach)
   uint32_t seed = 1;
   const Tensor* shared_workspace = nullptr;  // use this (counters zero) instead of a fresh workspace
 };
@@ -165,7 +166,7 @@ void run_case(const Case& c) {
   md.num_reqs = nr;
   md.num_decode_tokens = num_decode;
   md.max_query_len = c.hints ? max_q : 0;
-  md.max_seq_len = c.hints ? max_s : 0;
+  md.max_seq_len = c.max_seq_hint > 0 ? c.max_seq_hint : c.hints ? max_s : 0;
   Tensor ref = Tensor::empty({num_tokens, c.num_heads, c.head_dim}, DType::kF32);
   ops::paged_attention(ref, q.to(DType::kF32), kc.to(DType::kF32), vc.to(DType::kF32), md, scale, c.window);
 
@@ -288,6 +289,24 @@ TEST_P(AttentionGpuTest, LongContextsSplitK) {
   c.window = 3000;
   c.reqs = {{7000, 1}, {100, 1}};
   run_case(c);
+}
+
+TEST_P(AttentionGpuTest, EachRequestSplitsByItsOwnLengthUnderALargeHint) {
+  // Under CUDA graphs max_seq_len is the block table's reach, so the grid has the most splits; each request uses
+  // only those its own keys fill (1 key: one split, written directly; 5000 keys: all of them), in one batch, on one
+  // workspace across calls (the arrival counts differ per request).
+  const Tensor ws = workspace_device(ops::paged_attention_workspace_elems(16, 32, 128, 16384));
+  uint32_t seed = 700;
+  for (int hd : {64, 128}) {
+    for (auto [nh, nkv] : {std::pair{32, 4}, std::pair{16, 16}, std::pair{32, 8}}) {
+      Case c{"large-hint", GetParam(), nh, nkv, hd, 16, {}};
+      c.reqs = {{0, 1}, {19, 1}, {5000, 1}, {32, 1}, {63, 1}, {64, 1}, {189, 1}, {1000, 1}};
+      c.max_seq_hint = 16384;
+      c.shared_workspace = &ws;
+      c.seed = seed++;
+      run_case(c);
+    }
+  }
 }
 
 TEST_P(AttentionGpuTest, OneWorkspaceAcrossShapesAndSplitCounts) {

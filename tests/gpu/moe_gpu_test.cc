@@ -67,6 +67,33 @@ TEST_F(MoeGpuTest, RouteMatchesCpuIncludingTies) {
   }
 }
 
+TEST_F(MoeGpuTest, RouteGivesTheSameBitsForATokenWhateverTheBatch) {
+  // Small batches route one block per token, large ones one warp per token: a token's weights and ids must not
+  // depend on which (random logits, so the sums' rounding shows any difference in reduction order).
+  for (auto [E, k] : {std::pair<int64_t, int64_t>{128, 8}, {60, 4}, {256, 8}}) {
+    for (int64_t scoring : {ops::kMoeScoringSoftmax, ops::kMoeScoringSigmoid}) {
+      for (int64_t renorm : {0, 1}) {
+        constexpr int64_t T = 600;
+        Tensor logits = to_device(random_tensor({T, E}, static_cast<uint32_t>(E + 10 * scoring + renorm)));
+        Tensor w = poisoned_device({T, k}, DType::kF32), ids = poisoned_device({T, k}, DType::kI32);
+        ops::moe_route(w, ids, logits, scoring, renorm);
+        Tensor whole_w = to_host(w), whole_ids = to_host(ids);
+        for (int64_t t0 : {int64_t{0}, int64_t{1}, int64_t{599}}) {
+          const int64_t n = t0 == 1 ? 255 : 1;  // one token, and a batch just under the block-per-token limit
+          Tensor part = logits.slice(0, t0, t0 + n);
+          Tensor pw = poisoned_device({n, k}, DType::kF32), pids = poisoned_device({n, k}, DType::kI32);
+          ops::moe_route(pw, pids, part, scoring, renorm);
+          Tensor hw = to_host(pw), hids = to_host(pids);
+          const std::string what = "E " + std::to_string(E) + " scoring " + std::to_string(scoring) + " renorm " +
+                                   std::to_string(renorm) + " rows " + std::to_string(t0) + "+" + std::to_string(n);
+          EXPECT_EQ(std::memcmp(hw.raw_data(), whole_w.data<float>() + t0 * k, hw.nbytes()), 0) << what;
+          EXPECT_EQ(std::memcmp(hids.raw_data(), whole_ids.data<int32_t>() + t0 * k, hids.nbytes()), 0) << what;
+        }
+      }
+    }
+  }
+}
+
 // Values drawn from `set` (seeded): exact ties are common, and the set is chosen so distinct sums stay far apart.
 Tensor drawn_from(const std::vector<float>& set, Shape shape, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -5,9 +5,12 @@
 // barrier. Threads form groups of HD/8 lanes per kv head, each group keeps an online softmax over its keys, and
 // the groups merge through shared memory. With split-K every CTA writes its partial (max, sum, unnormalised
 // output) to the f32 workspace and the last CTA of its (request, head group) to arrive (an atomic counter in the
-// workspace, reset by that CTA) combines them: one launch per call.
+// workspace, reset by that CTA) combines them: one launch per call. The grid's split count is a bound set on the
+// host (under CUDA graphs from the block table's reach, not the context); each request uses only as many splits as
+// its own length fills with min_keys_per_split keys each, and the CTAs past those leave at once.
 // Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -20,6 +23,22 @@ constexpr int kMaxSplits = 32;  // also the lane count of the combine's per-spli
 // One CTA step at head_dim 128: batch-1 decode is latency-bound, so more, shorter splits win (measured on an
 // H100: context 2048 went from 52 to ~16 us per call with 32-key instead of 128-key splits, bench/RESULTS.md).
 constexpr int kMinKeysPerSplit = 32;
+
+// Keys per split below which a request uses fewer splits than the grid has (decided on the device from its length).
+// LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT=N (1..4096) overrides it so one binary can measure the choice (1: every request
+// of >= 32 keys uses all of the grid's splits, as before this was decided per request).
+int min_keys_per_split() {
+  static const int keys = [] {
+    const char* v = std::getenv("LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT");
+    if (v == nullptr) return kMinKeysPerSplit;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    CHECK(end != v && *end == '\0' && n >= 1 && n <= 4096)
+        << "LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT must be an integer in 1..4096, got '" << v << "'";
+    return static_cast<int>(n);
+  }();
+  return keys;
+}
 
 // Compile-time shape of one decode CTA: KVH adjacent kv heads (their rows are contiguous in the cache, so one
 // key's KVH * HD values are one coalesced read), GH query heads of each.
@@ -43,13 +62,14 @@ struct DecodeShape {
 
 // Split-K epilogue of the last CTA of a (request, head group): out = sum_s w_s acc_s / sum_s w_s l_s with
 // w_s = exp(m_s - max m). Partials are read with ld.global.cg: they were written by other SMs (L1 is not coherent).
+// Partials of head h, split s at ws_group[(h * split_stride + s) * (HD + 2)].
 template <typename T, int HD, int GH>
-__device__ void combine_splits(const float* ws_group, int num_splits, int gh, T* out_group) {
+__device__ void combine_splits(const float* ws_group, int split_stride, int num_splits, int gh, T* out_group) {
   __shared__ float sm_w[GH][kMaxSplits];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   constexpr int kWarps = kDecodeThreads / 32;
   for (int h = warp; h < gh; h += kWarps) {
-    const float* part = ws_group + (static_cast<int64_t>(h) * num_splits + lane) * (HD + 2);
+    const float* part = ws_group + (static_cast<int64_t>(h) * split_stride + lane) * (HD + 2);
     const float m = lane < num_splits ? __ldcg(part + HD) : -INFINITY;
     const float l = lane < num_splits ? __ldcg(part + HD + 1) : 0.f;
     float mx = m;
@@ -60,12 +80,31 @@ __device__ void combine_splits(const float* ws_group, int num_splits, int gh, T*
     sm_w[h][lane] = lsum > 0.f ? w / lsum : 0.f;  // no valid key at all (empty window): zeros, like the CPU op
   }
   __syncthreads();
-  for (int e = tid; e < gh * HD; e += kDecodeThreads) {
+  // Two adjacent columns per thread (8-byte loads: HD + 2 and d are even), the splits' loads issued kBatch at a time
+  // before any is used: a loop that summed each load as it arrived waited one L2 round trip per split and column
+  // pair. Same sums in the same order (weights past num_splits are 0).
+  constexpr int kBatch = 8;
+  for (int e = 2 * tid; e < gh * HD; e += 2 * kDecodeThreads) {
     const int h = e / HD, d = e % HD;
-    const float* part = ws_group + static_cast<int64_t>(h) * num_splits * (HD + 2) + d;
-    float sum = 0.f;
-    for (int s = 0; s < num_splits; ++s) sum += sm_w[h][s] * __ldcg(part + s * (HD + 2));
-    out_group[h * HD + d] = from_float<T>(sum);
+    const float* part = ws_group + static_cast<int64_t>(h) * split_stride * (HD + 2) + d;
+    float sum0 = 0.f, sum1 = 0.f;
+    for (int s0 = 0; s0 < num_splits; s0 += kBatch) {
+      float2 v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        v[b] = s0 + b < num_splits ? __ldcg(reinterpret_cast<const float2*>(part + (s0 + b) * (HD + 2)))
+                                   : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (s0 + b < num_splits) {
+          sum0 += sm_w[h][s0 + b] * v[b].x;
+          sum1 += sm_w[h][s0 + b] * v[b].y;
+        }
+      }
+    }
+    out_group[h * HD + d] = from_float<T>(sum0);
+    out_group[h * HD + d + 1] = from_float<T>(sum1);
   }
 }
 
@@ -73,7 +112,7 @@ __device__ void combine_splits(const float* ws_group, int num_splits, int gh, T*
 // Rows: request blockIdx.y; x: (kv head group of KVH, head chunk); z: split.
 template <typename T, int HD, int GH, int KVH, int kStages>
 __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
-    decode_kernel(const PagedAttentionParams p, int num_head_chunks) {
+    decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split) {
   using S = DecodeShape<HD, GH, KVH, kStages>;
   constexpr int kVec = S::kVec, kHeadThreads = S::kHeadThreads, kTpk = S::kTpk, kGroups = S::kGroups;
   constexpr int kUnroll = S::kUnroll, kHeads = S::kHeads;
@@ -81,7 +120,7 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
 
   const int tid = threadIdx.x, g = tid / kTpk, c = tid % kTpk, j = c / kHeadThreads, cc = c % kHeadThreads;
   const int kv_base = blockIdx.x / num_head_chunks * KVH, chunk = blockIdx.x % num_head_chunks;
-  const int r = blockIdx.y, split = blockIdx.z, num_splits = gridDim.z;
+  const int r = blockIdx.y, split = blockIdx.z, split_stride = gridDim.z;
   const int group = p.num_heads / p.num_kv_heads;
   const int gh = min(GH, group - chunk * GH);
   const int q_end = p.query_start_loc[r + 1];
@@ -89,6 +128,10 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   const int token = q_end - 1;
   const int seq = p.seq_lens[r];
   const int lo = p.sliding_window > 0 ? max(0, seq - p.sliding_window) : 0;
+  // This request's splits: as many of the grid's as its keys fill with min_keys_per_split each (at least one); the
+  // CTAs past them leave before touching anything, and the arrival count and the combine use this number.
+  const int num_splits = max(1, min(split_stride, (seq - lo + min_keys_per_split - 1) / min_keys_per_split));
+  if (split >= num_splits) return;
   // This split's keys: the request's range cut into num_splits near-equal pieces (any seq_len is covered).
   const int per = (seq - lo + num_splits - 1) / num_splits;
   const int start = lo + split * per, end = min(seq, start + per);
@@ -243,10 +286,10 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   }
   __syncthreads();
   T* out = static_cast<T*>(p.out) + token * p.out_row_stride;
-  // Split-K partials of this (request, head group) (KVH == 1): [gh][num_splits][HD + 2] after the counters.
+  // Split-K partials of this (request, head group) (KVH == 1): [gh][split_stride][HD + 2] after the counters.
   const int head0 = kv_base * group + chunk * GH;
   float* ws_group =
-      p.workspace + kSplitCounterElems + (static_cast<int64_t>(r) * p.num_heads + head0) * num_splits * (HD + 2);
+      p.workspace + kSplitCounterElems + (static_cast<int64_t>(r) * p.num_heads + head0) * split_stride * (HD + 2);
   for (int e = tid; e < kHeads * HD; e += kDecodeThreads) {
     const int jh = e / HD, d = e % HD, h = jh % GH;
     if (h >= gh) continue;
@@ -264,7 +307,7 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
     if (KVH > 1 || num_splits == 1) {
       out[head * HD + d] = from_float<T>(lsum > 0.f ? sum / lsum : 0.f);
     } else {
-      float* part = ws_group + (static_cast<int64_t>(h) * num_splits + split) * (HD + 2);
+      float* part = ws_group + (static_cast<int64_t>(h) * split_stride + split) * (HD + 2);
       part[d] = sum;
       if (d == 0) {
         part[HD] = mx;
@@ -287,7 +330,7 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   __syncthreads();
   if (!sm_last) return;
   __threadfence();  // order the partial reads after the counter read
-  combine_splits<T, HD, GH>(ws_group, num_splits, gh, out + head0 * HD);
+  combine_splits<T, HD, GH>(ws_group, split_stride, num_splits, gh, out + head0 * HD);
 }
 
 // Splits per request: enough CTAs for ~2 waves of the GPU, each split >= kMinKeysPerSplit keys (by the
@@ -296,7 +339,8 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
 int choose_splits(const PagedAttentionParams& p, int base_ctas, int head_dim) {
   if (p.workspace == nullptr || base_ctas <= 0 || base_ctas > kSplitCounterElems) return 1;
   int splits = std::min(kMaxSplits, (2 * num_sms() + base_ctas - 1) / base_ctas);
-  if (p.max_seq_len > 0) splits = std::min(splits, (p.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  const int min_keys = min_keys_per_split();
+  if (p.max_seq_len > 0) splits = std::min(splits, (p.max_seq_len + min_keys - 1) / min_keys);
   const int64_t per_split = static_cast<int64_t>(p.num_decode_reqs) * p.num_heads * (head_dim + 2);
   while (splits > 1 && kSplitCounterElems + per_split * splits > p.workspace_elems) --splits;
   return std::max(splits, 1);
@@ -316,7 +360,8 @@ void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int split
   CHECK(attr_set) << "decode_kernel: cannot get " << kSmem << " bytes of shared memory";
   dim3 grid(static_cast<unsigned>(p.num_kv_heads / KVH * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
             static_cast<unsigned>(splits));
-  decode_kernel<T, HD, GH, KVH, kPipelineStages><<<grid, kDecodeThreads, kSmem, stream>>>(p, num_head_chunks);
+  decode_kernel<T, HD, GH, KVH, kPipelineStages>
+      <<<grid, kDecodeThreads, kSmem, stream>>>(p, num_head_chunks, min_keys_per_split());
   check_launch("decode_kernel");
 }
 
@@ -343,7 +388,12 @@ void launch_decode(const PagedAttentionParams& p, cudaStream_t stream) {
   if (p.num_decode_reqs == 0) return;
   const int group = p.num_heads / p.num_kv_heads;
   // Heads per CTA: the smallest of 1, 2, 4, 8 covering the group (groups over 8 take several CTAs).
-  const int gh = group >= 8 ? 8 : group >= 4 ? (group == 4 ? 4 : 8) : group == 3 ? 4 : group;
+  int gh = group >= 8 ? 8 : group >= 4 ? (group == 4 ? 4 : 8) : group == 3 ? 4 : group;
+  // Small batches: halve it (down to 2) while twice the CTAs still fit in one wave. A CTA's work there is one long
+  // dependent chain (one warp per scheduler, every instruction waits its full latency) that grows with the heads it
+  // keeps; more CTAs with fewer heads each read the group's K/V once per chunk, from L2. Nsight Compute, Qwen3-MoE
+  // shape at batch 1 (32 / 4 heads, head_dim 128, GH 8): ~4,000 instructions per warp at ~4.2 cycles each, 13.4 us.
+  while (gh > 2 && 2 * p.num_decode_reqs * p.num_kv_heads * ((group + gh - 1) / gh) <= num_sms()) gh /= 2;
   const int num_head_chunks = (group + gh - 1) / gh;
   const int splits = choose_splits(p, p.num_decode_reqs * p.num_kv_heads * num_head_chunks, HD);
   const bool pair = pair_kv_heads(p, gh, num_head_chunks, splits, HD);
