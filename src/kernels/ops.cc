@@ -53,13 +53,15 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 // Normalisation operands: x, out [n, d] (activations f32 on CPU; f32 or bf16 on CUDA); weight [d].
-void check_norm_operands(const Tensor& out, const Tensor& x, const Tensor& weight, const char* op) {
+// per_head_rows: x may also be [n, h, d] (rms_norm's per-head form), the weight [d].
+void check_norm_operands(const Tensor& out, const Tensor& x, const Tensor& weight, const char* op,
+                         bool per_head_rows = false) {
   check_rows(x, op, "x");
   check_rows(out, op, "out");
   check_contiguous(weight, op, "weight");
-  CHECK_EQ(x.dim(), 2) << op << ": x " << x.to_string();
+  CHECK(x.dim() == 2 || (per_head_rows && x.dim() == 3)) << op << ": x " << x.to_string();
   CHECK(out.shape() == x.shape()) << op << ": out " << out.to_string() << " vs x " << x.to_string();
-  CHECK(weight.dim() == 1 && weight.size(0) == x.size(1))
+  CHECK(weight.dim() == 1 && weight.size(0) == x.size(x.dim() - 1))
       << op << ": weight " << weight.to_string() << " for x " << x.to_string();
   check_same_device(x, out, op);
   check_same_device(x, weight, op);
@@ -164,7 +166,7 @@ void check_masked_embedding(Tensor& out, const Tensor& ids, const Tensor& table,
 }
 
 void check_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float /*eps*/) {
-  check_norm_operands(out, x, weight, "rms_norm");
+  check_norm_operands(out, x, weight, "rms_norm", /*per_head_rows=*/true);
 }
 
 void check_fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float /*eps*/) {

@@ -33,6 +33,8 @@ extern Op<void(Tensor& out, const Tensor& ids, const Tensor& table)> embedding;
 extern Op<void(Tensor& out, const Tensor& ids, const Tensor& table, int64_t vocab_start)> masked_embedding;
 
 // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, d] (may alias); weight [d] f32 or bf16.
+// Or x, out [n, h, d]: every [d] row normalised (per-head q / k norms over a view of a fused QKV output: any stride
+// between the n, the h rows of each adjacent).
 // CUDA: x and out f32, f16 or bf16 (same dtype), weight f32, f16 or bf16, f32 math.
 extern Op<void(Tensor& out, const Tensor& x, const Tensor& weight, float eps)> rms_norm;
 

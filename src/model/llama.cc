@@ -70,9 +70,9 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions&
     a.qk_norm = c.qk_norm;
     a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
     a.sliding_window = c.sliding_window_for_layer(i);
-    // One GEMM launch instead of three on CUDA (decode at small batch is launch-bound), unless per-head q/k norms
-    // need contiguous q and k. The CPU runs three: that is the numerics its outputs are pinned to.
-    a.fuse_qkv = !device_.is_cpu() && !c.qk_norm;
+    // One GEMM launch instead of three on CUDA (decode at small batch is launch-bound; per-head q/k norms run on
+    // the fused output's strided heads). The CPU runs three: that is the numerics its outputs are pinned to.
+    a.fuse_qkv = !device_.is_cpu();
     if (c.moe && c.moe->is_sparse_layer(i)) {
       layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, moe_options(c, act_), moe_module(c)));
     } else {

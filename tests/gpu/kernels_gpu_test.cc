@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "gpu_test_util.h"
 #include "kernels/ops.h"
@@ -65,6 +66,36 @@ TEST_P(CudaKernelsTest, RmsNormMatchesCpu) {
       ops::rms_norm(x_dev, x_dev, w_dev, 1e-5f);  // in place
       expect_matches(to_host(x_dev), ref, dtype, label("rms_norm in place", n, d, dtype, wd));
     }
+  }
+}
+
+TEST_P(CudaKernelsTest, RmsNormPerHeadRowsMatchCpu) {
+  // [T, H, D] heads of a fused QKV output (row stride (H + 2 kv) * D), in place as the attention layer runs it:
+  // the short-row kernel (D 64, 128, 256; one token and many) and the scalar one (D 512, and 100: unaligned rows);
+  // the columns past the heads (k and v) keep their values.
+  const DType dtype = GetParam();
+  uint32_t seed = 500;
+  for (auto [T, H, D] : {std::tuple<int64_t, int64_t, int64_t>{1, 32, 128}, {37, 4, 128}, {5, 16, 64},
+                         {3, 2, 256}, {2, 3, 512}, {4, 3, 100}}) {
+    const int64_t W = (H + 4) * D;
+    Tensor qkv = random_tensor({T, W}, seed++, dtype, -3.f, 3.f);
+    Tensor w = random_tensor({D}, seed++, DType::kF32, 0.5f, 1.5f);
+    Tensor ref = Tensor::empty({T, H, D}, DType::kF32);
+    Tensor qkv_f32 = qkv.to(DType::kF32);
+    ops::rms_norm(ref, qkv_f32.as_strided({T, H, D}, {W, D, 1}), w, 1e-6f);
+    Tensor dev = to_device(qkv), w_dev = to_device(w);
+    Tensor heads = dev.as_strided({T, H, D}, {W, D, 1});
+    ops::rms_norm(heads, heads, w_dev, 1e-6f);
+    Tensor back = to_host(dev).to(DType::kF32);
+    const std::string what = label("rms_norm per head", T * H, D, dtype, DType::kF32);
+    Tensor got = Tensor::empty({T, H, D}, DType::kF32);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < H * D; ++i) got.data<float>()[t * H * D + i] = back.data<float>()[t * W + i];
+      for (int64_t i = H * D; i < W; ++i) {
+        ASSERT_EQ(back.data<float>()[t * W + i], qkv_f32.data<float>()[t * W + i]) << what << " column " << i;
+      }
+    }
+    expect_matches(got, ref, dtype, what);
   }
 }
 

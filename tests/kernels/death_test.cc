@@ -25,6 +25,13 @@ TEST(KernelsDeathTest, RmsNormWeightMismatchAndWrongDtype) {
   Tensor x_bf16 = random_tensor({3, 16}, 3, DType::kBF16), w_ok = random_tensor({16}, 4);
   Tensor out_bf16 = Tensor::empty({3, 16}, DType::kBF16);
   EXPECT_DEATH(ops::rms_norm(out_bf16, x_bf16, w_ok, 1e-5f), "rms_norm: x .* must be f32");
+  // Per-head rows [n, h, d]: the weight is [d]; a 4-D x and a fused-add form of 3-D are refused.
+  Tensor x3 = random_tensor({2, 3, 16}, 5), out3 = Tensor::empty({2, 3, 16}, DType::kF32);
+  EXPECT_DEATH(ops::rms_norm(out3, x3, w, 1e-5f), "rms_norm: weight");
+  Tensor x4 = random_tensor({2, 3, 1, 16}, 6), out4 = Tensor::empty({2, 3, 1, 16}, DType::kF32);
+  EXPECT_DEATH(ops::rms_norm(out4, x4, w_ok, 1e-5f), "rms_norm: x");
+  Tensor res3 = random_tensor({2, 3, 16}, 7);
+  EXPECT_DEATH(ops::fused_add_rms_norm(x3, res3, w_ok, 1e-5f), "fused_add_rms_norm: x");
 }
 
 TEST(KernelsDeathTest, SiluAndMulWidthMismatch) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/ops.h"
 #include "test_util.h"
@@ -96,6 +97,32 @@ TEST(RmsNorm, ReadsRowStridedInput) {
   Tensor out = Tensor::empty({9, 64}, DType::kF32);
   ops::rms_norm(out, x, w, 1e-6f);
   expect_close(out, want, 1e-5, 1e-5);
+}
+
+TEST(RmsNorm, PerHeadRowsOfAFusedQkvView) {
+  // [T, H, D] heads of a [T, (H + 2) * D] fused output (row stride (H + 2) * D): each head normalised as its own
+  // row, bit for bit as the 2-D op on a contiguous copy; the columns past the heads untouched.
+  constexpr int64_t T = 5, H = 3, D = 32, W = (H + 2) * D;
+  Tensor qkv = random_tensor({T, W}, 7, DType::kF32, -2.f, 2.f);
+  const std::vector<double> before = to_doubles(qkv);
+  Tensor heads = qkv.as_strided({T, H, D}, {W, D, 1});
+  Tensor w = random_tensor({D}, 8, DType::kF32, 0.5f, 1.5f);
+  Tensor rows = Tensor::empty({T * H, D}, DType::kF32), want = Tensor::empty({T * H, D}, DType::kF32);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < H * D; ++i) rows.data<float>()[t * H * D + i] = qkv.data<float>()[t * W + i];
+  }
+  ops::rms_norm(want, rows, w, 1e-6f);
+  Tensor out = Tensor::empty({T, H, D}, DType::kF32);
+  ops::rms_norm(out, heads, w, 1e-6f);
+  EXPECT_EQ(std::memcmp(out.data<float>(), want.data<float>(), want.nbytes()), 0);
+  ops::rms_norm(heads, heads, w, 1e-6f);  // in place, as the attention layer runs it
+  const std::vector<double> after = to_doubles(qkv);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < W; ++i) {
+      const double expect = i < H * D ? static_cast<double>(want.data<float>()[t * H * D + i]) : before[t * W + i];
+      ASSERT_EQ(after[t * W + i], expect) << "token " << t << " column " << i;
+    }
+  }
 }
 
 TEST(FusedAddRmsNorm, UpdatesResidualAndNormalises) {

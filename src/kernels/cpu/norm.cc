@@ -27,9 +27,15 @@ int64_t rows_per_chunk(int64_t d) { return std::max<int64_t>(1, 16384 / std::max
 }  // namespace
 
 void rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
-  const int64_t n = x.size(0), d = x.size(1);
+  // [n, d], or [n, h, d] with each n's h rows adjacent (row r = (i, j) at i * stride(0) + j * d).
+  const int64_t heads = x.dim() == 3 ? x.size(1) : 1, d = x.size(x.dim() - 1), n = x.size(0) * heads;
+  const float* xp = x.data<float>();
+  float* op = out.data<float>();
+  auto at = [&](int64_t stride, int64_t r) { return (r / heads) * stride + (r % heads) * d; };
   parallel_for(n, rows_per_chunk(d), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) normalize_row(row_ptr<float>(x, i), weight, eps, row_ptr<float>(out, i), d);
+    for (int64_t r = begin; r < end; ++r) {
+      normalize_row(xp + at(x.stride(0), r), weight, eps, op + at(out.stride(0), r), d);
+    }
   });
 }
 

@@ -2,7 +2,8 @@
 // block), f32 accumulation, activations f32, f16 or bf16 with a weight of any of those dtypes, on the current
 // stream. Matches the CPU ops up to the rounding of 16-bit stores. Rows of up to 8192 elements in 16-byte-aligned
 // 8-element chunks take the vectorised kernels (the row stays in registers: one read, one write; programmatic
-// dependent launch); anything else the scalar ones.
+// dependent launch); anything else the scalar ones. rms_norm's per-head form ([n, h, d]: `heads` rows per stride
+// step, adjacent) takes the short-row kernel or the scalar one.
 // rms_norm_quant / fused_add_rms_norm_quant are the same kernels ending in the per-token fp8 / int8 quantization of
 // the normed row (bit-identical to rms_norm then dynamic_scaled_quantize when both take the same kernel form).
 #include <algorithm>
@@ -17,11 +18,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Offset of row r when `heads` rows of d elements sit side by side per stride step (heads 1: r * stride).
+__device__ __forceinline__ int64_t head_row_offset(int64_t r, int64_t stride, int heads, int d) {
+  if (heads == 1) return r * stride;  // every other form: no 64-bit division on the path
+  return (r / heads) * stride + (r % heads) * d;
+}
+
 template <typename T, typename W>
 __global__ void rms_norm_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride, const W* weight, int d,
-                                float eps) {
-  const T* xr = x + blockIdx.x * x_stride;
-  T* o = out + blockIdx.x * out_stride;
+                                float eps, int heads) {
+  const T* xr = x + head_row_offset(blockIdx.x, x_stride, heads, d);
+  T* o = out + head_row_offset(blockIdx.x, out_stride, heads, d);
   float ss = 0.f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     const float v = load_f(xr + i);
@@ -131,7 +138,7 @@ __global__ void __launch_bounds__(kVecMaxThreads)
 template <typename T, typename W, int G, bool kResidual, typename Q>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_rows_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, const T* x, int64_t x_stride,
-                         T* residual, int64_t res_stride, const W* weight, int64_t n, int d, float eps) {
+                         T* residual, int64_t res_stride, const W* weight, int64_t n, int d, float eps, int heads) {
   pdl_wait();  // x and the residual come from the previous kernel
   const int lane = threadIdx.x % G;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / G) + threadIdx.x / G;
@@ -139,7 +146,7 @@ __global__ void __launch_bounds__(kThreads)
   float v[8];
   float ss = 0.f;
   if (active) {
-    load8(x + row * x_stride + lane * 8, v);
+    load8(x + head_row_offset(row, x_stride, heads, d) + lane * 8, v);
     if constexpr (kResidual) {
       T* rr = residual + row * res_stride + lane * 8;
       float r[8];
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(kThreads)
       amax = fmaxf(amax, fabsf(v[e]));
     }
   }
-  NormOut<T, Q>* o = out + row * out_stride + lane * 8;
+  NormOut<T, Q>* o = out + head_row_offset(row, out_stride, heads, d) + lane * 8;
   if constexpr (std::is_void_v<Q>) {
     if (active) store8(o, v);
   } else {
@@ -181,19 +188,20 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, typename W, int G, bool kResidual, typename Q>
 void launch_rows(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, float* scales, const T* x,
-                 int64_t x_stride, T* residual, int64_t res_stride, const W* weight, float eps) {
+                 int64_t x_stride, T* residual, int64_t res_stride, const W* weight, float eps, int heads) {
   constexpr int64_t kRows = kThreads / G;
   launch_pdl("rms_norm_rows_kernel", rms_norm_rows_kernel<T, W, G, kResidual, Q>,
              static_cast<unsigned>((n + kRows - 1) / kRows), kThreads, out, out_stride, scales, x, x_stride, residual,
-             res_stride, weight, n, static_cast<int>(d), eps);
+             res_stride, weight, n, static_cast<int>(d), eps, heads);
 }
 
 // Launches the vectorised kernel when the row fits and every row start is aligned (16 bytes; a quantized out 8);
-// false otherwise.
+// false otherwise. heads > 1 (rms_norm's per-head rows, no residual): the short-row kernel only.
 template <typename T, typename W, bool kResidual, typename Q = void>
 bool launch_vec(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const T* x,
-                int64_t x_stride, T* residual, int64_t res_stride, const W* weight, float eps) {
+                int64_t x_stride, T* residual, int64_t res_stride, const W* weight, float eps, int heads = 1) {
   const int64_t chunks = d / 8;
+  if (heads > 1 && (kResidual || chunks > 32 || groups > 1)) return false;
   if (groups > 1 && d != int64_t{128} * groups) return false;  // the registers' groups are 128 columns
   const bool out_aligned = std::is_void_v<Q> ? aligned16(out) : reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const bool fits = d % 8 == 0 && chunks <= kVecMaxThreads * kVecMaxChunks && out_stride % 8 == 0 &&
@@ -203,7 +211,7 @@ bool launch_vec(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, fl
   if (chunks <= 32 && groups <= 1) {  // short rows: several per block (rms_norm_rows_kernel)
     const auto rows = [&](auto group) {
       launch_rows<T, W, decltype(group)::value, kResidual, Q>(n, d, out, out_stride, scales, x, x_stride, residual,
-                                                              res_stride, weight, eps);
+                                                              res_stride, weight, eps, heads);
     };
     if (chunks <= 2) {
       rows(std::integral_constant<int, 2>{});
@@ -267,13 +275,14 @@ __global__ void rms_norm_quant_kernel(Q* out, float* scales, int groups, const T
 
 template <typename T, typename W>
 void launch_rms_norm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
-  const int64_t n = x.size(0);
+  const int heads = x.dim() == 3 ? static_cast<int>(x.size(1)) : 1;  // per-head rows: [n, h, d]
+  const int64_t n = x.size(0) * heads, d = x.size(x.dim() - 1);
   if (n == 0) return;
-  if (launch_vec<T, W, false>(n, x.size(1), out.data<T>(), out.stride(0), nullptr, 1, x.data<T>(), x.stride(0), nullptr,
-                              0, weight.data<W>(), eps))
+  if (launch_vec<T, W, false>(n, d, out.data<T>(), out.stride(0), nullptr, 1, x.data<T>(), x.stride(0), nullptr, 0,
+                              weight.data<W>(), eps, heads))
     return;
   rms_norm_kernel<T, W><<<static_cast<unsigned>(n), kThreads, 0, stream()>>>(
-      out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<W>(), static_cast<int>(x.size(1)), eps);
+      out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), weight.data<W>(), static_cast<int>(d), eps, heads);
   check_launch("rms_norm_kernel");
 }
 

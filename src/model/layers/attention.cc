@@ -13,7 +13,6 @@ Attention::Attention(const LinearContext& ctx, const AttentionOptions& o)
       num_kv_heads_(0),
       qkv_proj_(ctx, o.hidden_size, o.head_dim, o.num_heads, o.num_kv_heads, o.qkv_bias),
       o_proj_(ctx, o.num_heads * o.head_dim, o.hidden_size, o.o_bias) {
-  CHECK(!(o.fuse_qkv && o.qk_norm)) << "q/k norms need q and k contiguous: no fused QKV";
   num_heads_ = qkv_proj_.num_heads();
   num_kv_heads_ = qkv_proj_.num_kv_heads();
   if (o.qk_norm) {
@@ -66,12 +65,12 @@ void Attention::forward(const ForwardBatch& batch, const Tensor& key_cache, cons
   }
   // [T, heads, D] views that keep the row stride of the fused output.
   auto heads = [T, D](const Tensor& t, int64_t n) { return t.as_strided({T, n, D}, {t.stride(0), D, 1}); };
-  if (q_norm_) {
-    Tensor q_rows = q.view({T * nh, D}), k_rows = k.view({T * nkv, D});
-    q_norm_->forward(q_rows, q_rows);
-    k_norm_->forward(k_rows, k_rows);
+  Tensor qh = heads(q, nh), kh = heads(k, nkv);
+  if (q_norm_) {  // per-head rows, in place
+    q_norm_->forward(qh, qh);
+    k_norm_->forward(kh, kh);
   }
-  Tensor qh = heads(q, nh), kh = heads(k, nkv);  // rotary in place, then K and V into the cache: one pass
+  // Rotary in place, then K and V into the cache: one pass.
   Tensor key = key_cache, value = value_cache;
   ops::rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache, key, value,
                                   batch.attention.slot_mapping);

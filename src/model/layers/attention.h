@@ -1,5 +1,5 @@
 // Attention: the paged self-attention block of a decoder layer — QKV projection (one fused GEMM, or three when
-// fuse_qkv is off: the CPU, and q/k norms that need contiguous q and k), optional per-head q/k RMSNorm, rotary +
+// fuse_qkv is off: the CPU), optional per-head q/k RMSNorm (on the heads' strided views), rotary +
 // K/V cache write in one op, paged attention (GQA, optional sliding window), output projection.
 #pragma once
 
