@@ -263,6 +263,21 @@ def test_gpu_fused_activation_quantization_matches_unfused(llmserve_bin, checkpo
             assert abs(a_lp - b_lp) <= 1e-3, (fmt, prompt, a_lp, b_lp)
 
 
+# On the GPU machine: CUDA graphs (FULL decode graphs, the default; sizes 1, 2, 4 to keep the capture short) against
+# --enforce-eager for each quantized format, with the fused activation quantization on (the default on cuda).
+# Replays run the eager kernels on the same inputs, so ids and logprobs are equal bit for bit (as printed): a graph
+# that captured a stale scale pointer, a host-side activation scale or a buffer the eager path reallocates differs.
+@pytest.mark.skipif(os.environ.get("LLMSERVE_GPU_TESTS") != "1", reason="needs a GPU build (LLMSERVE_GPU_TESTS=1)")
+@pytest.mark.parametrize("arch", list(BASES))
+@pytest.mark.parametrize("fmt", list(mqc.FORMATS))
+def test_gpu_graphs_equal_eager(llmserve_bin, checkpoints, arch, fmt):
+    model = checkpoints / arch / fmt
+    cuda = ("--device", "cuda", "--dtype", "bfloat16")
+    graphs = steps(generate(llmserve_bin, model, PROMPTS[1], *cuda, "--cuda-graph-capture-sizes", "1,2,4").stdout)
+    eager = steps(generate(llmserve_bin, model, PROMPTS[1], *cuda, "--enforce-eager").stdout)
+    assert graphs == eager, (arch, fmt)
+
+
 @pytest.mark.parametrize("fmt,tensor,message", [
     ("awq_g128", "mlp.gate_proj.qweight", "is not a multiple of 8"),  # AWQ packs 8 outputs per int32
     ("gptq_g128", "mlp.gate_proj.qweight", "has shape [32, 512], expected [32, 260]"),  # GPTQ packs the input
