@@ -5,7 +5,8 @@
 // split over the row's 576 columns, partial scores summed through shared memory), an online softmax in the exp2
 // domain, then PV with the output accumulator split across the warps over L (32 columns each). Few CTAs (small
 // batches, long contexts): split-K over the context, with partials and arrival counters in the workspace as
-// attention_decode.cu does; the last CTA of a (token, head group) combines. Decode and prefill take the same kernel:
+// attention_decode.cu does (each token on only the splits its own context fills); the last CTA of a (token, head
+// group) combines. Decode and prefill take the same kernel:
 // every query token is its own query of context pos + 1 -- prefill re-reads its request's cache once per token, but
 // the rows were just written and the CTAs of one request run together, so L2 serves most of it, and with 64+ heads
 // per row the kernel is bound by the tensor cores, not by those reads.
@@ -70,7 +71,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // x: (token, head group), the groups of a token adjacent so that they run together and share the rows in L2.
   const int num_groups = (p.num_heads + S::kHeads - 1) / S::kHeads;
-  const int t = blockIdx.x / num_groups, group = blockIdx.x % num_groups, split = blockIdx.y, num_splits = gridDim.y;
+  const int t = blockIdx.x / num_groups, group = blockIdx.x % num_groups, split = blockIdx.y;
+  const int split_stride = gridDim.y;  // the partials' layout; a token uses num_splits <= split_stride of them
   const int head0 = group * S::kHeads;
   const int gh = min(S::kHeads, p.num_heads - head0);
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(t) * p.out_row_stride + static_cast<int64_t>(head0) * kL;
@@ -84,6 +86,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
   const int r = token_request(p.query_start_loc, p.num_reqs, t);
   const int q_begin = p.query_start_loc[r], q_end = p.query_start_loc[r + 1];
   const int ctx = max(0, p.seq_lens[r] - (q_end - q_begin) + (t - q_begin) + 1);  // keys [0, pos]
+  // This token's splits: as many of the grid's as its keys fill with kMinKeysPerSplit each (the grid's count comes
+  // from a host bound: under CUDA graphs the block table's reach); the CTAs past them leave before touching anything.
+  const int num_splits = max(1, min(split_stride, (ctx + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
+  if (split >= num_splits) return;
   // This split's keys, whole tiles except the context's last one.
   const int per = ((ctx + num_splits - 1) / num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
   const int start = min(ctx, split * per), end = min(ctx, start + per);
@@ -277,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
     for (int half = 0; half < 2; ++half) {
       const int h = mt * 16 + lane / 4 + half * 8;
       if (h >= gh) continue;
-      float* part_out = ws + ((head_row + h) * num_splits + split) * (kL + 2);
+      float* part_out = ws + ((head_row + h) * split_stride + split) * (kL + 2);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int col = warp * kColsPerWarp + nt * 8 + (lane % 4) * 2;
@@ -286,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
     }
   }
   for (int h = tid; h < gh; h += kThreads) {
-    float* part_out = ws + ((head_row + h) * num_splits + split) * (kL + 2);
+    float* part_out = ws + ((head_row + h) * split_stride + split) * (kL + 2);
     part_out[kL] = sm_m[h];
     part_out[kL + 1] = sm_l[h];
   }
@@ -306,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
   // Combine: out = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m). Partials come from other SMs: ld.cg.
   float* sm_w = sm_s;  // [kHeads][kMaxSplits]; the score buffer is free
   for (int h = warp; h < gh; h += kWarps) {
-    const float* part_in = ws + ((head_row + h) * num_splits + lane) * (kL + 2);
+    const float* part_in = ws + ((head_row + h) * split_stride + lane) * (kL + 2);
     const float m = lane < num_splits ? __ldcg(part_in + kL) : -INFINITY;
     const float l = lane < num_splits ? __ldcg(part_in + kL + 1) : 0.f;
     float mx = m;
@@ -317,12 +323,30 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
     sm_w[h * kMaxSplits + lane] = lsum > 0.f ? w / lsum : 0.f;
   }
   __syncthreads();
-  for (int e = tid; e < gh * kL; e += kThreads) {
+  // Two adjacent columns per thread (8-byte loads: kL + 2 and d are even), the splits' loads issued kBatch at a time
+  // before any is used (as attention_decode.cu's combine); same sums in the same order.
+  constexpr int kBatch = 8;
+  for (int e = 2 * tid; e < gh * kL; e += 2 * kThreads) {
     const int h = e / kL, d = e % kL;
-    const float* part_in = ws + (head_row + h) * num_splits * (kL + 2) + d;
-    float sum = 0.f;
-    for (int s = 0; s < num_splits; ++s) sum += sm_w[h * kMaxSplits + s] * __ldcg(part_in + s * (kL + 2));
-    out[e] = from_float<T>(sum);
+    const float* part_in = ws + (head_row + h) * split_stride * (kL + 2) + d;
+    float sum0 = 0.f, sum1 = 0.f;
+    for (int s0 = 0; s0 < num_splits; s0 += kBatch) {
+      float2 v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        v[b] = s0 + b < num_splits ? __ldcg(reinterpret_cast<const float2*>(part_in + (s0 + b) * (kL + 2)))
+                                   : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (s0 + b < num_splits) {
+          sum0 += sm_w[h * kMaxSplits + s0 + b] * v[b].x;
+          sum1 += sm_w[h * kMaxSplits + s0 + b] * v[b].y;
+        }
+      }
+    }
+    out[e] = from_float<T>(sum0);
+    out[e + 1] = from_float<T>(sum1);
   }
 }
 
