@@ -82,7 +82,7 @@ __device__ void combine_splits(const float* ws_group, int split_stride, int num_
   __syncthreads();
   // Two adjacent columns per thread (8-byte loads: HD + 2 and d are even), the splits' loads issued kBatch at a time
   // before any is used: a loop that summed each load as it arrived waited one L2 round trip per split and column
-  // pair. Same sums in the same order (weights past num_splits are 0).
+  // pair. Same sums in the same order.
   constexpr int kBatch = 8;
   for (int e = 2 * tid; e < gh * HD; e += 2 * kDecodeThreads) {
     const int h = e / HD, d = e % HD;
