@@ -5,8 +5,10 @@
 #include "kernels/cpu/onednn_matmul.h"
 
 #include <omp.h>
+#include <pthread.h>
 
 #include <algorithm>
+#include <csignal>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -75,11 +77,35 @@ class MatmulCache {
   dnnl::engine* engine_ = nullptr;  // shared: an engine may be used from any thread
 };
 
+// Holds the process-directed signals (Ctrl-C's SIGINT, SIGTERM, ...) pending on this thread while it lives; they are
+// delivered when it ends. oneDNN's JIT matmul kernels must not take a signal: a handler run on the interrupted
+// thread's stack (no sigaltstack) corrupted the heap ~1 run in 25-40 of the real-Ctrl-C test (LLMSERVE_GEMM=openblas
+// and a sigaltstack on the main thread: 0 in 200 each; blocking only in the pool workers: 8 in 200). Threads that
+// libgomp creates inside the region inherit the mask, so oneDNN's OpenMP team never takes them either.
+class HoldAsyncSignals {
+ public:
+  HoldAsyncSignals() {
+    sigset_t held;
+    sigemptyset(&held);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH}) {
+      sigaddset(&held, sig);
+    }
+    pthread_sigmask(SIG_BLOCK, &held, &previous_);
+  }
+  ~HoldAsyncSignals() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  HoldAsyncSignals(const HoldAsyncSignals&) = delete;
+  HoldAsyncSignals& operator=(const HoldAsyncSignals&) = delete;
+
+ private:
+  sigset_t previous_;
+};
+
 // out[:, j0:j0+nb] = src @ W[j0:j0+nb, :]^T on the calling thread's OpenMP team. Runs on pool workers too, so
 // oneDNN's exceptions are caught here (one escaping a worker would terminate the process without a message).
 void run_slice(const dnnl::matmul& prim, dnnl::engine& eng, dt wt, const void* src, int64_t lda, int64_t m, int64_t k,
                const char* weight, int64_t j0, int64_t nb, float* out, int64_t ldc) {
   const size_t esize = wt == dt::bf16 ? 2 : 4;
+  HoldAsyncSignals hold;
   try {
     dnnl::memory s(dnnl::memory::desc({m, k}, wt, {lda, 1}), eng, const_cast<void*>(src));
     dnnl::memory w(dnnl::memory::desc({k, nb}, wt, {1, k}), eng, const_cast<char*>(weight) + j0 * k * esize);
