@@ -1,7 +1,8 @@
 // oneDNN matmul wrapper: primitives cached per thread by (k, dtype), so each is created and executed by one thread:
 // oneDNN does not support executing one primitive from several threads at once (its library-managed scratchpad is
 // per creating thread; concurrent executions of one primitive corrupted the heap, ~1 run in 100 of the real-Ctrl-C
-// test). oneDNN errors (C++ exceptions) never leave this file.
+// test); a thread running its kernels holds Ctrl-C and other async signals pending (HoldAsyncSignals). oneDNN errors
+// (C++ exceptions) never leave this file.
 #include "kernels/cpu/onednn_matmul.h"
 
 #include <omp.h>
