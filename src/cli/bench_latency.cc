@@ -176,7 +176,7 @@ int run_latency(const std::vector<std::string>& args) {
     // printed beside its breakdown.
     const bool metered_iter = iter == f.num_iters;
     const bool meter_prefill = metered_iter && on_cuda && f.kernel_breakdown > 0;
-    const bool prefill_metered = meter_prefill && prefill_meter.start(&busy_why_not);
+    const bool prefill_metered = meter_prefill && prefill_meter.start(&busy_why_not, /*api_calls=*/true);
     auto start = Clock::now();
     StatusOr<ModelRunnerOutput> out = runner.execute(prefill);
     if (!out.ok()) return fail(out.status());
@@ -187,7 +187,8 @@ int run_latency(const std::vector<std::string>& args) {
     }
     // The last iteration's decode phase also measures how much of its wall time the GPU spent in kernels.
     const bool meter_this = metered_iter && on_cuda;
-    if (meter_this) busy_available = busy_meter.start(&busy_why_not);
+    // The CUDA call records only with a breakdown: the plain GPU-busy figure is measured without their host cost.
+    if (meter_this) busy_available = busy_meter.start(&busy_why_not, /*api_calls=*/f.kernel_breakdown > 0);
     start = Clock::now();
     std::optional<ModelExecutor::StepHandle> in_flight;  // async: the queued step not yet waited for
     for (int64_t step = 0; step < f.output_len; ++step) {

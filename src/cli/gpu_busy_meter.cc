@@ -123,8 +123,8 @@ std::vector<GpuBusyMeter::KernelRecord> g_copies;
 std::vector<GpuBusyMeter::KernelRecord> g_api_calls;
 
 constexpr CUpti_ActivityKind kRecordedKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                                 CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME,
-                                                 CUPTI_ACTIVITY_KIND_DRIVER};
+                                                 CUPTI_ACTIVITY_KIND_MEMSET};
+constexpr CUpti_ActivityKind kApiKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
 
 std::string copy_name(uint8_t copy_kind) {
   switch (copy_kind) {
@@ -173,7 +173,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 }  // namespace
 
-bool GpuBusyMeter::start(std::string* why_not) {
+bool GpuBusyMeter::start(std::string* why_not, bool api_calls) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_kernels.clear();
@@ -184,6 +184,10 @@ bool GpuBusyMeter::start(std::string* why_not) {
   for (CUpti_ActivityKind kind : kRecordedKinds) {
     if (r == CUPTI_SUCCESS) r = cuptiActivityEnable(kind);
   }
+  for (CUpti_ActivityKind kind : kApiKinds) {
+    if (r == CUPTI_SUCCESS && api_calls) r = cuptiActivityEnable(kind);
+  }
+  api_calls_ = api_calls;
   if (r == CUPTI_SUCCESS) r = cuptiGetTimestamp(&from_);
   if (r != CUPTI_SUCCESS) {
     const char* text = nullptr;
@@ -201,6 +205,9 @@ std::optional<double> GpuBusyMeter::stop() {
   uint64_t to = 0;
   cuptiGetTimestamp(&to);
   for (CUpti_ActivityKind kind : kRecordedKinds) cuptiActivityDisable(kind);
+  if (api_calls_) {
+    for (CUpti_ActivityKind kind : kApiKinds) cuptiActivityDisable(kind);
+  }
   cuptiActivityFlushAll(1);  // forced: hands back every buffer, complete or not
   std::lock_guard<std::mutex> lock(g_mutex);
   std::vector<std::pair<uint64_t, uint64_t>> intervals;
@@ -221,7 +228,7 @@ GpuBusyMeter::~GpuBusyMeter() {
   if (running_) stop();
 }
 #else
-bool GpuBusyMeter::start(std::string* why_not) {
+bool GpuBusyMeter::start(std::string* why_not, bool /*api_calls*/) {
   *why_not = "this build has no CUPTI";
   return false;
 }

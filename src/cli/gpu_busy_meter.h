@@ -20,9 +20,11 @@ class GpuBusyMeter {
   GpuBusyMeter(const GpuBusyMeter&) = delete;
   GpuBusyMeter& operator=(const GpuBusyMeter&) = delete;
 
-  // Starts recording kernel activity of this process. False, with the reason in *why_not, when the build has no
-  // CUPTI or CUPTI refuses (e.g. another profiler holds it); the meter then stays off.
-  bool start(std::string* why_not);
+  // Starts recording kernel, copy and memset activity of this process, and with api_calls the CUDA runtime and
+  // driver calls too (a record per call: it slows the host, so only a breakdown asks for it). False, with the
+  // reason in *why_not, when the build has no CUPTI or CUPTI refuses (e.g. another profiler holds it); the meter
+  // then stays off.
+  bool start(std::string* why_not, bool api_calls = false);
   // Ends the window (the caller has synchronised the device) and returns kernel-busy time / wall time in [0, 1];
   // nullopt if start() failed.
   std::optional<double> stop();
@@ -55,8 +57,9 @@ class GpuBusyMeter {
   // Memory copies and sets in the window, grouped as "[memcpy HtoD]" etc. (they are not kernel time: the busy
   // fraction and the idle stretches count kernels only; idle_before() names a copy when it ended a gap).
   const std::vector<KernelTime>& copy_times() const { return copy_times_; }
-  // CUDA runtime and driver API calls that took at least kSlowHostCallNs, grouped by name: where the host stalled
-  // (an allocation, a synchronisation, a pageable copy, a first launch loading its module).
+  // CUDA runtime and driver API calls (when started with api_calls) that took at least kSlowHostCallNs, grouped by
+  // name: where the host stalled (an allocation, a synchronisation, a pageable copy, a first launch loading its
+  // module).
   static constexpr uint64_t kSlowHostCallNs = 200'000;
   const std::vector<KernelTime>& slow_host_calls() const { return slow_host_calls_; }
 
@@ -78,6 +81,7 @@ class GpuBusyMeter {
 
  private:
   bool running_ = false;
+  bool api_calls_ = false;
   uint64_t from_ = 0;  // CUPTI timestamps (ns) of the window
   std::vector<KernelTime> kernel_times_;
   int64_t idle_gaps_ = 0;
