@@ -10,8 +10,8 @@
 // its own length fills with min_keys_per_split keys each, and the CTAs past those leave at once.
 // Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
-#include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -29,13 +29,9 @@ constexpr int kMinKeysPerSplit = 32;
 // of >= 32 keys uses all of the grid's splits, as before this was decided per request).
 int min_keys_per_split() {
   static const int keys = [] {
-    const char* v = std::getenv("LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT");
-    if (v == nullptr) return kMinKeysPerSplit;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    CHECK(end != v && *end == '\0' && n >= 1 && n <= 4096)
-        << "LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT must be an integer in 1..4096, got '" << v << "'";
-    return static_cast<int>(n);
+    StatusOr<std::optional<int64_t>> v = int_from_env("LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT", 1, 4096);
+    CHECK(v.ok()) << v.status().message();
+    return v->has_value() ? static_cast<int>(**v) : kMinKeysPerSplit;
   }();
   return keys;
 }

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <utility>
 
+#include "core/env.h"
 #include "core/logging.h"
 #include "kernels/ops.h"
 #include "model/layers/linear.h"
@@ -380,14 +381,8 @@ inline int nibble(int32_t word, int i) { return (static_cast<uint32_t>(word) >> 
 Status W4A16LinearMethod::process_weights_after_loading(LinearBase& layer) const {
   for (auto [name, rows] : {std::pair<const char*, int64_t*>{"LLMSERVE_W4A16_GEMM_MIN_ROWS", &gemm_min_rows_},
                             {"LLMSERVE_W4A16_GEMM_MAX_ROWS", &gemm_max_rows_}}) {
-    if (const char* v = std::getenv(name); v != nullptr) {
-      char* end = nullptr;
-      const long long value = std::strtoll(v, &end, 10);
-      if (end == v || *end != '\0' || value < 1) {
-        return invalid_argument(std::string(name) + "='" + v + "' is not a positive integer");
-      }
-      *rows = value;
-    }
+    ASSIGN_OR_RETURN(std::optional<int64_t> value, int_from_env(name, 1));
+    if (value) *rows = *value;
   }
   const Device device = layer.param("qweight").data.device();
   if (!device.is_cpu() && activation_dtype_ == DType::kF32) {

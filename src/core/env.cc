@@ -1,0 +1,26 @@
+// int_from_env: strtoll over the whole value, then the range.
+#include "core/env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+namespace llmserve {
+
+StatusOr<std::optional<int64_t>> int_from_env(const char* name, int64_t lo, int64_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::optional<int64_t>();
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(v, &end, 10);
+  const bool digits_only = (v[0] >= '0' && v[0] <= '9') || v[0] == '-';  // strtoll would skip spaces, take '+'
+  if (!digits_only || end == v || *end != '\0' || errno == ERANGE || value < lo || value > hi) {
+    const std::string expected = lo == 1 && hi == std::numeric_limits<int64_t>::max()
+                                     ? "a positive integer"
+                                     : "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+    return invalid_argument(std::string(name) + "='" + v + "' is not " + expected);
+  }
+  return std::optional<int64_t>(value);
+}
+
+}  // namespace llmserve

@@ -1,0 +1,42 @@
+// int_from_env: unset, in range, and every kind of bad value, each refused with the variable and its value named.
+#include "core/env.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace llmserve {
+namespace {
+
+constexpr const char* kName = "LLMSERVE_ENV_TEST_INT";
+
+TEST(IntFromEnv, UnsetIsNulloptAndValuesInRangeParse) {
+  unsetenv(kName);
+  StatusOr<std::optional<int64_t>> v = int_from_env(kName, 1, 4096);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->has_value());
+  setenv(kName, "4096", 1);
+  v = int_from_env(kName, 1, 4096);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(**v, 4096);
+  setenv(kName, "1", 1);
+  EXPECT_EQ(**int_from_env(kName, 1), 1);
+  unsetenv(kName);
+}
+
+TEST(IntFromEnv, BadValuesNameTheVariableAndTheRange) {
+  for (const char* bad : {"", "0", "4097", "12x", " 5", "2.5", "-3", "99999999999999999999999"}) {
+    setenv(kName, bad, 1);
+    StatusOr<std::optional<int64_t>> v = int_from_env(kName, 1, 4096);
+    ASSERT_FALSE(v.ok()) << "'" << bad << "'";
+    EXPECT_EQ(v.status().message(), std::string(kName) + "='" + bad + "' is not an integer in 1..4096");
+  }
+  setenv(kName, "0", 1);
+  StatusOr<std::optional<int64_t>> v = int_from_env(kName, 1);  // no upper bound
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().message(), std::string(kName) + "='0' is not a positive integer");
+  unsetenv(kName);
+}
+
+}  // namespace
+}  // namespace llmserve
