@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/op_registry.h"
+#include "kernels/prefill_schedule.h"
 
 namespace llmserve::ops {
 
@@ -275,9 +276,14 @@ struct AttentionMetadata {
   // (graph-safe: no memset per call). Undefined: no split-K (still correct, slower for few long sequences).
   // Ignored on CPU. One workspace serves one stream at a time.
   Tensor workspace;
+  // CUDA, optional: the SM90 prefill kernel's work lists for this step (kernels/prefill_schedule.h), planned by the
+  // runner on the host and copied with the step's inputs; the prefill requests then run that kernel when the call
+  // matches what was planned (heads, head_dim; bf16 / f16, no sliding window), else the portable prefill kernel.
+  // Not in the op's schema (a torch caller runs the portable kernel).
+  PrefillSchedule prefill_schedule;
 };
 
-// In a schema: its fields in order, workspace optional.
+// In a schema: its fields in order, workspace optional (prefill_schedule is not in it).
 template <>
 struct SchemaArgTypes<const AttentionMetadata&> {
   static constexpr std::string_view kTypes = "Tensor, Tensor, Tensor, Tensor, int, int, int, int, Tensor?";

@@ -204,7 +204,11 @@ class ModelRunner : public ModelExecutor {
   };
   HostRows host_rows();
 
-  // Copies the step's used inputs to the device (two pitched copies) and points batch_ at them.
+  // Plans the SM90 prefill kernel's work lists for the step's prefill requests into schedule_host_ (schedule_
+  // says what was planned; nothing when the runner has no such buffers or the step has no prefill request).
+  void plan_prefill_attention(int64_t num_reqs, int64_t num_decode);
+  // Copies the step's used inputs to the device (two pitched copies, a third for a planned schedule) and points
+  // batch_ at them.
   void upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t max_blocks);
   void bind_batch(int64_t num_tokens, int64_t num_reqs, int64_t num_logits, int64_t num_decode, int64_t max_query,
                   int64_t max_seq);
@@ -243,6 +247,10 @@ class ModelRunner : public ModelExecutor {
   std::vector<int64_t> block_table_widths_;  // entries of each host block-table row that may be nonzero
   Tensor logits_;                            // [max_num_reqs, vocab] f32: the sampling rows' logits, a prefix per step
   Tensor attention_workspace_;               // CUDA: paged attention's split-K scratch (f32), undefined when unused
+  // CUDA on an SM90 device: the prefill attention kernel's work lists (kernels/prefill_schedule.h), planned on the
+  // host for each step with prefill requests and copied with its inputs; undefined where that kernel cannot run.
+  Tensor schedule_host_, schedule_device_;  // i32 [kPrefillScheduleRows, width], page-locked / on the device
+  ops::PrefillSchedule schedule_;           // what the current step planned (num_works 0: nothing)
   ForwardBatch batch_;                       // the last step's views of the persistent buffers
   Tensor step_logits_;  // the last step's logits (a prefix of logits_ unless prompt logprobs needed more)
   std::unique_ptr<ActivationMemory> activations_;  // the model's arena, bound while this runner lives

@@ -106,7 +106,22 @@ struct Case {
   int max_seq_hint = 0;      // > 0: pass this max_seq_len instead (CUDA graphs pass the block table's reach)
   uint32_t seed = 1;
   const Tensor* shared_workspace = nullptr;  // use this (counters zero) instead of a fresh workspace
+  bool sm90 = false;  // plan the SM90 prefill kernel's work lists (as the runner does) where it can run
 };
+
+// The SM90 prefill kernel's work lists for a batch, planned as the runner plans them, on the device; an undefined
+// schedule where the kernel cannot run (not an SM90 device, a head size it lacks).
+ops::PrefillSchedule sm90_schedule(const std::vector<int32_t>& qsl, const std::vector<int32_t>& seq_lens,
+                                   int num_decode, int table_width, int num_heads, int head_dim) {
+  const int64_t ctas = ops::sm90_prefill_ctas(Device::cuda());
+  const int nr = static_cast<int>(seq_lens.size());
+  if (ctas == 0 || ops::prefill_schedule_tile(head_dim) == 0 || nr == 0) return {};
+  const int64_t w = ops::prefill_schedule_width(std::max(qsl[nr], 1), nr, num_heads, head_dim, ctas);
+  Tensor rows = Tensor::empty({ops::kPrefillScheduleRows, w}, DType::kI32);
+  const int64_t works = ops::plan_prefill_schedule(rows.data<int32_t>(), w, qsl.data(), seq_lens.data(), nr,
+                                                   num_decode, table_width, num_heads, head_dim, ctas);
+  return {to_device(rows), num_heads, head_dim, ctas, works};
+}
 
 std::string describe(const Case& c) {
   std::string s = c.name + " " + std::string(dtype_name(c.dtype)) + " heads " + std::to_string(c.num_heads) + "/" +
@@ -180,6 +195,7 @@ void run_case(const Case& c) {
     const int64_t elems = ops::paged_attention_workspace_elems(num_tokens, c.num_heads, c.head_dim, 16384);
     if (elems > 0) dmd.workspace = workspace_device(elems);
   }
+  if (c.sm90) dmd.prefill_schedule = sm90_schedule(qsl, seq_lens, num_decode, width, c.num_heads, c.head_dim);
   Tensor kd = to_device(kc), vd = to_device(vc), qd = to_device(q);
   // Twice on the same workspace: the split-K arrival counters must be back at zero after every call (else the
   // second call's last CTA never recognises itself and the output stays poisoned).
@@ -251,6 +267,59 @@ TEST_P(AttentionGpuTest, MixedBatchesAllHeadDims) {
       c.seed = seed++;
       run_case(c);
     }
+  }
+}
+
+// FlashInfer's Hopper prefill kernel over the runner's work lists: decodes and chunked prefills over cached
+// prefixes (shared blocks, holes), prompts past several tiles, GQA layouts, block sizes 16 and 32, padding rows.
+TEST_P(AttentionGpuTest, Sm90PrefillMatchesTheCpu) {
+  if (ops::sm90_prefill_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_PREFILL=0)";
+  std::mt19937 rng(15);
+  uint32_t seed = 500;
+  for (int hd : {64, 128}) {
+    for (auto [nh, nkv] : kHeadLayouts) {
+      for (int bs : {16, 32}) {
+        Case c{"sm90", GetParam(), nh, nkv, hd, bs, {}};
+        c.reqs = random_reqs(rng, static_cast<int>(rng() % 4), 1 + rng() % 4, 900, 700);
+        c.pad_tokens = static_cast<int>(rng() % 3);
+        c.seed = seed++;
+        c.sm90 = true;
+        run_case(c);
+      }
+    }
+  }
+}
+
+// The schedule is what runs: with its work lists emptied the prefill rows stay poisoned while the decode rows
+// (the decode kernel's) are right, so the cases above did not pass through the portable kernel.
+TEST_P(AttentionGpuTest, Sm90PrefillRunsTheScheduledWorks) {
+  if (ops::sm90_prefill_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_PREFILL=0)";
+  if (GetParam() == DType::kF32) GTEST_SKIP() << "the SM90 kernel takes bf16 / f16";
+  const int nh = 8, nkv = 2, hd = 128, bs = 16;
+  const std::vector<int32_t> qsl = {0, 1, 301}, lens = {40, 300};
+  const int width = 20;
+  std::vector<int32_t> table(2 * width);
+  std::iota(table.begin(), table.end(), 0);
+  Tensor kc = random_tensor({40, bs, nkv, hd}, 61, GetParam()), vc = random_tensor({40, bs, nkv, hd}, 62, GetParam());
+  Tensor q = random_tensor({301, nh, hd}, 63, GetParam(), -2.f, 2.f);
+  ops::AttentionMetadata md;
+  md.query_start_loc = to_device(Tensor::from_i32(qsl, {3}));
+  md.seq_lens = to_device(Tensor::from_i32(lens, {2}));
+  md.block_table = to_device(Tensor::from_i32(table, {2, width}));
+  md.num_reqs = 2;
+  md.num_decode_tokens = 1;
+  md.max_query_len = 300;
+  md.max_seq_len = 300;
+  md.prefill_schedule = sm90_schedule(qsl, lens, 1, width, nh, hd);
+  ASSERT_GT(md.prefill_schedule.num_works, 0);
+  CHECK(cudaMemset(md.prefill_schedule.rows.raw_data(), 0, (md.prefill_schedule.num_ctas + 1) * 4) == cudaSuccess);
+  Tensor out = poisoned_device({301, nh, hd}, GetParam());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ops::paged_attention(out, to_device(q), to_device(kc), to_device(vc), md, scale, 0);
+  const std::vector<double> got = to_doubles(to_host(out));
+  for (int64_t i = 0; i < nh * hd; ++i) ASSERT_TRUE(std::isfinite(got[i])) << "decode row, element " << i;
+  for (int64_t i = nh * hd; i < static_cast<int64_t>(got.size()); ++i) {
+    ASSERT_TRUE(std::isnan(got[i])) << "prefill element " << i << " was written with no work scheduled";
   }
 }
 

@@ -21,18 +21,23 @@ struct AttentionKernels {
   int head_dim;
   LaunchFn decode;
   LaunchFn prefill;
+  LaunchFn prefill_sm90 = nullptr;  // FlashInfer's Hopper kernel, when the step planned its work lists
 };
 
 // The one dispatch table (STYLE.md): add a row (and its instantiations) to give a head_dim a fast path.
 constexpr AttentionKernels kAttentionKernels[] = {
     {DType::kBF16, 16, &launch_decode<__nv_bfloat16, 16>, &launch_prefill<__nv_bfloat16, 16>},
     {DType::kBF16, 32, &launch_decode<__nv_bfloat16, 32>, &launch_prefill<__nv_bfloat16, 32>},
-    {DType::kBF16, 64, &launch_decode<__nv_bfloat16, 64>, &launch_prefill<__nv_bfloat16, 64>},
-    {DType::kBF16, 128, &launch_decode<__nv_bfloat16, 128>, &launch_prefill<__nv_bfloat16, 128>},
+    {DType::kBF16, 64, &launch_decode<__nv_bfloat16, 64>, &launch_prefill<__nv_bfloat16, 64>,
+     &launch_prefill_sm90<__nv_bfloat16, 64>},
+    {DType::kBF16, 128, &launch_decode<__nv_bfloat16, 128>, &launch_prefill<__nv_bfloat16, 128>,
+     &launch_prefill_sm90<__nv_bfloat16, 128>},
     {DType::kF16, 16, &launch_decode<__half, 16>, &launch_prefill<__half, 16>},
     {DType::kF16, 32, &launch_decode<__half, 32>, &launch_prefill<__half, 32>},
-    {DType::kF16, 64, &launch_decode<__half, 64>, &launch_prefill<__half, 64>},
-    {DType::kF16, 128, &launch_decode<__half, 128>, &launch_prefill<__half, 128>},
+    {DType::kF16, 64, &launch_decode<__half, 64>, &launch_prefill<__half, 64>,
+     &launch_prefill_sm90<__half, 64>},
+    {DType::kF16, 128, &launch_decode<__half, 128>, &launch_prefill<__half, 128>,
+     &launch_prefill_sm90<__half, 128>},
 };
 
 const AttentionKernels* find_kernels(DType dtype, int head_dim) {
@@ -47,6 +52,20 @@ bool vector_friendly(const PagedAttentionParams& p) {
   return aligned16(p.query) && aligned16(p.key_cache) && aligned16(p.value_cache) &&
          (p.query_row_stride * esize) % 16 == 0 && reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
          (p.out_row_stride * esize) % 4 == 0;
+}
+
+// The SM90 kernel stores whole 16-byte output chunks; its persistent grid is the device's SM count, which the
+// schedule must have been planned for (else its CTAs would read past the work lists).
+bool sm90_prefill_fits(const PagedAttentionParams& p, const ops::PrefillSchedule& s) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(p.dtype));
+  if (!s.rows.defined() || s.num_works == 0 || s.num_heads != p.num_heads || s.head_dim != p.head_dim ||
+      p.sliding_window > 0 || !aligned16(p.out) || (p.out_row_stride * esize) % 16 != 0) {
+    return false;
+  }
+  int device = 0, sms = 0;
+  CHECK(cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) << "SM count";
+  return s.num_ctas == sms;
 }
 
 std::string field(const char* name, int64_t v) { return std::string(name) + " = " + std::to_string(v); }
@@ -117,7 +136,17 @@ void paged_attention(Tensor& out, const Tensor& query, const Tensor& key_cache, 
   const AttentionKernels* k = find_kernels(p.dtype, p.head_dim);
   if (k == nullptr || !vector_friendly(p)) return launch_generic(p, stream);
   k->decode(p, stream);
-  k->prefill(p, stream);
+  if (k->prefill_sm90 != nullptr && sm90_prefill_fits(p, md.prefill_schedule)) {
+    const ops::PrefillSchedule& s = md.prefill_schedule;
+    CHECK(s.rows.device() == query.device() && s.rows.dtype() == DType::kI32 && s.rows.is_contiguous() &&
+          s.rows.dim() == 2 && s.rows.size(0) == ops::kPrefillScheduleRows && s.rows.size(1) >= s.num_ctas + 1)
+        << "paged_attention: prefill_schedule " << s.rows.to_string();
+    p.prefill_schedule = s.rows.data<int32_t>();
+    p.prefill_schedule_width = s.rows.size(1);
+    k->prefill_sm90(p, stream);
+  } else {
+    k->prefill(p, stream);
+  }
   launch_zero_padding(p, stream);
 }
 

@@ -155,6 +155,10 @@ template <typename T, int HD>
 void launch_decode(const PagedAttentionParams& p, cudaStream_t stream);
 template <typename T, int HD>
 void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream);
+// FlashInfer's Hopper prefill kernel over p.prefill_schedule's work lists (T bf16 or f16, HD 64 or 128; the
+// prefill requests only, no sliding window): attention_prefill_sm90*.cu.
+template <typename T, int HD>
+void launch_prefill_sm90(const PagedAttentionParams& p, cudaStream_t stream);
 // Any dtype, any head_dim <= kGenericMaxHeadDim, every token (padding rows included) in one launch.
 void launch_generic(const PagedAttentionParams& p, cudaStream_t stream);
 // Zeroes out rows [query_start_loc[num_reqs], num_tokens) (padding) when the fast kernels ran.

@@ -47,6 +47,10 @@ struct PagedAttentionParams {
   int max_seq_len = 0;      // hint for the split-K decision; 0 = unknown
   float scale = 1.f;
   int sliding_window = 0;  // <= 0: unlimited
+  // The SM90 prefill kernel's work lists ([8, width] i32, kernels/prefill_schedule.h) when this call runs its prefill
+  // requests there (attention.cu decides); null: the portable prefill kernel.
+  const int32_t* prefill_schedule = nullptr;
+  int64_t prefill_schedule_width = 0;
 
   // InvalidArgument naming the field that is out of range (sizes, alignment of the vector paths is checked by
   // the dispatcher, which falls back to the generic kernel).
