@@ -33,12 +33,27 @@ __device__ __forceinline__ float dynamic_quant_scale(float amax) {
   return fmaxf(__fdiv_rn(amax, qmax), __fdiv_rn(1.0f, qmax * 512.0f));
 }
 
+// v / scale rounded as the IEEE division rounds it (the CPU op's arithmetic), from rcp = RN(1 / scale) computed once
+// per row or group: a quotient estimate, then two remainder corrections. The first makes the quotient faithful, so
+// the second's remainder v - q * scale is exact in one FMA and (Markstein) q + r * rcp rounds to RN(v / scale); the
+// sign is v's, so a zero quotient keeps it. Values below 2^-100 may round differently (their remainder falls in the
+// subnormal range and is not exact); with the scale's floor 1 / (qmax * 512) their quotients are below 2^-80 and
+// quantize to zero either way. One multiply and four FMAs where __fdiv_rn refines a reciprocal and checks ranges.
+// quant_divide_gpu_test.cu checks it against __fdiv_rn bit for bit.
+__device__ __forceinline__ float quant_divide(float v, float scale, float rcp) {
+  float q = __fmul_rn(v, rcp);
+  q = __fmaf_rn(__fmaf_rn(-q, scale, v), rcp, q);
+  q = __fmaf_rn(__fmaf_rn(-q, scale, v), rcp, q);
+  return copysignf(q, v);
+}
+
 // Eight values v / scale quantized and stored with one 8-byte access (o 8-byte aligned).
 template <typename Q>
 __device__ __forceinline__ void store8_quantized(Q* o, const float (&v)[8], float scale) {
   alignas(8) Q q[8];
+  const float rcp = __frcp_rn(scale);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) q[e] = QuantTraits<Q>::cast(__fdiv_rn(v[e], scale));
+  for (int e = 0; e < 8; ++e) q[e] = QuantTraits<Q>::cast(quant_divide(v[e], scale, rcp));
   *reinterpret_cast<uint2*>(o) = *reinterpret_cast<const uint2*>(q);
 }
 
