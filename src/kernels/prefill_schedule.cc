@@ -69,22 +69,21 @@ int64_t plan_prefill_schedule(int32_t* rows, int64_t width, const int32_t* query
                               int64_t num_reqs, int64_t num_decode, int64_t block_table_stride, int64_t num_heads,
                               int64_t head_dim, int64_t num_ctas) {
   const int64_t tile = prefill_schedule_tile(head_dim);
-  CHECK(tile > 0 && num_heads > 0 && num_ctas > 0 && width >= num_ctas + 1 && num_decode >= 0 &&
-        num_decode <= num_reqs)
+  CHECK(tile > 0 && num_heads > 0 && num_ctas > 0 && width >= num_ctas + 1 && num_decode >= 0 && num_decode <= num_reqs)
       << "plan_prefill_schedule: head_dim " << head_dim << ", heads " << num_heads << ", ctas " << num_ctas
       << ", width " << width << ", decode " << num_decode << " of " << num_reqs;
   std::vector<Work> works;
   for (int64_t r = num_decode; r < num_reqs; ++r) {
     const int64_t q = query_start_loc[r + 1] - query_start_loc[r], k = seq_lens[r];
-    CHECK(q >= 0 && k >= q) << "plan_prefill_schedule: request " << r << " has " << q << " query tokens over "
-                            << k << " keys";
+    CHECK(q >= 0 && k >= q) << "plan_prefill_schedule: request " << r << " has " << q << " query tokens over " << k
+                            << " keys";
     for (int64_t t = 0; t * tile < q; ++t) {
       // Causal: the tile's last query row sits at position k - q + min((t + 1) tile, q) - 1.
       const int64_t keys = k - q + std::min((t + 1) * tile, q);
       for (int64_t h = 0; h < num_heads; ++h) {
         works.push_back({keys + kTileOverheadKeys, static_cast<int32_t>(t), query_start_loc[r],
-                         static_cast<int32_t>(r * block_table_stride), static_cast<int32_t>(q),
-                         static_cast<int32_t>(k), static_cast<int32_t>(h), static_cast<int32_t>(r)});
+                         static_cast<int32_t>(r * block_table_stride), static_cast<int32_t>(q), static_cast<int32_t>(k),
+                         static_cast<int32_t>(h), static_cast<int32_t>(r)});
       }
     }
   }

@@ -186,8 +186,8 @@ ModelRunner::HostRows ModelRunner::host_rows() {
   const InputLayout &L = layout_;
   auto i64 = [&](size_t offset) { return reinterpret_cast<int64_t *>(host + offset); };
   auto i32 = [&](size_t offset) { return reinterpret_cast<int32_t *>(host + offset); };
-  return {i64(L.positions),      i64(L.slot_mapping),   i32(L.input_ids),  i32(L.query_start_loc),
-          i32(L.seq_lens),       i32(L.logits_indices), i32(L.block_table)};
+  return {i64(L.positions), i64(L.slot_mapping),   i32(L.input_ids),  i32(L.query_start_loc),
+          i32(L.seq_lens),  i32(L.logits_indices), i32(L.block_table)};
 }
 
 void ModelRunner::fill_padding(int64_t first, int64_t padded) {
@@ -382,8 +382,8 @@ void ModelRunner::plan_prefill_attention(int64_t num_reqs, int64_t num_decode) {
   if (!schedule_host_.defined() || num_decode == num_reqs) return;
   const HostRows rows = host_rows();
   schedule_.num_works = ops::plan_prefill_schedule(
-      schedule_host_.data<int32_t>(), schedule_host_.size(1), rows.query_start_loc, rows.seq_lens, num_reqs,
-      num_decode, limits_.max_blocks_per_seq, schedule_.num_heads, schedule_.head_dim, schedule_.num_ctas);
+      schedule_host_.data<int32_t>(), schedule_host_.size(1), rows.query_start_loc, rows.seq_lens, num_reqs, num_decode,
+      limits_.max_blocks_per_seq, schedule_.num_heads, schedule_.head_dim, schedule_.num_ctas);
 }
 
 void ModelRunner::upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t max_blocks) {
@@ -403,7 +403,9 @@ void ModelRunner::upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t ma
   if (schedule_.num_works > 0) {  // the used columns of the work lists' rows
     const int64_t schedule_pitch = schedule_host_.size(1) * 4;
     const int64_t used = std::max(schedule_.num_works, schedule_.num_ctas + 1) * 4;
-    auto bytes = [](const Tensor &t) { return Tensor::from_blob(t.raw_data(), {t.numel() * 4}, DType::kU8, nullptr, t.device()); };
+    auto bytes = [](const Tensor &t) {
+      return Tensor::from_blob(t.raw_data(), {t.numel() * 4}, DType::kU8, nullptr, t.device());
+    };
     pitched(bytes(schedule_device_), 0, ops::kPrefillScheduleRows, used, schedule_pitch)
         .copy_from(pitched(bytes(schedule_host_), 0, ops::kPrefillScheduleRows, used, schedule_pitch));
   }

@@ -161,9 +161,9 @@ class ModelRunner : public ModelExecutor {
                                        std::vector<DeviceSampledId> *on_device);
   // Samples `rows` of the batch `reqs` from `to_sample` (edited in place) with the step's bitmask rows, appends the
   // ids (or placeholders, with their `on_device` entries) to the requests and fills `out`'s ids and logprobs.
-  Status sample_rows(const SchedulerOutput &scheduler_output, StepHandle handle, const std::vector<RequestState *> &reqs,
-                     const std::vector<size_t> &rows, Tensor &to_sample, ModelRunnerOutput &out,
-                     std::vector<DeviceSampledId> *on_device);
+  Status sample_rows(const SchedulerOutput &scheduler_output, StepHandle handle,
+                     const std::vector<RequestState *> &reqs, const std::vector<size_t> &rows, Tensor &to_sample,
+                     ModelRunnerOutput &out, std::vector<DeviceSampledId> *on_device);
   // Writes the ids of `step` (waiting for its copy) into the requests' token lists and, with `out`, its output.
   void collect_device_ids(const OutstandingStep &step, ModelRunnerOutput *out);
   // Before sampling rows whose penalties read output ids: the previous step's ids, if still on the device.
@@ -232,8 +232,8 @@ class ModelRunner : public ModelExecutor {
   std::unordered_map<std::string, RequestState> requests_;
   uint64_t next_row_key_ = 1;
   StepHandle next_step_handle_ = 0;
-  StepHandle running_step_ = -1;             // the step run_step is building
-  std::deque<OutstandingStep> outstanding_;  // launched, not waited for; oldest first
+  StepHandle running_step_ = -1;                 // the step run_step is building
+  std::deque<OutstandingStep> outstanding_;      // launched, not waited for; oldest first
   std::optional<PendingSample> pending_sample_;  // the newest outstanding step, while its sampling is deferred
   // CUDA only: the sampled ids' device buffers and host copies, and the placeholder scatter's (position, row) pairs
   // with their page-locked staging and device buffers.
@@ -251,7 +251,7 @@ class ModelRunner : public ModelExecutor {
   // host for each step with prefill requests and copied with its inputs; undefined where that kernel cannot run.
   Tensor schedule_host_, schedule_device_;  // i32 [kPrefillScheduleRows, width], page-locked / on the device
   ops::PrefillSchedule schedule_;           // what the current step planned (num_works 0: nothing)
-  ForwardBatch batch_;                       // the last step's views of the persistent buffers
+  ForwardBatch batch_;                      // the last step's views of the persistent buffers
   Tensor step_logits_;  // the last step's logits (a prefix of logits_ unless prompt logprobs needed more)
   std::unique_ptr<ActivationMemory> activations_;  // the model's arena, bound while this runner lives
   // CUDA graphs: null when none were captured. Padded rows read the scratch block, one block past the

@@ -118,8 +118,8 @@ ops::PrefillSchedule sm90_schedule(const std::vector<int32_t>& qsl, const std::v
   if (ctas == 0 || ops::prefill_schedule_tile(head_dim) == 0 || nr == 0) return {};
   const int64_t w = ops::prefill_schedule_width(std::max(qsl[nr], 1), nr, num_heads, head_dim, ctas);
   Tensor rows = Tensor::empty({ops::kPrefillScheduleRows, w}, DType::kI32);
-  const int64_t works = ops::plan_prefill_schedule(rows.data<int32_t>(), w, qsl.data(), seq_lens.data(), nr,
-                                                   num_decode, table_width, num_heads, head_dim, ctas);
+  const int64_t works = ops::plan_prefill_schedule(rows.data<int32_t>(), w, qsl.data(), seq_lens.data(), nr, num_decode,
+                                                   table_width, num_heads, head_dim, ctas);
   return {to_device(rows), num_heads, head_dim, ctas, works};
 }
 

@@ -175,9 +175,9 @@ TEST_F(CudaFusedQuantTest, SiluAndMulQuantIsBitIdenticalToTheUnfusedPair) {
   // Vectorised with 1, 2 and 4 chunks per thread (d up to 32768), odd / unaligned (scalar), too wide, zero rows;
   // 300 and 280 rows: the two-pass kernel of many rows (per token; strided rows too); 512 rows and more: rows staged
   // in shared memory (per token and g128, strided rows, the widest row it takes in 16 bits, past it in f32).
-  const Case cases[] = {{1, 14336, 0},   {32, 14336, 0}, {129, 4096, 0}, {3, 32768, 0},  {2, 256, 8},
-                        {3, 9, 0},       {4, 1000, 3},   {2, 40000, 0},  {0, 14336, 0},  {300, 14336, 0},
-                        {280, 1032, 8},  {600, 14336, 0}, {520, 1032, 8}, {700, 4096, 0}, {512, 32768, 0}};
+  const Case cases[] = {{1, 14336, 0},  {32, 14336, 0},  {129, 4096, 0}, {3, 32768, 0},  {2, 256, 8},
+                        {3, 9, 0},      {4, 1000, 3},    {2, 40000, 0},  {0, 14336, 0},  {300, 14336, 0},
+                        {280, 1032, 8}, {600, 14336, 0}, {520, 1032, 8}, {700, 4096, 0}, {512, 32768, 0}};
   uint32_t seed = 200;
   for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {
     for (DType qtype : {DType::kFP8E4M3, DType::kI8}) {

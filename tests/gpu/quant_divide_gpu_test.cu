@@ -68,8 +68,8 @@ TEST(QuantDivideGpuTest, EqualsTheIeeeDivisionBitForBit) {
   float ex[2] = {0, 0};
   ASSERT_EQ(cudaMemcpy(&bad, mismatches, sizeof(bad), cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(ex, example, sizeof(ex), cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(bad, 0u) << "of " << static_cast<uint64_t>(kBlocks) * kThreads * kPerThread << " quotients, e.g. "
-                     << ex[0] << " / " << ex[1];
+  EXPECT_EQ(bad, 0u) << "of " << static_cast<uint64_t>(kBlocks) * kThreads * kPerThread << " quotients, e.g. " << ex[0]
+                     << " / " << ex[1];
   cudaFree(mismatches);
   cudaFree(example);
 }

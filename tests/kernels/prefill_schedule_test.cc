@@ -25,8 +25,8 @@ Plan plan(const std::vector<int32_t>& qsl, const std::vector<int32_t>& lens, int
   const int64_t num_reqs = static_cast<int64_t>(lens.size());
   p.width = prefill_schedule_width(qsl.back(), num_reqs, heads, head_dim, ctas);
   p.rows.assign(static_cast<size_t>(kPrefillScheduleRows * p.width), -7);  // poison
-  p.works = plan_prefill_schedule(p.rows.data(), p.width, qsl.data(), lens.data(), num_reqs, num_decode, stride,
-                                  heads, head_dim, ctas);
+  p.works = plan_prefill_schedule(p.rows.data(), p.width, qsl.data(), lens.data(), num_reqs, num_decode, stride, heads,
+                                  head_dim, ctas);
   return p;
 }
 

@@ -189,14 +189,14 @@ void launch_quant(Tensor& out, Tensor& scales, const Tensor& x) {
   const int64_t smem = d * static_cast<int64_t>(sizeof(T));
   if (n >= kStagedMinRows && smem <= kStagedMaxSmemBytes) {
     const bool attr_set = once_per_device([] {
-      return cudaFuncSetAttribute(silu_and_mul_quant_staged_kernel<T, Q>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedMaxSmemBytes) == cudaSuccess;
+      return cudaFuncSetAttribute(silu_and_mul_quant_staged_kernel<T, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  kStagedMaxSmemBytes) == cudaSuccess;
     });
     CHECK(attr_set) << "silu_and_mul_quant_staged_kernel: cannot get " << kStagedMaxSmemBytes << " bytes of shared "
                     << "memory";
-    launch_pdl_smem("silu_and_mul_quant_staged_kernel", silu_and_mul_quant_staged_kernel<T, Q>, grid,
-                    kStagedThreads, static_cast<size_t>(smem), out.data<Q>(), scales.data<float>(), groups,
-                    x.data<T>(), x.stride(0), static_cast<int>(d));
+    launch_pdl_smem("silu_and_mul_quant_staged_kernel", silu_and_mul_quant_staged_kernel<T, Q>, grid, kStagedThreads,
+                    static_cast<size_t>(smem), out.data<Q>(), scales.data<float>(), groups, x.data<T>(), x.stride(0),
+                    static_cast<int>(d));
     return;
   }
   // The most threads (up to 1024) and the fewest chunks per thread: rows are one block each.

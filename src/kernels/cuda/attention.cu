@@ -34,10 +34,8 @@ constexpr AttentionKernels kAttentionKernels[] = {
      &launch_prefill_sm90<__nv_bfloat16, 128>},
     {DType::kF16, 16, &launch_decode<__half, 16>, &launch_prefill<__half, 16>},
     {DType::kF16, 32, &launch_decode<__half, 32>, &launch_prefill<__half, 32>},
-    {DType::kF16, 64, &launch_decode<__half, 64>, &launch_prefill<__half, 64>,
-     &launch_prefill_sm90<__half, 64>},
-    {DType::kF16, 128, &launch_decode<__half, 128>, &launch_prefill<__half, 128>,
-     &launch_prefill_sm90<__half, 128>},
+    {DType::kF16, 64, &launch_decode<__half, 64>, &launch_prefill<__half, 64>, &launch_prefill_sm90<__half, 64>},
+    {DType::kF16, 128, &launch_decode<__half, 128>, &launch_prefill<__half, 128>, &launch_prefill_sm90<__half, 128>},
 };
 
 const AttentionKernels* find_kernels(DType dtype, int head_dim) {
@@ -64,7 +62,8 @@ bool sm90_prefill_fits(const PagedAttentionParams& p, const ops::PrefillSchedule
   }
   int device = 0, sms = 0;
   CHECK(cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) << "SM count";
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+      << "SM count";
   return s.num_ctas == sms;
 }
 

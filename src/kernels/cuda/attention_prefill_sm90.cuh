@@ -6,11 +6,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include <flashinfer/attention/hopper/default_params.cuh>
 #include <flashinfer/attention/hopper/prefill_sm90.cuh>
 #include <flashinfer/attention/hopper/variants.cuh>
+#include <type_traits>
 
 #include "core/logging.h"
 #include "kernels/cuda/attention_common.cuh"
