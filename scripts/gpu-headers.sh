@@ -1,14 +1,14 @@
-# Sourced by scripts/gpu-check and scripts/gpu-ab on the GPU machine: the CUDA build's header-only packages travel
-# as wheels in .whl (scripts/gpu-debs puts them there); unpacks each once and sets header_flags, the CMake flags
-# that point the build at them.
+# Sourced by scripts/gpu-check and scripts/gpu-ab on the GPU machine: the CUDA build's header-only packages travel in
+# .whl (scripts/gpu-debs puts them there: CUTLASS's wheel, FlashInfer's include dir as a tarball); unpacks each once
+# and sets header_flags, the CMake flags that point the build at them.
 header_flags=()
 cutlass_whl=$(compgen -G ".whl/nvidia_cutlass-*.whl" | head -1 || true)
 if [ -n "$cutlass_whl" ]; then
   [ -d /tmp/cutlass/cutlass_library ] || python3 -m zipfile -e "$cutlass_whl" /tmp/cutlass
   header_flags+=(-DLLMSERVE_CUTLASS_DIR=/tmp/cutlass/cutlass_library/source/include)
 fi
-flashinfer_whl=$(compgen -G ".whl/flashinfer_python-*.whl" | head -1 || true)
-if [ -n "$flashinfer_whl" ]; then
-  [ -d /tmp/flashinfer/flashinfer/data/include ] || python3 -m zipfile -e "$flashinfer_whl" /tmp/flashinfer
-  header_flags+=(-DLLMSERVE_FLASHINFER_DIR=/tmp/flashinfer/flashinfer/data/include)
+flashinfer_tgz=$(compgen -G ".whl/flashinfer-include-*.tar.gz" | head -1 || true)
+if [ -n "$flashinfer_tgz" ]; then
+  [ -d /tmp/flashinfer/include ] || { mkdir -p /tmp/flashinfer && tar xzf "$flashinfer_tgz" -C /tmp/flashinfer; }
+  header_flags+=(-DLLMSERVE_FLASHINFER_DIR=/tmp/flashinfer/include)
 fi
