@@ -149,6 +149,31 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 __device__ __forceinline__ uint4 load_chunk(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
+// The split-K combines' weighted sum of two adjacent columns (8-byte loads: `stride` and the column even) over the
+// splits' partials: w[0] * part[0..1] + w[1] * part[stride..] + ... in split order, the loads issued kBatch at a time
+// before any is used (a loop that summed each load as it arrived waited one L2 round trip per split). ld.global.cg:
+// the partials were written by other SMs (L1 is not coherent).
+__device__ __forceinline__ float2 sum_split_pairs(const float* part, int stride, int num_splits, const float* w) {
+  constexpr int kBatch = 8;
+  float sum0 = 0.f, sum1 = 0.f;
+  for (int s0 = 0; s0 < num_splits; s0 += kBatch) {
+    float2 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      v[b] = s0 + b < num_splits ? __ldcg(reinterpret_cast<const float2*>(part + (s0 + b) * stride))
+                                 : make_float2(0.f, 0.f);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (s0 + b < num_splits) {
+        sum0 += w[s0 + b] * v[b].x;
+        sum1 += w[s0 + b] * v[b].y;
+      }
+    }
+  }
+  return make_float2(sum0, sum1);
+}
+
 // Launchers, one per kernel family; each attention*.cu explicitly instantiates the (T, HD) pairs the dispatch
 // table in attention.cu names. All run on `stream` and check the launch.
 template <typename T, int HD>

@@ -76,31 +76,13 @@ __device__ void combine_splits(const float* ws_group, int split_stride, int num_
     sm_w[h][lane] = lsum > 0.f ? w / lsum : 0.f;  // no valid key at all (empty window): zeros, like the CPU op
   }
   __syncthreads();
-  // Two adjacent columns per thread (8-byte loads: HD + 2 and d are even), the splits' loads issued kBatch at a time
-  // before any is used: a loop that summed each load as it arrived waited one L2 round trip per split and column
-  // pair. Same sums in the same order.
-  constexpr int kBatch = 8;
+  // Two adjacent columns per thread (sum_split_pairs): same sums in the same order.
   for (int e = 2 * tid; e < gh * HD; e += 2 * kDecodeThreads) {
     const int h = e / HD, d = e % HD;
     const float* part = ws_group + static_cast<int64_t>(h) * split_stride * (HD + 2) + d;
-    float sum0 = 0.f, sum1 = 0.f;
-    for (int s0 = 0; s0 < num_splits; s0 += kBatch) {
-      float2 v[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        v[b] = s0 + b < num_splits ? __ldcg(reinterpret_cast<const float2*>(part + (s0 + b) * (HD + 2)))
-                                   : make_float2(0.f, 0.f);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (s0 + b < num_splits) {
-          sum0 += sm_w[h][s0 + b] * v[b].x;
-          sum1 += sm_w[h][s0 + b] * v[b].y;
-        }
-      }
-    }
-    out_group[h * HD + d] = from_float<T>(sum0);
-    out_group[h * HD + d + 1] = from_float<T>(sum1);
+    const float2 sum = sum_split_pairs(part, HD + 2, num_splits, sm_w[h]);
+    out_group[h * HD + d] = from_float<T>(sum.x);
+    out_group[h * HD + d + 1] = from_float<T>(sum.y);
   }
 }
 

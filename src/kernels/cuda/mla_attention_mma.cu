@@ -323,30 +323,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(const MlaAttention
     sm_w[h * kMaxSplits + lane] = lsum > 0.f ? w / lsum : 0.f;
   }
   __syncthreads();
-  // Two adjacent columns per thread (8-byte loads: kL + 2 and d are even), the splits' loads issued kBatch at a time
-  // before any is used (as attention_decode.cu's combine); same sums in the same order.
-  constexpr int kBatch = 8;
+  // Two adjacent columns per thread (sum_split_pairs, as attention_decode.cu's combine).
   for (int e = 2 * tid; e < gh * kL; e += 2 * kThreads) {
     const int h = e / kL, d = e % kL;
     const float* part_in = ws + (head_row + h) * split_stride * (kL + 2) + d;
-    float sum0 = 0.f, sum1 = 0.f;
-    for (int s0 = 0; s0 < num_splits; s0 += kBatch) {
-      float2 v[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        v[b] = s0 + b < num_splits ? __ldcg(reinterpret_cast<const float2*>(part_in + (s0 + b) * (kL + 2)))
-                                   : make_float2(0.f, 0.f);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (s0 + b < num_splits) {
-          sum0 += sm_w[h * kMaxSplits + s0 + b] * v[b].x;
-          sum1 += sm_w[h * kMaxSplits + s0 + b] * v[b].y;
-        }
-      }
-    }
-    out[e] = from_float<T>(sum0);
-    out[e + 1] = from_float<T>(sum1);
+    const float2 sum = sum_split_pairs(part_in, kL + 2, num_splits, sm_w + h * kMaxSplits);
+    out[e] = from_float<T>(sum.x);
+    out[e + 1] = from_float<T>(sum.y);
   }
 }
 
