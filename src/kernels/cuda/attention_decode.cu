@@ -365,6 +365,12 @@ template <typename T, int HD>
 void launch_decode(const PagedAttentionParams& p, cudaStream_t stream) {
   if (p.num_decode_reqs == 0) return;
   const int group = p.num_heads / p.num_kv_heads;
+  // Groups of >= 4 heads on tensor cores once the batch fills the GPU without split-K (that kernel has none).
+  if constexpr (HD == 64 || HD == 128) {
+    const int mma_ctas = p.num_decode_reqs * p.num_kv_heads * ((group + 7) / 8);
+    if (group >= 4 && mma_decode_enabled() && choose_splits(p, mma_ctas, HD) == 1)
+      return launch_decode_mma<T, HD>(p, stream);
+  }
   // Heads per CTA: the smallest of 1, 2, 4, 8 covering the group (groups over 8 take several CTAs).
   int gh = group >= 8 ? 8 : group >= 4 ? (group == 4 ? 4 : 8) : group == 3 ? 4 : group;
   // Small batches: halve it (down to 2) while twice the CTAs still fit in one wave. A CTA's work there is one long
