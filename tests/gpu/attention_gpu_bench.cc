@@ -1,8 +1,8 @@
 // `attention_gpu_test --bench`: decode paged-attention bandwidth vs the measured device copy bandwidth
 // (DESIGN.md section 4), bf16, block 16. Shapes: M = Mistral-7B attention (32 query heads, 8 kv heads, head_dim
-// 128) at batch 1 and 128, contexts 256 and 2048; S = the 1.1B model (32 / 8 heads, head_dim 64) at batch 1
-// context 256 and batch 128 contexts 192 and 256. Each row prints its floor (K+V bytes / copy bandwidth) and the
-// ratio. Bytes counted: K and V of every context token once
+// 128) at batch 1 and 128, contexts 256 and 2048, and batch 64 / 256 at context 1024 (serving / offline steps);
+// S = the 1.1B model (32 / 8 heads, head_dim 64) at batch 1 context 256 and batch 128 contexts 192 and 256. Each row
+// prints its floor (K+V bytes / copy bandwidth) and the ratio. Bytes counted: K and V of every context token once
 // (query and output are < 1% here). Each timed call reads a different slice of a >= 512 MB cache so L2 (50-60 MB)
 // never holds the data; times are medians of 15 samples of 20 back-to-back calls, with CUDA events. Also the
 // prefill kernel's TFLOP/s on causal prompts: one of 512, 2048, 8192 tokens and 8 of 1024 (M), one of 2048 (S), and
@@ -188,7 +188,8 @@ int run_bench() {
   // batch 128 gets 1024+ CTAs already: the split-K heuristic picks 1 split, so only the workspace row runs.
   const Spec specs[] = {{&kShapeM, 1, 256, true},   {&kShapeM, 1, 256, false},  {&kShapeM, 1, 2048, true},
                         {&kShapeM, 1, 2048, false}, {&kShapeM, 128, 256, true}, {&kShapeM, 128, 2048, true},
-                        {&kShapeS, 1, 256, true},   {&kShapeS, 128, 192, true}, {&kShapeS, 128, 256, true}};
+                        {&kShapeM, 64, 1024, true}, {&kShapeM, 256, 1024, true}, {&kShapeS, 1, 256, true},
+                        {&kShapeS, 128, 192, true}, {&kShapeS, 128, 256, true}};
   for (const Spec& sp : specs) {
     const Row r = bench_decode(*sp.shape, sp.batch, sp.ctx, sp.split);
     const double floor_us = r.kv_bytes / copy * 1e-3, gbs = r.kv_bytes / r.us * 1e-3;

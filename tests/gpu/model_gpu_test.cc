@@ -375,38 +375,41 @@ TEST_F(ModelGpuTest, Stories260KGreedyIdsMatchLlama2c) {
   std::filesystem::remove_all(out);
 }
 
-// FlashInfer's SM90 prefill through the runner's per-step work lists (no fixture reaches it: their head sizes are
-// 16 and 32): a dummy-weight Llama with head_dim 128 in bf16 on the GPU against the same bf16 weights on the CPU,
-// by vLLM's rule. Prompts over several query tiles, chunked (a 256-token step budget) next to other requests'
-// decodes, and a second prompt that hits the first one's cached prefix.
-TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
-  if (ops::sm90_prefill_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_PREFILL=0)";
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("llmserve_gpu_sm90_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-    "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 1024, "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "bfloat16"})";
-  auto load_dummy = [&](Device device) {
+// A dummy-weight Llama (2 layers, hidden 512, head_dim 128, bf16) with the given heads, written to a fresh directory;
+// for the kernels no fixture reaches (the fixtures' head sizes are 16 and 32).
+class DummyLlama {
+ public:
+  DummyLlama(const std::string& name, int num_heads, int num_kv_heads)
+      : dir_(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "config.json")
+        << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+      "intermediate_size": 1024, "num_attention_heads": )"
+        << num_heads << R"(, "num_key_value_heads": )" << num_kv_heads << R"(, "head_dim": 128,
+      "num_hidden_layers": 2, "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+      "rope_theta": 10000.0, "torch_dtype": "bfloat16"})";
+  }
+  ~DummyLlama() { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<CausalLM> load(Device device) const {
     ModelLoadOptions options;
     options.device = device;
     options.weight_dtype = DType::kBF16;
     options.load_format = LoadFormat::kDummy;
-    StatusOr<std::unique_ptr<CausalLM>> m = load_model(dir.string(), options);
+    StatusOr<std::unique_ptr<CausalLM>> m = load_model(dir_.string(), options);
     CHECK(m.ok()) << m.status().to_string();
     return std::move(*m);
-  };
-  std::vector<std::vector<int32_t>> prompts = testing::random_prompts(4, 5, 700, 1024, 77);
-  prompts[0].resize(600, 7);  // at least five query tiles of 128
-  prompts.push_back(prompts[0]);
-  prompts.back().resize(650, 9);  // the first 592 tokens (37 blocks) are the previous prompt's
-  EngineArgs args;
-  args.max_model_len = 1024;
-  args.num_kv_cache_tokens = 8192;
-  args.max_num_batched_tokens = 256;
-  const SamplingParams params = greedy(8, 5);
-  std::unique_ptr<CausalLM> cpu = load_dummy(Device::cpu()), gpu = load_dummy(Device::cuda());
+  }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// Greedy runs of `prompts` on the CPU and the GPU (the CUDA defaults: graphs, async scheduling) compared by vLLM's
+// rule; returns the number of positions compared.
+int compare_cpu_gpu(const DummyLlama& model, const std::vector<std::vector<int32_t>>& prompts,
+                    const SamplingParams& params, const EngineArgs& args) {
+  std::unique_ptr<CausalLM> cpu = model.load(Device::cpu()), gpu = model.load(Device::cuda());
   const auto want = generate(*cpu, prompts, params, args);
   const auto got = generate(*gpu, prompts, params, args);
   int compared = 0;
@@ -415,8 +418,36 @@ TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
     compared += compare_runs(got[p].ids, tg.ids, tg.lps, want[p].ids, tw.ids, tw.lps, kGpuBf16Tolerance,
                              "prompt " + std::to_string(p) + " (" + std::to_string(prompts[p].size()) + " tokens)");
   }
-  EXPECT_GT(compared, 8 * static_cast<int>(prompts.size()));
-  std::filesystem::remove_all(dir);
+  return compared;
+}
+
+// FlashInfer's SM90 prefill through the runner's per-step work lists: prompts over several query tiles, chunked (a
+// 256-token step budget) next to other requests' decodes, and a second prompt that hits the first one's cached prefix.
+TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
+  if (ops::sm90_prefill_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_PREFILL=0)";
+  const DummyLlama model("llmserve_gpu_sm90", 4, 2);
+  std::vector<std::vector<int32_t>> prompts = testing::random_prompts(4, 5, 700, 1024, 77);
+  prompts[0].resize(600, 7);  // at least five query tiles of 128
+  prompts.push_back(prompts[0]);
+  prompts.back().resize(650, 9);  // the first 592 tokens (37 blocks) are the previous prompt's
+  EngineArgs args;
+  args.max_model_len = 1024;
+  args.num_kv_cache_tokens = 8192;
+  args.max_num_batched_tokens = 256;
+  EXPECT_GT(compare_cpu_gpu(model, prompts, greedy(8, 5), args), 8 * static_cast<int>(prompts.size()));
+}
+
+// The tensor-core decode through the runner: 300 requests x 4 kv heads of a GQA-4 model decode together (over 2
+// CTAs per SM: no split-K), in a FULL graph of capture size 304 (4 padding rows).
+TEST_F(ModelGpuTest, TensorCoreDecodeThroughTheRunnerMatchesTheCpu) {
+  const DummyLlama model("llmserve_gpu_mma_decode", 16, 4);
+  std::vector<std::vector<int32_t>> prompts = testing::random_prompts(300, 3, 90, 1024, 78);
+  EngineArgs args;
+  args.max_model_len = 256;
+  args.num_kv_cache_tokens = 65536;
+  args.max_num_seqs = 320;
+  args.max_num_batched_tokens = 16384;
+  EXPECT_GT(compare_cpu_gpu(model, prompts, greedy(6, 5), args), 3 * static_cast<int>(prompts.size()));
 }
 
 TEST_F(ModelGpuTest, MemoryPlanFitsTheBudgetAndStepsDoNotCudaMalloc) {

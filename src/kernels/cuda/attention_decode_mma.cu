@@ -17,10 +17,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kTileKeys = 16;    // the MMA's m
 constexpr int kHeadsPerCta = 8;  // the MMA's n: query heads of one kv head (groups over 8 take several CTAs)
-// Pipeline depth per warp: two tiles in flight while one is computed (2 CTAs per SM at head_dim 128).
-constexpr int kStages = 3;
-
-template <int HD>
+template <int HD, int kStages>
 struct MmaDecodeShape {
   static constexpr int kChunks = HD / 8;  // 16-byte chunks per cache row
   static_assert(kChunks % 8 == 0 && kChunks <= 32, "head_dim 64, 128 or 256: the swizzle permutes 8 chunks");
@@ -52,9 +49,9 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 }
 
 // Grid: x (kv head, head chunk of 8), y request. 
-template <typename T, int HD>
+template <typename T, int HD, int kStages>
 __global__ void __launch_bounds__(kThreads) mma_decode_kernel(const PagedAttentionParams p, int num_head_chunks) {
-  using S = MmaDecodeShape<HD>;
+  using S = MmaDecodeShape<HD, kStages>;
   extern __shared__ uint4 smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   T* sq = reinterpret_cast<T*>(reinterpret_cast<char*>(smem_raw) + S::kQOffsetBytes);
@@ -80,28 +77,43 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(const PagedAttenti
   T* pipe = smem + warp * kStages * S::kStageElems;
   // Copy roles: lane copies chunk `cc` of rows row0 + kRowsPerPass * pass (K and V).
   const int cc = lane % S::kChunks, row0 = lane / S::kChunks;
-  auto issue = [&](int i) {  // this warp's i-th tile into stage i % kStages
+  // The cache slots (block * block_size + offset) of this lane's rows of tile i, -1 past the range: loaded a tile
+  // before their copies are issued (the prologue's all at once), so issuing never waits on the block table. A slot
+  // fits in int32: 2^31 slots of even 64 bf16 values would be 256 GB of keys.
+  auto fetch_slots = [&](int i, int(&slot)[S::kPasses]) {
     const int k0 = lo + (warp + i * kWarps) * kTileKeys;
-    T* stage = pipe + (i % kStages) * S::kStageElems;
     const int b0 = k0 / bs, rem0 = k0 - b0 * bs;
 #pragma unroll
     for (int pass = 0; pass < S::kPasses; ++pass) {
       const int row = row0 + pass * S::kRowsPerPass;
-      const bool valid = k0 + row < seq;
       int b = b0, rr = rem0 + row;
       while (rr >= bs) rr -= bs, ++b;  // at most one step for blocks of >= 16 keys
-      const int64_t off =
-          valid ? ((static_cast<int64_t>(__ldg(bt + b)) * bs + rr) * p.num_kv_heads + kv_head) * HD + cc * 8 : 0;
-      const int so = swizzled<HD>(row, cc);
+      slot[pass] = i < my_tiles && k0 + row < seq ? __ldg(bt + b) * bs + rr : -1;
+    }
+  };
+  auto issue = [&](int i, const int(&slot)[S::kPasses]) {  // this warp's i-th tile into stage i % kStages
+    T* stage = pipe + (i % kStages) * S::kStageElems;
+#pragma unroll
+    for (int pass = 0; pass < S::kPasses; ++pass) {
+      const bool valid = slot[pass] >= 0;
+      const int64_t off = valid ? (static_cast<int64_t>(slot[pass]) * p.num_kv_heads + kv_head) * HD + cc * 8 : 0;
+      const int so = swizzled<HD>(row0 + pass * S::kRowsPerPass, cc);
       cp_async16(stage + so, kc + off, valid);
       cp_async16(stage + S::kTileElems + so, vc + off, valid);
     }
   };
+  {
+    int slots[kStages - 1][S::kPasses];
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (i < my_tiles) issue(i);
-    cp_async_commit();
+    for (int i = 0; i < kStages - 1; ++i) fetch_slots(i, slots[i]);
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+      if (i < my_tiles) issue(i, slots[i]);
+      cp_async_commit();
+    }
   }
+  int next_slots[S::kPasses];
+  fetch_slots(kStages - 1, next_slots);
 
   // The query rows of this CTA's heads (zeros past the group), swizzled like the tiles.
   const T* query = static_cast<const T*>(p.query) + token * p.query_row_stride + static_cast<int64_t>(head0) * HD;
@@ -128,7 +140,10 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(const PagedAttenti
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int i = 0; i < my_tiles; ++i) {
     __syncwarp();  // every lane's ldmatrix of the stage refilled below (read in step i - 1) is done
-    if (i + kStages - 1 < my_tiles) issue(i + kStages - 1);
+    if (i + kStages - 1 < my_tiles) {
+      issue(i + kStages - 1, next_slots);
+      fetch_slots(i + kStages, next_slots);
+    }
     cp_async_commit();
     cp_async_wait<kStages - 1>();
     __syncwarp();  // the other lanes' copies of tile i have landed too
@@ -232,19 +247,34 @@ bool mma_decode_enabled() {
   return enabled;
 }
 
-template <typename T, int HD>
-void launch_decode_mma(const PagedAttentionParams& p, cudaStream_t stream) {
-  constexpr int kSmem = MmaDecodeShape<HD>::kSmemBytes;
+namespace {
+
+template <typename T, int HD, int kStages>
+void launch_stages(const PagedAttentionParams& p, cudaStream_t stream) {
+  constexpr int kSmem = MmaDecodeShape<HD, kStages>::kSmemBytes;
   const bool attr_set = once_per_device([] {
-    return cudaFuncSetAttribute(mma_decode_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) ==
-           cudaSuccess;
+    return cudaFuncSetAttribute(mma_decode_kernel<T, HD, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kSmem) == cudaSuccess;
   });
   CHECK(attr_set) << "mma_decode_kernel: cannot get " << kSmem << " bytes of shared memory";
   const int group = p.num_heads / p.num_kv_heads;
   const int num_head_chunks = (group + kHeadsPerCta - 1) / kHeadsPerCta;
   const dim3 grid(static_cast<unsigned>(p.num_kv_heads * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs));
-  mma_decode_kernel<T, HD><<<grid, kThreads, kSmem, stream>>>(p, num_head_chunks);
+  mma_decode_kernel<T, HD, kStages><<<grid, kThreads, kSmem, stream>>>(p, num_head_chunks);
   check_launch("mma_decode_kernel");
+}
+}  // namespace
+
+// Pipeline depth: 3 stages (two tiles in flight per warp; 2 CTAs per SM at head_dim 128) while the grid is under
+// 6 CTAs per SM, else 2 (a third resident CTA streams while another starts or merges). Measured on an H200
+// (bench/RESULTS.md): M batch 64 x 1024 keys 93% of the copy bandwidth at 3 stages, 84% at 2; M batch 128 x 256 82%
+// at 2, 72% at 3; S batch 128 x 192 62% at 2, 58% at 3; 4 stages (1 CTA per SM) 45-62%.
+template <typename T, int HD>
+void launch_decode_mma(const PagedAttentionParams& p, cudaStream_t stream) {
+  const int group = p.num_heads / p.num_kv_heads;
+  const int64_t ctas = static_cast<int64_t>(p.num_decode_reqs) * p.num_kv_heads * ((group + 7) / 8);
+  if (ctas >= 6 * num_sms()) return launch_stages<T, HD, 2>(p, stream);
+  launch_stages<T, HD, 3>(p, stream);
 }
 
 #define LLMSERVE_DECODE_MMA(T, HD) template void launch_decode_mma<T, HD>(const PagedAttentionParams&, cudaStream_t);
