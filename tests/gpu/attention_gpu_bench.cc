@@ -186,8 +186,8 @@ int run_bench() {
     bool split;
   };
   // batch 128 gets 1024+ CTAs already: the split-K heuristic picks 1 split, so only the workspace row runs.
-  const Spec specs[] = {{&kShapeM, 1, 256, true},   {&kShapeM, 1, 256, false},  {&kShapeM, 1, 2048, true},
-                        {&kShapeM, 1, 2048, false}, {&kShapeM, 128, 256, true}, {&kShapeM, 128, 2048, true},
+  const Spec specs[] = {{&kShapeM, 1, 256, true},   {&kShapeM, 1, 256, false},   {&kShapeM, 1, 2048, true},
+                        {&kShapeM, 1, 2048, false}, {&kShapeM, 128, 256, true},  {&kShapeM, 128, 2048, true},
                         {&kShapeM, 64, 1024, true}, {&kShapeM, 256, 1024, true}, {&kShapeS, 1, 256, true},
                         {&kShapeS, 128, 192, true}, {&kShapeS, 128, 256, true}};
   for (const Spec& sp : specs) {

@@ -48,7 +48,7 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
   return y;
 }
 
-// Grid: x (kv head, head chunk of 8), y request. 
+// Grid: x (kv head, head chunk of 8), y request; kStages: the per-warp pipeline depth (launch_decode_mma).
 template <typename T, int HD, int kStages>
 __global__ void __launch_bounds__(kThreads) mma_decode_kernel(const PagedAttentionParams p, int num_head_chunks) {
   using S = MmaDecodeShape<HD, kStages>;
