@@ -7,7 +7,8 @@
 // output) to the f32 workspace and the last CTA of its (request, head group) to arrive (an atomic counter in the
 // workspace, reset by that CTA) combines them: one launch per call. The grid's split count is a bound set on the
 // host (under CUDA graphs from the block table's reach, not the context); each request uses only as many splits as
-// its own length fills with min_keys_per_split keys each, and the CTAs past those leave at once.
+// its own length fills with min_keys_per_split keys each, and the CTAs past those leave at once. launch_decode sends
+// groups of >= 4 heads whose batch fills the GPU without split-K to the tensor-core kernel (attention_decode_mma.cu).
 // Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
 
