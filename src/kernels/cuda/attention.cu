@@ -60,11 +60,7 @@ bool sm90_prefill_fits(const PagedAttentionParams& p, const ops::PrefillSchedule
       p.sliding_window > 0 || !aligned16(p.out) || (p.out_row_stride * esize) % 16 != 0) {
     return false;
   }
-  int device = 0, sms = 0;
-  CHECK(cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
-      << "SM count";
-  return s.num_ctas == sms;
+  return s.num_ctas == num_sms();
 }
 
 std::string field(const char* name, int64_t v) { return std::string(name) + " = " + std::to_string(v); }

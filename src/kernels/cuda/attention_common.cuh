@@ -181,10 +181,12 @@ void launch_decode(const PagedAttentionParams& p, cudaStream_t stream);
 template <typename T, int HD>
 void launch_prefill(const PagedAttentionParams& p, cudaStream_t stream);
 // The tensor-core decode of grouped-query heads (attention_decode_mma.cu; T bf16 or f16, HD 64 or 128; no split-K):
-// launch_decode sends it the batches that fill the GPU. mma_decode_enabled(): LLMSERVE_DECODE_MMA is not 0.
+// launch_decode sends it the batches that fill the GPU. mma_decode_enabled(): LLMSERVE_DECODE_MMA is not 0;
+// mma_decode_ctas(p): its grid's CTA count for the call (requests x kv heads x head chunks of 8).
 template <typename T, int HD>
 void launch_decode_mma(const PagedAttentionParams& p, cudaStream_t stream);
 bool mma_decode_enabled();
+int64_t mma_decode_ctas(const PagedAttentionParams& p);
 // FlashInfer's Hopper prefill kernel over p.prefill_schedule's work lists (T bf16 or f16, HD 64 or 128; the
 // prefill requests only, no sliding window): attention_prefill_sm90*.cu.
 template <typename T, int HD>

@@ -368,8 +368,7 @@ void launch_decode(const PagedAttentionParams& p, cudaStream_t stream) {
   const int group = p.num_heads / p.num_kv_heads;
   // Groups of >= 4 heads on tensor cores once the batch fills the GPU without split-K (that kernel has none).
   if constexpr (HD == 64 || HD == 128) {
-    const int mma_ctas = p.num_decode_reqs * p.num_kv_heads * ((group + 7) / 8);
-    if (group >= 4 && mma_decode_enabled() && choose_splits(p, mma_ctas, HD) == 1)
+    if (group >= 4 && mma_decode_enabled() && choose_splits(p, static_cast<int>(mma_decode_ctas(p)), HD) == 1)
       return launch_decode_mma<T, HD>(p, stream);
   }
   // Heads per CTA: the smallest of 1, 2, 4, 8 covering the group (groups over 8 take several CTAs).

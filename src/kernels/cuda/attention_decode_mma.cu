@@ -269,11 +269,14 @@ void launch_stages(const PagedAttentionParams& p, cudaStream_t stream) {
 // 6 CTAs per SM, else 2 (a third resident CTA streams while another starts or merges). Measured on an H200
 // (bench/RESULTS.md): M batch 64 x 1024 keys 93% of the copy bandwidth at 3 stages, 84% at 2; M batch 128 x 256 82%
 // at 2, 72% at 3; S batch 128 x 192 62% at 2, 58% at 3; 4 stages (1 CTA per SM) 45-62%.
+int64_t mma_decode_ctas(const PagedAttentionParams& p) {
+  const int group = p.num_heads / p.num_kv_heads;
+  return static_cast<int64_t>(p.num_decode_reqs) * p.num_kv_heads * ((group + kHeadsPerCta - 1) / kHeadsPerCta);
+}
+
 template <typename T, int HD>
 void launch_decode_mma(const PagedAttentionParams& p, cudaStream_t stream) {
-  const int group = p.num_heads / p.num_kv_heads;
-  const int64_t ctas = static_cast<int64_t>(p.num_decode_reqs) * p.num_kv_heads * ((group + 7) / 8);
-  if (ctas >= 6 * num_sms()) return launch_stages<T, HD, 2>(p, stream);
+  if (mma_decode_ctas(p) >= 6 * num_sms()) return launch_stages<T, HD, 2>(p, stream);
   launch_stages<T, HD, 3>(p, stream);
 }
 
