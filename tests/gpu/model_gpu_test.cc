@@ -438,7 +438,10 @@ TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
 }
 
 // The tensor-core decode through the runner: 300 requests x 4 kv heads of a GQA-4 model decode together (over 2
-// CTAs per SM: no split-K), in a FULL graph of capture size 304 (4 padding rows).
+// CTAs per SM: no split-K), in a FULL graph of capture size 304 (4 padding rows), against the CPU; then the same
+// batch eagerly (the kernel on 300 rows) and synchronously: the sampled ids of all three GPU runs are equal; sync vs
+// async also the top-k ids, and the logprobs within 1e-3 (same graphs, same kernels); eager vs graphs the logprobs
+// within the graph tests' bf16 tolerance (the padded GEMM shapes sum in another order).
 TEST_F(ModelGpuTest, TensorCoreDecodeThroughTheRunnerMatchesTheCpu) {
   const DummyLlama model("llmserve_gpu_mma_decode", 16, 4);
   std::vector<std::vector<int32_t>> prompts = testing::random_prompts(300, 3, 90, 1024, 78);
@@ -447,7 +450,33 @@ TEST_F(ModelGpuTest, TensorCoreDecodeThroughTheRunnerMatchesTheCpu) {
   args.num_kv_cache_tokens = 65536;
   args.max_num_seqs = 320;
   args.max_num_batched_tokens = 16384;
-  EXPECT_GT(compare_cpu_gpu(model, prompts, greedy(6, 5), args), 3 * static_cast<int>(prompts.size()));
+  const SamplingParams params = greedy(6, 5);
+  EXPECT_GT(compare_cpu_gpu(model, prompts, params, args), 3 * static_cast<int>(prompts.size()));
+
+  std::unique_ptr<CausalLM> gpu = model.load(Device::cuda());
+  const auto defaults = generate(*gpu, prompts, params, args);
+  EngineArgs eager_args = args, sync_args = args;
+  eager_args.cuda_graph_mode = CudaGraphMode::kNone;
+  sync_args.async_scheduling = false;
+  const auto eager = generate(*gpu, prompts, params, eager_args);
+  const auto sync = generate(*gpu, prompts, params, sync_args);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string what = "prompt " + std::to_string(i);
+    ASSERT_EQ(eager[i].ids, defaults[i].ids) << what << ": eager vs graphs";
+    ASSERT_EQ(sync[i].ids, defaults[i].ids) << what << ": sync vs async";
+    ASSERT_EQ(eager[i].logprobs.size(), defaults[i].logprobs.size()) << what;
+    ASSERT_EQ(sync[i].logprobs.size(), defaults[i].logprobs.size()) << what;
+    for (size_t t = 0; t < defaults[i].logprobs.size(); ++t) {
+      const TokenLogprobs& want = defaults[i].logprobs[t];
+      const std::string at = what + " step " + std::to_string(t);
+      ASSERT_EQ(sync[i].logprobs[t].token_ids, want.token_ids) << at << ": sync vs async";
+      ASSERT_EQ(eager[i].logprobs[t].logprobs.size(), want.logprobs.size()) << at << ": eager vs graphs";
+      for (size_t k = 0; k < want.logprobs.size(); ++k) {
+        EXPECT_NEAR(sync[i].logprobs[t].logprobs[k], want.logprobs[k], 1e-3) << at << ": sync vs async";
+        EXPECT_NEAR(eager[i].logprobs[t].logprobs[k], want.logprobs[k], 0.05) << at << ": eager vs graphs";
+      }
+    }
+  }
 }
 
 TEST_F(ModelGpuTest, MemoryPlanFitsTheBudgetAndStepsDoNotCudaMalloc) {
