@@ -11,8 +11,8 @@
 // W4A16GemvDecodeMatchesCpuTightly). Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of
 // sum |a b|). w4a16_gemm (the GEMM layout of w4a16_gemm_pack, CUTLASS's mixed-input GEMM; W4A16GemmMatchesCpu, its
 // fallbacks).
-// `--bench`: the prefill GEMMs (bf16, fp8, block-FP8, int8) at the Mistral-7B MLP shapes in TFLOP/s beside the FP8
-// peak and a large fp8 GEMM of the same run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in
+// `--bench` (`--bench-gemm`: the first table only): the prefill GEMMs (bf16, fp8, block-FP8, int8) at the Mistral-7B
+// MLP shapes in TFLOP/s beside the FP8 peak and a large fp8 GEMM of the same run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in
 // the same process, then the W4A16 GEMM beside the bf16 GEMM at m = 32, 64, 256, 2048 (bytes / FLOP floors), then the
 // fused per-token activation quantization beside the unfused pairs (fused_quant_gpu_test.cc, also its tests).
 #include <cuda_runtime_api.h>
@@ -932,12 +932,15 @@ int run_bench() {
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--bench") == 0) {
+    const bool gemm_only = std::strcmp(argv[i], "--bench-gemm") == 0;
+    if (gemm_only || std::strcmp(argv[i], "--bench") == 0) {
       if (!llmserve::gpu_testing::have_cuda_device()) {
-        std::fprintf(stderr, "quant_gpu_test --bench: no CUDA device\n");
+        std::fprintf(stderr, "quant_gpu_test %s: no CUDA device\n", argv[i]);
         return 1;
       }
-      return llmserve::run_bench();
+      if (!gemm_only) return llmserve::run_bench();
+      llmserve::run_gemm_bench();
+      return 0;
     }
   }
   ::testing::InitGoogleTest(&argc, argv);

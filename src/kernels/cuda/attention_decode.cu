@@ -9,6 +9,8 @@
 // host (under CUDA graphs from the block table's reach, not the context); each request uses only as many splits as
 // its own length fills with min_keys_per_split keys each, and the CTAs past those leave at once. launch_decode sends
 // groups of >= 4 heads whose batch fills the GPU without split-K to the tensor-core kernel (attention_decode_mma.cu).
+// Both decode kernels launch with programmatic dependent launch and wait (pdl_wait) before their first read: they
+// are resident when the rotary + cache write ends, one launch gap less per layer (bench/RESULTS.md, eighth session).
 // Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
 
@@ -92,6 +94,7 @@ __device__ void combine_splits(const float* ws_group, int split_stride, int num_
 template <typename T, int HD, int GH, int KVH, int kStages>
 __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
     decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split) {
+  pdl_wait();  // launch_pdl: the queries and the cache come from the kernels before
   using S = DecodeShape<HD, GH, KVH, kStages>;
   constexpr int kVec = S::kVec, kHeadThreads = S::kHeadThreads, kTpk = S::kTpk, kGroups = S::kGroups;
   constexpr int kUnroll = S::kUnroll, kHeads = S::kHeads;
@@ -339,9 +342,9 @@ void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int split
   CHECK(attr_set) << "decode_kernel: cannot get " << kSmem << " bytes of shared memory";
   dim3 grid(static_cast<unsigned>(p.num_kv_heads / KVH * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
             static_cast<unsigned>(splits));
-  decode_kernel<T, HD, GH, KVH, kPipelineStages>
-      <<<grid, kDecodeThreads, kSmem, stream>>>(p, num_head_chunks, min_keys_per_split());
-  check_launch("decode_kernel");
+  CHECK(stream == cuda::stream()) << "decode_kernel: launch_pdl launches on the current stream";
+  launch_pdl_smem("decode_kernel", decode_kernel<T, HD, GH, KVH, kPipelineStages>, grid, kDecodeThreads, kSmem, p,
+                  num_head_chunks, min_keys_per_split());
 }
 
 // Two kv heads per CTA halve the CTA count: worth it once one kv head per CTA needs more than one wave of the

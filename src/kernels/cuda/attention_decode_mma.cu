@@ -51,6 +51,7 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 // Grid: x (kv head, head chunk of 8), y request; kStages: the per-warp pipeline depth (launch_decode_mma).
 template <typename T, int HD, int kStages>
 __global__ void __launch_bounds__(kThreads) mma_decode_kernel(const PagedAttentionParams p, int num_head_chunks) {
+  pdl_wait();  // launch_pdl: the queries and the cache come from the kernels before
   using S = MmaDecodeShape<HD, kStages>;
   extern __shared__ uint4 smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
@@ -260,8 +261,8 @@ void launch_stages(const PagedAttentionParams& p, cudaStream_t stream) {
   const int group = p.num_heads / p.num_kv_heads;
   const int num_head_chunks = (group + kHeadsPerCta - 1) / kHeadsPerCta;
   const dim3 grid(static_cast<unsigned>(p.num_kv_heads * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs));
-  mma_decode_kernel<T, HD, kStages><<<grid, kThreads, kSmem, stream>>>(p, num_head_chunks);
-  check_launch("mma_decode_kernel");
+  CHECK(stream == cuda::stream()) << "mma_decode_kernel: launch_pdl launches on the current stream";
+  launch_pdl_smem("mma_decode_kernel", mma_decode_kernel<T, HD, kStages>, grid, kThreads, kSmem, p, num_head_chunks);
 }
 }  // namespace
 
