@@ -1,9 +1,11 @@
-// int_from_env: strtoll over the whole value, then the range.
+// int_from_env: strtoll over the whole value, then the range; switch_from_env: the same parser over 0..1.
 #include "core/env.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+
+#include "core/logging.h"
 
 namespace llmserve {
 
@@ -21,6 +23,18 @@ StatusOr<std::optional<int64_t>> int_from_env(const char* name, int64_t lo, int6
     return invalid_argument(std::string(name) + "='" + v + "' is not " + expected);
   }
   return std::optional<int64_t>(value);
+}
+
+StatusOr<bool> switch_from_env(const char* name, bool unset) {
+  StatusOr<std::optional<int64_t>> v = int_from_env(name, 0, 1);
+  if (!v.ok()) return v.status();
+  return v->has_value() ? **v == 1 : unset;
+}
+
+bool switch_from_env_or_die(const char* name, bool unset) {
+  StatusOr<bool> v = switch_from_env(name, unset);
+  CHECK(v.ok()) << v.status().message();
+  return *v;
 }
 
 }  // namespace llmserve

@@ -1,5 +1,5 @@
-// Integer settings read from the environment (the A/B switches of kernels and linear methods): one parser, one
-// message naming the variable and its value.
+// Integer settings and on / off switches read from the environment (the A/B switches of kernels and linear methods):
+// one parser, one message naming the variable and its value.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +15,10 @@ namespace llmserve {
 // lo..hi").
 StatusOr<std::optional<int64_t>> int_from_env(const char* name, int64_t lo,
                                               int64_t hi = std::numeric_limits<int64_t>::max());
+
+// An on / off switch: $name as 0 or 1 (int_from_env's parser and message), `unset` when it is not set.
+StatusOr<bool> switch_from_env(const char* name, bool unset);
+// switch_from_env, stopping the process with its message on a bad value: for the kernels' A/B switches, read once.
+bool switch_from_env_or_die(const char* name, bool unset);
 
 }  // namespace llmserve

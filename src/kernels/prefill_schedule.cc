@@ -46,11 +46,7 @@ int64_t prefill_schedule_width(int64_t max_num_tokens, int64_t max_num_reqs, int
 
 int64_t sm90_prefill_ctas(const Device& device) {
   if (device.is_cpu()) return 0;
-  static const bool enabled = [] {
-    StatusOr<std::optional<int64_t>> v = int_from_env("LLMSERVE_SM90_PREFILL", 0, 1);
-    CHECK(v.ok()) << v.status().message();
-    return !v->has_value() || **v == 1;
-  }();
+  static const bool enabled = switch_from_env_or_die("LLMSERVE_SM90_PREFILL", true);
   if (!enabled) return 0;
 #ifdef LLMSERVE_WITH_CUDA
   int major = 0, minor = 0, sms = 0;

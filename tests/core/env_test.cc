@@ -1,4 +1,5 @@
-// int_from_env: unset, in range, and every kind of bad value, each refused with the variable and its value named.
+// int_from_env and switch_from_env: unset, in range, and every kind of bad value, each refused with the variable and
+// its value named.
 #include "core/env.h"
 
 #include <gtest/gtest.h>
@@ -35,6 +36,24 @@ TEST(IntFromEnv, BadValuesNameTheVariableAndTheRange) {
   StatusOr<std::optional<int64_t>> v = int_from_env(kName, 1);  // no upper bound
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().message(), std::string(kName) + "='0' is not a positive integer");
+  unsetenv(kName);
+}
+
+TEST(SwitchFromEnv, ZeroOneOrTheDefault) {
+  unsetenv(kName);
+  EXPECT_TRUE(*switch_from_env(kName, true));
+  EXPECT_FALSE(*switch_from_env(kName, false));
+  setenv(kName, "0", 1);
+  EXPECT_FALSE(*switch_from_env(kName, true));
+  EXPECT_FALSE(switch_from_env_or_die(kName, true));
+  setenv(kName, "1", 1);
+  EXPECT_TRUE(*switch_from_env(kName, false));
+  for (const char* bad : {"", "2", "-1", "yes", "on", "1 ", "01x"}) {
+    setenv(kName, bad, 1);
+    StatusOr<bool> v = switch_from_env(kName, true);
+    ASSERT_FALSE(v.ok()) << "'" << bad << "'";
+    EXPECT_EQ(v.status().message(), std::string(kName) + "='" + bad + "' is not an integer in 0..1");
+  }
   unsetenv(kName);
 }
 

@@ -34,6 +34,12 @@ struct MmaDecodeShape {
   static constexpr int kSmemBytes = kQOffsetBytes + kHeadsPerCta * HD * 2;
 };
 
+// CTAs per kv head: its group of query heads in chunks of kHeadsPerCta.
+int head_chunks(const PagedAttentionParams& p) {
+  const int group = p.num_heads / p.num_kv_heads;
+  return (group + kHeadsPerCta - 1) / kHeadsPerCta;
+}
+
 // Element offset of 16-byte chunk `chunk` of row `row` in a [rows][HD] tile: chunks XOR-permuted by the row's low
 // three bits, so the 8 rows of one ldmatrix matrix hit 8 different bank groups.
 template <int HD>
@@ -240,11 +246,7 @@ __global__ void __launch_bounds__(kThreads) mma_decode_kernel(const PagedAttenti
 
 // LLMSERVE_DECODE_MMA=0 keeps every decode on the CUDA-core kernel (the A/B switch); default 1.
 bool mma_decode_enabled() {
-  static const bool enabled = [] {
-    StatusOr<std::optional<int64_t>> v = int_from_env("LLMSERVE_DECODE_MMA", 0, 1);
-    CHECK(v.ok()) << v.status().message();
-    return !v->has_value() || **v == 1;
-  }();
+  static const bool enabled = switch_from_env_or_die("LLMSERVE_DECODE_MMA", true);
   return enabled;
 }
 
@@ -258,8 +260,7 @@ void launch_stages(const PagedAttentionParams& p, cudaStream_t stream) {
                                 kSmem) == cudaSuccess;
   });
   CHECK(attr_set) << "mma_decode_kernel: cannot get " << kSmem << " bytes of shared memory";
-  const int group = p.num_heads / p.num_kv_heads;
-  const int num_head_chunks = (group + kHeadsPerCta - 1) / kHeadsPerCta;
+  const int num_head_chunks = head_chunks(p);
   const dim3 grid(static_cast<unsigned>(p.num_kv_heads * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs));
   CHECK(stream == cuda::stream()) << "mma_decode_kernel: launch_pdl launches on the current stream";
   launch_pdl_smem("mma_decode_kernel", mma_decode_kernel<T, HD, kStages>, grid, kThreads, kSmem, p, num_head_chunks);
@@ -271,8 +272,7 @@ void launch_stages(const PagedAttentionParams& p, cudaStream_t stream) {
 // (bench/RESULTS.md): M batch 64 x 1024 keys 93% of the copy bandwidth at 3 stages, 84% at 2; M batch 128 x 256 82%
 // at 2, 72% at 3; S batch 128 x 192 62% at 2, 58% at 3; 4 stages (1 CTA per SM) 45-62%.
 int64_t mma_decode_ctas(const PagedAttentionParams& p) {
-  const int group = p.num_heads / p.num_kv_heads;
-  return static_cast<int64_t>(p.num_decode_reqs) * p.num_kv_heads * ((group + kHeadsPerCta - 1) / kHeadsPerCta);
+  return static_cast<int64_t>(p.num_decode_reqs) * p.num_kv_heads * head_chunks(p);
 }
 
 template <typename T, int HD>
