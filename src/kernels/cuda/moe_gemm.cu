@@ -16,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"  // cp.async helpers
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -490,8 +491,7 @@ void launch_tiles(Tensor& out, const Tensor& x, const Tensor& weight, const Tens
 // The blocks that take CUTLASS (set_moe_gemm_cutlass_block). LLMSERVE_MOE_CUTLASS=0 starts the process with none,
 // so a whole-model benchmark can compare against the WMMA tiles with the same binary.
 int64_t initial_cutlass_block() {
-  const char* v = std::getenv("LLMSERVE_MOE_CUTLASS");
-  return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : ops::kMoeGemmSmallTileRows;
+  return switch_from_env_or_die("LLMSERVE_MOE_CUTLASS", true) ? ops::kMoeGemmSmallTileRows : 0;
 }
 std::atomic<int64_t> cutlass_block_multiple{initial_cutlass_block()};
 

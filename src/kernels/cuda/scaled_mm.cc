@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/cuda_stream.h"
+#include "core/env.h"
 #include "core/logging.h"
 #include "kernels/cuda/cublaslt_plan.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -226,8 +227,9 @@ ScaleMode mode_of(const Tensor& scales, bool block) {
 
 // 0: every fast path; 1: no cuBLASLt scale modes (the unit-scaled GEMMs + epilogues); 2: only the tiled kernel.
 int forced_fallback() {
-  const char* v = std::getenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK");
-  return v == nullptr ? 0 : std::atoi(v);
+  StatusOr<std::optional<int64_t>> v = int_from_env("LLMSERVE_SCALED_MM_FORCE_FALLBACK", 0, 2);
+  CHECK(v.ok()) << v.status().message();
+  return static_cast<int>(v->value_or(0));
 }
 
 const char* mode_name(bool int8, ScaleMode w_mode, ScaleMode x_mode) {
