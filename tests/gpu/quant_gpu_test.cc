@@ -600,8 +600,8 @@ void run_w4a16_gemm(const W4GemmCase& c, uint32_t seed) {
                     << ", bound's sum " << mag[worst];
 }
 
-// Every m the model sends past the GEMV (33 .. 8192, odd ones; 64 / 65 across the small / large tile switch; and 1, 17,
-// 32, should LLMSERVE_W4A16_GEMM_MIN_ROWS or a measurement move the switch below the GEMV's limit), GPTQ
+// Every m the model sends past the GEMV (17 .. 8192, odd ones; 32 / 33 and 64 / 65 across the decode / small / large
+// tile switches; and 1, should LLMSERVE_W4A16_GEMM_MIN_ROWS move the switch to the bottom), GPTQ
 // symmetric (scale-only kernel), GPTQ asymmetric and AWQ (zero terms), act-order, groups of 128 and 256 and per
 // channel, n = 272 (a partial 128-row tile), bias absent / f32 / bf16, row-strided x and out, QKV's row slices.
 TEST_F(CudaQuantTest, W4A16GemmMatchesCpu) {

@@ -2,10 +2,10 @@
 // (bench/RESULTS.md: faster than cuBLASLt at m = 1 on the S and Mistral-7B shapes, slower at m = 4). Each output
 // column j (a weight row) is owned by `splits` warps of one block that stream interleaved 16-byte pieces of the row,
 // several in flight, and dot them with every x row (x stays in L1/L2); f32 accumulation, warp-shuffle then shared
-// memory reduction, bias added in f32 before the one rounding to out's dtype. Short, narrow products (the S
-// model's o_proj: 2048 rows) split each row over more warps so the GPU has enough loads in flight. Launched with
-// programmatic dependent launch: the first weight loads overlap the previous kernel. Memory-bound by design: its
-// floor is weight bytes / bandwidth. The weight must not be written by the kernel launched just before.
+// memory reduction, bias added in f32 before the one rounding to out's dtype. Narrow products with long rows (the
+// Mistral-7B down: 4096 rows of 14336) split each row over more warps so the GPU has enough loads in flight.
+// Launched with programmatic dependent launch: the first weight loads overlap the previous kernel. Memory-bound by
+// design: its floor is weight bytes / bandwidth. The weight must not be written by the kernel launched just before.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemv_common.cuh"
@@ -89,8 +89,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// Warps per column (gemv_common.cuh): a round is kUnroll 16-byte loads of each of the warp's 32 lanes.
-int choose_splits(int64_t n, int64_t k) { return choose_gemv_splits(n, k / 8 / (int64_t{32} * kUnroll)); }
+// Warps per column (gemv_common.cuh): a round is kUnroll 16-byte loads of each of the warp's 32 lanes. A split warp
+// keeps at least two rounds, so that it loads its second round while it multiplies its first: with one round per warp
+// (the S model's 2048-column qkv and o_proj at 2 warps, its down at 4) the GEMVs measured 5-10% slower and S b1
+// decode 1.3% slower (bench/RESULTS.md, ninth session).
+int choose_splits(int64_t n, int64_t k) { return choose_gemv_splits(n, k / 8 / (int64_t{32} * kUnroll) / 2); }
 
 template <typename T, typename O, typename B>
 void launch(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor* bias) {
