@@ -1,4 +1,4 @@
-// int_from_env: strtoll over the whole value, then the range; switch_from_env: the same parser over 0..1.
+// int_from_env: strtoll over the whole value, then the range; the _or_die and switch forms: the same parser.
 #include "core/env.h"
 
 #include <cerrno>
@@ -31,10 +31,12 @@ StatusOr<bool> switch_from_env(const char* name, bool unset) {
   return v->has_value() ? **v == 1 : unset;
 }
 
-bool switch_from_env_or_die(const char* name, bool unset) {
-  StatusOr<bool> v = switch_from_env(name, unset);
+int64_t int_from_env_or_die(const char* name, int64_t lo, int64_t hi, int64_t unset) {
+  StatusOr<std::optional<int64_t>> v = int_from_env(name, lo, hi);
   CHECK(v.ok()) << v.status().message();
-  return *v;
+  return v->value_or(unset);
 }
+
+bool switch_from_env_or_die(const char* name, bool unset) { return int_from_env_or_die(name, 0, 1, unset) == 1; }
 
 }  // namespace llmserve

@@ -16,9 +16,13 @@ namespace llmserve {
 StatusOr<std::optional<int64_t>> int_from_env(const char* name, int64_t lo,
                                               int64_t hi = std::numeric_limits<int64_t>::max());
 
+// int_from_env with `unset` for an unset variable, stopping the process with its message on a bad value: for the
+// kernels' measurement switches, which have no caller to return an error to.
+int64_t int_from_env_or_die(const char* name, int64_t lo, int64_t hi, int64_t unset);
+
 // An on / off switch: $name as 0 or 1 (int_from_env's parser and message), `unset` when it is not set.
 StatusOr<bool> switch_from_env(const char* name, bool unset);
-// switch_from_env, stopping the process with its message on a bad value: for the kernels' A/B switches, read once.
+// switch_from_env, stopping the process with its message on a bad value (int_from_env_or_die over 0..1).
 bool switch_from_env_or_die(const char* name, bool unset);
 
 }  // namespace llmserve

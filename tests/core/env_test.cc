@@ -1,10 +1,13 @@
-// int_from_env and switch_from_env: unset, in range, and every kind of bad value, each refused with the variable and
-// its value named.
+// int_from_env, its _or_die form and switch_from_env: unset, in range, and every kind of bad value, each refused
+// with the variable and its value named.
 #include "core/env.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+
+#include "core/logging.h"
 
 namespace llmserve {
 namespace {
@@ -36,6 +39,26 @@ TEST(IntFromEnv, BadValuesNameTheVariableAndTheRange) {
   StatusOr<std::optional<int64_t>> v = int_from_env(kName, 1);  // no upper bound
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().message(), std::string(kName) + "='0' is not a positive integer");
+  unsetenv(kName);
+}
+
+TEST(IntFromEnvOrDie, TheValueOrTheDefault) {
+  unsetenv(kName);
+  EXPECT_EQ(int_from_env_or_die(kName, 1, 4096, 32), 32);
+  setenv(kName, "4096", 1);
+  EXPECT_EQ(int_from_env_or_die(kName, 1, 4096, 32), 4096);
+  setenv(kName, "4097", 1);
+  {
+    ScopedThrowOnFatal guard;  // the stop, as an exception carrying its message
+    try {
+      int_from_env_or_die(kName, 1, 4096, 32);
+      ADD_FAILURE() << "4097 was accepted";
+    } catch (const FatalError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(kName) + "='4097' is not an integer in 1..4096"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   unsetenv(kName);
 }
 

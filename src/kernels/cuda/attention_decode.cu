@@ -31,11 +31,8 @@ constexpr int kMinKeysPerSplit = 32;
 // LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT=N (1..4096) overrides it so one binary can measure the choice (1: every request
 // of >= 32 keys uses all of the grid's splits, as before this was decided per request).
 int min_keys_per_split() {
-  static const int keys = [] {
-    StatusOr<std::optional<int64_t>> v = int_from_env("LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT", 1, 4096);
-    CHECK(v.ok()) << v.status().message();
-    return v->has_value() ? static_cast<int>(**v) : kMinKeysPerSplit;
-  }();
+  static const int keys =
+      static_cast<int>(int_from_env_or_die("LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT", 1, 4096, kMinKeysPerSplit));
   return keys;
 }
 

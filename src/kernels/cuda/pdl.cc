@@ -1,6 +1,7 @@
 // Whether launch_pdl (cuda_common.cuh) asks for programmatic dependent launch: on Hopper and later (compute
-// capability >= 9: older GPUs have no grid dependency control) unless LLMSERVE_PDL=0 (0 or 1; another value stops the process naming it); decided once per process, on
-// the device current at the first launch. The switch lets one binary measure the overlap (bench/RESULTS.md).
+// capability >= 9: older GPUs have no grid dependency control) unless LLMSERVE_PDL=0 (0 or 1; another value stops
+// the process naming it); decided once per process, on the device current at the first launch. The switch lets one
+// binary measure the overlap (bench/RESULTS.md).
 #include <cuda_runtime_api.h>
 
 #include "core/env.h"

@@ -226,11 +226,8 @@ ScaleMode mode_of(const Tensor& scales, bool block) {
 }
 
 // 0: every fast path; 1: no cuBLASLt scale modes (the unit-scaled GEMMs + epilogues); 2: only the tiled kernel.
-int forced_fallback() {
-  StatusOr<std::optional<int64_t>> v = int_from_env("LLMSERVE_SCALED_MM_FORCE_FALLBACK", 0, 2);
-  CHECK(v.ok()) << v.status().message();
-  return static_cast<int>(v->value_or(0));
-}
+// Read at every call: the tests switch it between calls.
+int forced_fallback() { return static_cast<int>(int_from_env_or_die("LLMSERVE_SCALED_MM_FORCE_FALLBACK", 0, 2, 0)); }
 
 const char* mode_name(bool int8, ScaleMode w_mode, ScaleMode x_mode) {
   if (int8) return "int8";
