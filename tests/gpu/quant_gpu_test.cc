@@ -259,6 +259,12 @@ TEST_F(CudaQuantTest, ScaledMMCutlassMatchesCpu) {
     run_scaled_mm(DType::kI8, Mode::kTokenChannel, m, 264, 272, seed += 10, bias, false, out, true);
     run_scaled_mm(DType::kI8, Mode::kTensor, m, 136, 400, seed += 10, bias, false, out, true);
   }
+  // Block-FP8's mainloop alternates two partial sums over the k tiles: 1, 2, 3 (above) and 4 tiles take every path
+  // of the alternation; 144 output tiles give some CTAs of the persistent grid a second tile.
+  for (int64_t k : {128, 256, 512}) {
+    run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, 300, 264, k, seed += 10, Bias::kNone, false, DType::kBF16, true);
+  }
+  run_scaled_mm(DType::kFP8E4M3, Mode::kGroupBlock, 1024, 2304, 256, seed += 10, Bias::kF32, false, DType::kBF16, true);
   set_min_log_level(level);
 }
 

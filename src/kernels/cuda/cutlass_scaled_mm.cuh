@@ -75,12 +75,20 @@ struct ScaledGemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
+// The persistent tile scheduler's order of output tiles: CUTLASS's defaults (no swizzle, raster order by its
+// heuristic) unless a kernel measured better.
+struct TileOrder {
+  int max_swizzle = 1;
+  cutlass::gemm::kernel::detail::RasterOrderOptions raster =
+      cutlass::gemm::kernel::detail::RasterOrderOptions::Heuristic;
+};
+
 // Runs one GemmUniversalAdapter on the current stream (shared by the epilogue-scaled and block-scaled kernels:
 // `mainloop` and `epilogue_fusion` are their kernel-specific argument parts).
 template <class Gemm>
 void run_gemm(const CutlassScaledMM& p, typename Gemm::GemmKernel::MainloopArguments mainloop,
               typename Gemm::GemmKernel::CollectiveEpilogue::FusionCallbacks::Arguments epilogue_fusion,
-              const char* what) {
+              const char* what, TileOrder order = {}) {
   using Kernel = typename Gemm::GemmKernel;
   using ElementOut = typename Kernel::ElementD;
   const typename Kernel::StrideD stride_d{p.n, Int<1>{}, int64_t{0}};
@@ -88,6 +96,8 @@ void run_gemm(const CutlassScaledMM& p, typename Gemm::GemmKernel::MainloopArgum
                                 {static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), 1},
                                 mainloop,
                                 {epilogue_fusion, nullptr, stride_d, static_cast<ElementOut*>(p.out), stride_d}};
+  args.scheduler.max_swizzle_size = order.max_swizzle;
+  args.scheduler.raster_order = order.raster;
   Gemm gemm;
   const cutlass::Status can = gemm.can_implement(args);
   CHECK(can == cutlass::Status::kSuccess) << what << ": CUTLASS refuses m " << p.m << " n " << p.n << " k " << p.k
