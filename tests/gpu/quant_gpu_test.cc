@@ -11,11 +11,11 @@
 // W4A16GemvDecodeMatchesCpuTightly). Tolerance: the output's dtype rounding plus f32 accumulation-order error (2e-6 of
 // sum |a b|). w4a16_gemm (the GEMM layout of w4a16_gemm_pack, CUTLASS's mixed-input GEMM; W4A16GemmMatchesCpu, its
 // fallbacks).
-// `--bench` (`--bench-gemm`: the first table only): the prefill GEMMs (bf16, fp8, block-FP8, int8) at the Mistral-7B
-// MLP shapes in TFLOP/s beside the FP8 peak and a large fp8 GEMM of the same run; each GEMV at the Mistral-7B shapes
-// beside the copy bandwidth measured in the same process, then the W4A16 GEMM beside the bf16 GEMM at m = 32, 64,
-// 256, 2048 (bytes / FLOP floors), then the fused per-token activation quantization beside the unfused pairs
-// (fused_quant_gpu_test.cc, also its tests).
+// `--bench` (`--bench-gemm`: the first table only; `--bench-gemv`: the GEMV table only): the prefill GEMMs (bf16,
+// fp8, block-FP8, int8) at the Mistral-7B MLP shapes in TFLOP/s beside the FP8 peak and a large fp8 GEMM of the same
+// run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in the same process, then the W4A16 GEMM
+// beside the bf16 GEMM at m = 32, 64, 256, 2048 (bytes / FLOP floors), then the fused per-token activation
+// quantization beside the unfused pairs (fused_quant_gpu_test.cc, also its tests).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -463,7 +463,7 @@ TEST_F(CudaQuantTest, W4A16GemvBranchesMatchCpu) {
 // The decode GEMV (m <= 8: 16- or 32-row warps; 9..32: 16-row) against its own, tighter bound (W4Case::tight): every m
 // to the switch point and past it, bf16 and f16, GPTQ act-order, bias absent / f32 / 16-bit; groups of 128, 256 and
 // 512 columns and per channel with k % 128 != 0 (a partial last block); an odd and an even number of blocks per warp
-// (the double buffer's two halves); n = 24 (one partial 32-row tile), 40 and 264 (several tiles, the last partial);
+// (the ring of blocks in flight); n = 24 (one partial 32-row tile), 40 and 264 (several tiles, the last partial);
 // and x all positive, where the zero-point correction (bias + z) sum x is largest against the result.
 TEST_F(CudaQuantTest, W4A16GemvDecodeMatchesCpuTightly) {
   uint32_t seed = 9000;
@@ -495,6 +495,17 @@ TEST_F(CudaQuantTest, W4A16GemvDecodeMatchesCpuTightly) {
       c.x_min = m == 8 ? 0.f : -1.f;
       run_w4a16(c, seed += 10);
     }
+  }
+  // 16-row warps with two blocks in flight (the cases above take three: their grids run in one wave): at k = 4096 a
+  // grid of 1.5 blocks of 32-row warps per SM is too small for them and 3 blocks of 16-row warps per SM are more than
+  // the three-block kernel's two resident ones.
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  for (int64_t m : {1, 5}) {
+    W4Case c{m, 48 * sms, 4096, 32, m == 5, m == 1 ? DType::kBF16 : DType::kF16, static_cast<Bias>(m % 3)};
+    c.tight = true;
+    run_w4a16(c, seed += 10);
   }
 }
 
@@ -841,8 +852,8 @@ void run_w4a16_gemm_bench(double bandwidth) {
 // per call, the bytes it must read (weights, their scales and zeros), GB/s, and the share of the floor (those bytes at
 // the copy bandwidth). fp8 / int8 also with the per-token activation quantization that precedes them in a model
 // (`+quant`).
-int run_bench() {
-  run_gemm_bench();
+int run_bench(bool gemv_only) {
+  if (!gemv_only) run_gemm_bench();
   const double bandwidth = copy_bandwidth();
   std::printf("device-to-device copy bandwidth: %.0f GB/s (the floor's)\n", bandwidth / 1e9);
   std::printf("%-22s %-12s %3s %10s %10s %8s %9s %10s %9s\n", "kernel", "n x k", "m", "us", "MB", "GB/s", "of floor",
@@ -929,6 +940,7 @@ int run_bench() {
       }
     }
   }
+  if (gemv_only) return 0;
   run_w4a16_gemm_bench(bandwidth);
   run_fused_quant_bench(bandwidth);
   return 0;
@@ -940,12 +952,13 @@ int run_bench() {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const bool gemm_only = std::strcmp(argv[i], "--bench-gemm") == 0;
-    if (gemm_only || std::strcmp(argv[i], "--bench") == 0) {
+    const bool gemv_only = std::strcmp(argv[i], "--bench-gemv") == 0;
+    if (gemm_only || gemv_only || std::strcmp(argv[i], "--bench") == 0) {
       if (!llmserve::gpu_testing::have_cuda_device()) {
         std::fprintf(stderr, "quant_gpu_test %s: no CUDA device\n", argv[i]);
         return 1;
       }
-      if (!gemm_only) return llmserve::run_bench();
+      if (!gemm_only) return llmserve::run_bench(gemv_only);
       llmserve::run_gemm_bench();
       return 0;
     }

@@ -7,9 +7,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
@@ -291,6 +293,26 @@ void dispatch_float(DType dtype, const char* what, F&& f) {
     default:
       LOG(FATAL) << what << ": dtype " << dtype_name(dtype) << " is not f32, f16 or bf16 on cuda";
   }
+}
+
+// Blocks of `kernel` (`threads` per block, `smem` bytes of dynamic shared memory) resident on the whole GPU at once:
+// its occupancy times the SMs, cached per device, kernel and size (the occupancy query is a host call). Launch
+// heuristics count waves with it.
+inline int64_t resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, size_t>, int64_t> cache;
+  int device = 0;
+  CHECK(cudaGetDevice(&device) == cudaSuccess) << "cudaGetDevice";
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, added] = cache.try_emplace({device, kernel, threads, smem}, 0);
+  if (added) {
+    int blocks = 0, sms = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) == cudaSuccess)
+        << "occupancy query";
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) << "SM count";
+    it->second = std::max<int64_t>(1, int64_t{blocks} * sms);
+  }
+  return it->second;
 }
 
 // Blocks of at most 65535 in grid dimension y/z; rows go in x (up to 2^31 - 1).

@@ -11,9 +11,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <type_traits>
 
 #include "core/env.h"
@@ -290,22 +287,9 @@ bool stream_applies(const Tensor& x, const Tensor& weight) {
 }
 
 // Warps of `kernel` (kStreamWarps per block, `smem` bytes of dynamic shared memory) resident on the whole GPU at
-// once (cached per device, kernel and size: the occupancy query is a host call).
+// once.
 int64_t stream_resident_warps(const void* kernel, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, const void*, size_t>, int64_t> cache;
-  int device = 0;
-  CHECK(cudaGetDevice(&device) == cudaSuccess) << "cudaGetDevice";
-  std::lock_guard<std::mutex> lock(mu);
-  auto [it, added] = cache.try_emplace({device, kernel, smem}, 0);
-  if (added) {
-    int blocks = 0, sms = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kStreamWarps * 32, smem) == cudaSuccess)
-        << "moe_gemm_stream_kernel: occupancy";
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) << "SM count";
-    it->second = std::max<int64_t>(1, int64_t{blocks} * kStreamWarps * sms);
-  }
-  return it->second;
+  return resident_blocks(kernel, kStreamWarps * 32, smem) * kStreamWarps;
 }
 
 // Warps per column group (a power of two <= kStreamMaxSplits, each lane keeping at least one word per row): the one

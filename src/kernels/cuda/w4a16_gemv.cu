@@ -1,8 +1,8 @@
 // The m <= 32 path of ops::w4a16_linear on CUDA: a weight-streaming GEMV on the tensor cores, built like gemv.cu
 // (gemv_common.cuh). Each warp owns a tile of 16 or 32 weight rows and 1 / splits of its 128-column blocks
-// (interleaved), streams them double-buffered (the next block's 16-byte loads, scales and zeros are in flight while
-// the current one is multiplied; the first before pdl_wait) and multiplies them with x on mma.sync m16n8k16 (f32
-// accumulate, exact products).
+// (interleaved), streams them through a ring of registers (the next one or two blocks' 16-byte loads, scales and zeros
+// are in flight while the current one is multiplied; the first before pdl_wait) and multiplies them with x on
+// mma.sync m16n8k16 (f32 accumulate, exact products).
 //
 // At 4 bits the instruction issue, not memory, is the limit: at an H200's bandwidth an SM must retire ~64 weights per
 // clock, i.e. a lane may spend ~16 issue slots (8 on the integer pipe) per 32-bit word of 8 weights. So each nibble
@@ -189,7 +189,7 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kRowTiles * kTiles][
 
 // kRowTiles 16-row tiles per warp (2 for one token tile: x's loads and pairing serve twice the weight; 1 above, for
 // registers) and kTiles 8-token tiles.
-template <typename T, typename B, bool kTail, int kRowTiles, int kTiles>
+template <typename T, typename B, bool kTail, int kRowTiles, int kTiles, int kStages>
 __global__ void __launch_bounds__(kGemvWarpsPerBlock * 32)
     w4a16_gemv_kernel(T* out, int64_t ldo, const T* x, int64_t ldx, int m, W4GemvParams p, const B* bias, int splits,
                       int group_shift) {
@@ -218,20 +218,24 @@ __global__ void __launch_bounds__(kGemvWarpsPerBlock * 32)
   v.col0 = 32 * t;
   v.k = static_cast<int>(p.k);
   float acc[kRowTiles * kTiles][4] = {};
-  Block<kRowTiles> a = {}, b = {};
-  // The first block goes out before pdl_wait: the weight, its scales and zeros are constant.
-  if (v.nb > 0) load_block<kTail>(a, p, v, 0);
+  Block<kRowTiles> buf[kStages] = {};
+  // The first kStages - 1 blocks go out before pdl_wait: the weight, its scales and zeros are constant.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < v.nb) load_block<kTail>(buf[s], p, v, s);
+  }
   pdl_wait();
   const T* xp[kTiles];
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) xp[i] = x + min(8 * i + g, m - 1) * ldx + 32 * t;
-  for (int j = 0; j < v.nb;) {  // double-buffered: load the next block, multiply the current one
-    if (j + 1 < v.nb) load_block<kTail>(b, p, v, j + 1);
-    multiply_block<T, kTail, kRowTiles, kTiles>(acc, a, xp, v, j);
-    if (++j >= v.nb) break;
-    if (j + 1 < v.nb) load_block<kTail>(a, p, v, j + 1);
-    multiply_block<T, kTail, kRowTiles, kTiles>(acc, b, xp, v, j);
-    ++j;
+  // A ring of kStages blocks: load block j + kStages - 1 into the slot block j - 1 left, multiply block j.
+  for (int j = 0; j < v.nb; j += kStages) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      if (j + s >= v.nb) break;
+      if (j + s + kStages - 1 < v.nb) load_block<kTail>(buf[(s + kStages - 1) % kStages], p, v, j + s + kStages - 1);
+      multiply_block<T, kTail, kRowTiles, kTiles>(acc, buf[s], xp, v, j + s);
+    }
   }
   pdl_trigger();
   if (!reduce_tile_over_splits<kRowTiles * kTiles>(acc, partial, splits)) return;
@@ -272,12 +276,12 @@ Grid grid_for(const W4GemvParams& p, int64_t rows_per_warp) {
   return {splits, ceil_div(units, kGemvWarpsPerBlock / splits)};
 }
 
-template <typename T, typename B, bool kTail, int kRowTiles, int kTiles>
+template <typename T, typename B, bool kTail, int kRowTiles, int kTiles, int kStages = 2>
 void launch_tiles(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias) {
   const auto [splits, grid] = grid_for(p, 16 * kRowTiles);
-  launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, kTail, kRowTiles, kTiles>, grid, kGemvWarpsPerBlock * 32,
-             out.data<T>(), out.stride(0), x.data<T>(), x.stride(0), static_cast<int>(x.size(0)), p, bias, splits,
-             group_shift_of(p));
+  launch_pdl("w4a16_gemv_kernel", w4a16_gemv_kernel<T, B, kTail, kRowTiles, kTiles, kStages>, grid,
+             kGemvWarpsPerBlock * 32, out.data<T>(), out.stride(0), x.data<T>(), x.stride(0),
+             static_cast<int>(x.size(0)), p, bias, splits, group_shift_of(p));
 }
 
 template <typename T, typename B, bool kTail>
@@ -288,6 +292,14 @@ void launch_m(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias
   // their grid still gives every SM two blocks (Mistral-7B: gate_up); narrower products (qkv, o_proj, down) keep
   // 16-row warps and twice the loads in flight.
   if (m <= 8 && grid_for(p, 32).blocks >= 2u * num_sms()) return launch_tiles<T, B, kTail, 2, 1>(out, x, p, bias);
+  // A third block in flight per warp (94 registers instead of 76: two 8-warp blocks per SM instead of three) where
+  // the grid still runs in one wave (Mistral-7B: o_proj and down, -11% and -18%, b1 decode +4.4%); where it would
+  // take two (qkv) the extra wave costs more (+40%). Four or six blocks in flight were slower than three.
+  if (m <= 8 &&
+      grid_for(p, 16).blocks <= resident_blocks(reinterpret_cast<const void*>(w4a16_gemv_kernel<T, B, kTail, 1, 1, 3>),
+                                                kGemvWarpsPerBlock * 32, 0)) {
+    return launch_tiles<T, B, kTail, 1, 1, 3>(out, x, p, bias);
+  }
   if (m <= 8) return launch_tiles<T, B, kTail, 1, 1>(out, x, p, bias);
   if (m <= 16) return launch_tiles<T, B, kTail, 1, 2>(out, x, p, bias);
   launch_tiles<T, B, kTail, 1, 4>(out, x, p, bias);
