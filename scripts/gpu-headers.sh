@@ -1,6 +1,6 @@
 # Sourced by scripts/gpu-check and scripts/gpu-ab on the GPU machine: the CUDA build's header-only packages travel in
-# .whl (scripts/gpu-debs puts them there: CUTLASS's wheel, FlashInfer's include dir as a tarball); unpacks each once
-# and sets header_flags, the CMake flags that point the build at them.
+# .whl (scripts/gpu-debs puts them there: CUTLASS's wheel, FlashInfer's include dir and DeepGEMM's headers as a
+# tarball); unpacks each once and sets header_flags, the CMake flags that point the build at them.
 header_flags=()
 cutlass_whl=$(compgen -G ".whl/nvidia_cutlass-*.whl" | head -1 || true)
 if [ -n "$cutlass_whl" ]; then

@@ -1,6 +1,7 @@
 // The quantized-GEMM ops on CUDA against the CPU ops (the references): activation quantization bit-exact (same
 // IEEE division and rounding), scaled_mm (tensor-core GEMV for m <= 16, CUTLASS above on Hopper
-// (ScaledMMCutlassMatchesCpu: both M buckets, every scale mode, int8, block-FP8, f16 out), cuBLASLt elsewhere; fp8
+// (ScaledMMCutlassMatchesCpu: both M buckets, every scale mode, int8, block-FP8, f16 out; block-FP8 also through
+// DeepGEMM: DeepGemmBlockFp8MatchesCpu, and each block case with and without it), cuBLASLt elsewhere; fp8
 // per-tensor, per-token x per-channel, group-128 x block-128; int8 per-token x per-channel), each case also through the
 // fallbacks forced by LLMSERVE_SCALED_MM_FORCE_FALLBACK (1: unit-scaled cuBLASLt GEMMs + epilogues, 2: the tiled
 // kernel; the op logs the path each mode took once), plus shapes cuBLASLt has no algorithm for (k % 16 != 0, odd n),
@@ -35,6 +36,7 @@
 #include "core/logging.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda/cutlass_scaled_mm.h"
+#include "kernels/cuda/deep_gemm_block_fp8.h"
 #include "kernels/ops.h"
 
 namespace llmserve {
@@ -202,11 +204,73 @@ void run_scaled_mm(DType qtype, Mode mode, int64_t m, int64_t n, int64_t k, uint
   for (const char* force : {"0", "1", "2"}) {  // fast paths, then the epilogue fallbacks, then the tiled kernel
     if (!forced_fallbacks && force[0] != '0') break;
     ASSERT_EQ(setenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK", force, 1), 0);
-    Tensor out_dev = poisoned_device({m, n}, out_dtype);
-    ops::scaled_mm(out_dev, a_dev, sa_dev, b_dev, sb_dev, bias.gpu());
-    expect_close_to(to_host(out_dev), out_cpu, mag, what + " forced fallback " + force);
+    // Block scales on the fast paths: DeepGEMM's kernel where it applies, then without it (CUTLASS's).
+    for (const char* deep_gemm : {"1", "0"}) {
+      if (deep_gemm[0] == '0' && (force[0] != '0' || mode != Mode::kGroupBlock)) break;
+      ASSERT_EQ(setenv("LLMSERVE_DEEP_GEMM", deep_gemm, 1), 0);
+      Tensor out_dev = poisoned_device({m, n}, out_dtype);
+      ops::scaled_mm(out_dev, a_dev, sa_dev, b_dev, sb_dev, bias.gpu());
+      expect_close_to(to_host(out_dev), out_cpu, mag,
+                      what + " forced fallback " + force + " LLMSERVE_DEEP_GEMM " + deep_gemm);
+    }
   }
   ASSERT_EQ(unsetenv("LLMSERVE_SCALED_MM_FORCE_FALLBACK"), 0);
+  ASSERT_EQ(unsetenv("LLMSERVE_DEEP_GEMM"), 0);
+}
+
+// DeepGEMM's block-FP8 kernel called directly: on an sm_90 device it must accept each case and compile its kernel (a
+// false return, NVRTC failing, fails the test). m: 1, odd, 64-row tiles (m <= 64), 128-row tiles, two-CTA clusters
+// (m >= 1024 with n a multiple of two tiles); n a multiple of 8 but not of the tile (partial n tiles, tiles spanning
+// two 128-row weight-scale blocks); k of 1, 3, 4, 8 and 32 128-column blocks (stage counts that do and do not divide
+// them). Poisoned bf16 output against the CPU op with expect_close_to's bound.
+TEST_F(CudaQuantTest, DeepGemmBlockFp8MatchesCpu) {
+  if (!is_sm90()) GTEST_SKIP() << "DeepGEMM's kernel is sm_90 only";
+  struct Case {
+    int64_t m, n, k;
+  };
+  uint32_t seed = 15000;
+  for (const Case c : {Case{1, 264, 128}, Case{17, 264, 384}, Case{64, 136, 512}, Case{65, 4096, 1024},
+                       Case{300, 264, 4096}, Case{1024, 2304, 256}, Case{2051, 1024, 1024}}) {
+    const int64_t m = c.m, n = c.n, k = c.k, groups = k / 128, ld = (m + 3) / 4 * 4;
+    Tensor af = random_tensor({m, k}, seed += 10, DType::kF32, -4.f, 4.f);
+    Tensor bf = random_tensor({n, k}, seed + 1, DType::kF32);
+    Tensor a = Tensor::empty({m, k}, DType::kFP8E4M3), sa = Tensor::empty({m, groups}, DType::kF32);
+    ops::dynamic_scaled_quantize(a, sa, af);
+    Tensor b = Tensor::empty({n, k}, DType::kFP8E4M3), sb_rows = Tensor::empty({n, 1}, DType::kF32);
+    ops::dynamic_scaled_quantize(b, sb_rows, bf);
+    Tensor sb = random_tensor({(n + 127) / 128, groups}, seed + 2, DType::kF32, 0.001f, 0.01f);
+    Tensor out_cpu = Tensor::empty({m, n}, DType::kF32);
+    ops::scaled_mm(out_cpu, a, sa, b, sb, nullptr);
+    double max_sa = 0, max_sb = 0;
+    for (int64_t i = 0; i < sa.numel(); ++i) max_sa = std::max<double>(max_sa, sa.data<float>()[i]);
+    for (int64_t i = 0; i < sb.numel(); ++i) max_sb = std::max<double>(max_sb, sb.data<float>()[i]);
+    std::vector<double> mag = magnitudes(abs_dequantized(a), abs_dequantized(b));
+    for (double& v : mag) v *= max_sa * max_sb;
+    // The activation scales token-major [groups, ld], the rows past m poisoned (the kernel must not read them into
+    // stored rows).
+    Tensor sa_t = Tensor::empty({groups, ld}, DType::kF32);
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t i = 0; i < ld; ++i) sa_t.data<float>()[g * ld + i] = i < m ? sa.data<float>()[i * groups + g] : NAN;
+    }
+    const Tensor a_dev = to_device(a), sa_dev = to_device(sa_t), b_dev = to_device(b), sb_dev = to_device(sb);
+    Tensor out_dev = poisoned_device({m, n}, DType::kBF16);
+    cuda::CutlassScaledMM p;
+    p.out = out_dev.raw_data();
+    p.a = a_dev.raw_data();
+    p.b = b_dev.raw_data();
+    p.a_scales = sa_dev.data<float>();
+    p.b_scales = sb_dev.data<float>();
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.a_scales_ld = ld;
+    const std::string what = "m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k);
+    const char* why = cuda::deep_gemm_block_fp8_rejects(p);
+    ASSERT_EQ(why, nullptr) << what << ": " << why;
+    ASSERT_TRUE(cuda::deep_gemm_block_fp8(p)) << what << ": the kernel did not compile (see the log)";
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+    expect_close_to(to_host(out_dev), out_cpu, mag, what);
+  }
 }
 
 TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
@@ -707,9 +771,9 @@ double fp8_peak_flops() {
   return major == 9 ? 8192.0 * sms * khz * 1e3 : 0.0;
 }
 
-// The prefill-sized GEMMs at the Mistral-7B MLP shapes (gate_up 28672 x 4096, down 4096 x 14336), m = 2048, 4096,
-// 8192 (and 256, the small-tile bucket's top): TFLOP/s of bf16 ops::linear, fp8 per-token x per-channel and per-tensor,
-// block-FP8 (group-128 x 128-block) and int8 per-token x per-channel ops::scaled_mm, each beside the FP8 peak
+// The prefill-sized GEMMs at the Mistral-7B MLP shapes (gate_up 28672 x 4096, down 4096 x 14336), m = 32 to 8192:
+// TFLOP/s of bf16 ops::linear, fp8 per-token x per-channel and per-tensor, block-FP8 (group-128 x 128-block; by default
+// and with LLMSERVE_DEEP_GEMM=0) and int8 per-token x per-channel ops::scaled_mm, each beside the FP8 peak
 // (fp8_peak_flops) and the rate of a large per-tensor fp8 GEMM (8192^3) measured in the same run, and the speed-up over
 // bf16 of the same shape.
 void run_gemm_bench() {
@@ -754,7 +818,8 @@ void run_gemm_bench() {
     const Tensor x_token_all = random_scales({max_m, 1}, 31), x_tensor = random_scales({1}, 32),
                  x_group_all = random_scales({max_m, k / 128}, 33);
     Tensor out_all = Tensor::empty({max_m, n}, DType::kBF16, Device::cuda());
-    for (int64_t m : {256, 2048, 4096, 8192}) {  // 256: the largest m of the 64-row-tile bucket
+    // 256: the largest m of the 64-row-tile bucket; 32-1024: where block-FP8 switches from CUTLASS to DeepGEMM.
+    for (int64_t m : {32, 128, 256, 512, 1024, 2048, 4096, 8192}) {
       const Tensor x16 = x16_all.slice(0, 0, m), x8 = x8_all.slice(0, 0, m), xi8 = xi8_all.slice(0, 0, m);
       const Tensor x_token = x_token_all.slice(0, 0, m), x_group = x_group_all.slice(0, 0, m);
       Tensor out = out_all.slice(0, 0, m);
@@ -773,6 +838,9 @@ void run_gemm_bench() {
       scaled("fp8 per-token x channel", x8, x_token, w8, w_channel);
       scaled("fp8 per-tensor", x8, x_tensor, w8, w_tensor);
       scaled("block-fp8 group x 128-blk", x8, x_group, w8, w_block);
+      setenv("LLMSERVE_DEEP_GEMM", "0", 1);  // the same op without DeepGEMM: CUTLASS's blockwise kernel
+      scaled("block-fp8 (CUTLASS)", x8, x_group, w8, w_block);
+      unsetenv("LLMSERVE_DEEP_GEMM");
       scaled("int8 per-token x channel", xi8, x_token, wi8, w_channel);
     }
   }

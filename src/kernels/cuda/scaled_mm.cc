@@ -1,19 +1,20 @@
-// ops::scaled_mm on CUDA: m <= 16 a weight-streaming GEMV (scaled_gemv.cu); above that on Hopper the CUTLASS kernels
-// (cutlass_scaled_mm.h: fp8 and int8 with the scales in the epilogue, block-FP8 with them in the mainloop) for bf16 /
-// f16 outputs whose operands TMA can address. Elsewhere (another GPU, f32 out, misaligned) cuBLASLt. FP8 e4m3 x e4m3 ->
-// bf16/f16/f32 with cuBLASLt's own scaling where it has an algorithm: per-tensor scalars (SCALAR_32F), per-token x
-// per-channel vectors (OUTER_VEC_32F), and DeepSeek-style per-token-group-128 activations x 128x128 weight blocks
-// (VEC128_32F / BLK128x128_32F). Where the heuristic offers none (asked once per shape and mode; an H200 with CUDA 13.0
-// had none for OUTER_VEC_32F): vector scales run the fp8 GEMM with unit scalar scales into an f32 scratch, then a scale
-// epilogue (out = acc * sa[row] * sb[col] + bias); block scales run one unit-scaled fp8 GEMM per 128-column block of k
-// (exact products, f32 sums) and an epilogue accumulating partial * sa[row, kb] * sb[col / 128, kb]. INT8: cuBLASLt
-// i8 x i8 -> i32 into the scratch, then the scale epilogue. Shapes no cuBLASLt algorithm takes (k not a multiple of
-// 16, unaligned operands) go to a plain tiled kernel (scaled_mm_fallback.cu). LLMSERVE_SCALED_MM_FORCE_FALLBACK=1
-// skips CUTLASS and cuBLASLt's own scaling (every scale mode takes its epilogue fallback), =2 also skips cuBLASLt and
-// the GEMV (the tiled kernel), so a GPU test runs every path on any machine. The path each mode takes is logged once.
-// The row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our weight b and its B our activations a:
-// A's scale is b_scales. Plans are cached per shape and mode; scale pointers are set per call (graph-capturable: no
-// allocation once the scratch has grown at the warm-up's largest batch).
+// ops::scaled_mm on CUDA: m <= 16 a weight-streaming GEMV (scaled_gemv.cu); above that on Hopper, for block-FP8 with
+// a bf16 output and no bias up to 256 rows, DeepGEMM's kernel (deep_gemm_block_fp8.h, NVRTC-compiled per shape), then
+// the CUTLASS kernels (cutlass_scaled_mm.h: fp8 and int8 with the scales in the epilogue, block-FP8 with them in the
+// mainloop) for bf16 / f16 outputs whose operands TMA can address. Elsewhere (another GPU, f32 out, misaligned)
+// cuBLASLt. FP8 e4m3 x e4m3 -> bf16/f16/f32 with cuBLASLt's own scaling where it has an algorithm: per-tensor scalars
+// (SCALAR_32F), per-token x per-channel vectors (OUTER_VEC_32F), and DeepSeek-style per-token-group-128 activations x
+// 128x128 weight blocks (VEC128_32F / BLK128x128_32F). Where the heuristic offers none (asked once per shape and mode;
+// an H200 with CUDA 13.0 had none for OUTER_VEC_32F): vector scales run the fp8 GEMM with unit scalar scales into an
+// f32 scratch, then a scale epilogue (out = acc * sa[row] * sb[col] + bias); block scales run one unit-scaled fp8 GEMM
+// per 128-column block of k (exact products, f32 sums) and an epilogue accumulating partial * sa[row, kb] * sb[col /
+// 128, kb]. INT8: cuBLASLt i8 x i8 -> i32 into the scratch, then the scale epilogue. Shapes no cuBLASLt algorithm takes
+// (k not a multiple of 16, unaligned operands) go to a plain tiled kernel (scaled_mm_fallback.cu).
+// LLMSERVE_SCALED_MM_FORCE_FALLBACK=1 skips CUTLASS and cuBLASLt's own scaling (every scale mode takes its epilogue
+// fallback), =2 also skips cuBLASLt and the GEMV (the tiled kernel), so a GPU test runs every path on any machine. The
+// path each mode takes is logged once. The row-major problem is posed as out^T = b(op T) a^T, so cuBLASLt's A is our
+// weight b and its B our activations a: A's scale is b_scales. Plans are cached per shape and mode; scale pointers are
+// set per call (graph-capturable: no allocation once the scratch has grown at the warm-up's largest batch).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -34,6 +35,7 @@
 #include "kernels/cuda/cublaslt_plan.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cutlass_scaled_mm.h"
+#include "kernels/cuda/deep_gemm_block_fp8.h"
 
 namespace llmserve::cuda {
 
@@ -245,12 +247,10 @@ void log_path(const char* mode, const std::string& path) {
   if (logged.insert(std::string(mode) + "|" + path).second) LOG(INFO) << "scaled_mm: " << mode << " via " << path;
 }
 
-// The CUTLASS kernels (cutlass_scaled_mm_*.cu), Hopper's path above the GEMV: runs them and returns nullptr, or returns
-// why they cannot take this call (then nothing ran). Block scales are transposed into the M/N-major layout the
-// blockwise kernel reads (the activations' rows padded to 4 for TMA); a 16-bit bias is widened to f32.
-const char* try_cutlass(ScaledMMContext& ctx, Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b,
-                        const Tensor& b_scales, const Tensor* bias, bool int8, bool block) {
-  if (out.dtype() == DType::kF32) return "f32 output (the CUTLASS kernels write bf16 / f16)";
+// The problem as the Hopper kernels take it (plain pointers, no bias yet); block scales are left null, to be
+// transposed into aligned scratch by the caller that takes the problem.
+CutlassScaledMM hopper_problem(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b,
+                               const Tensor& b_scales, bool block) {
   CutlassScaledMM p;
   p.out = out.raw_data();
   p.a = a.raw_data();
@@ -261,17 +261,52 @@ const char* try_cutlass(ScaledMMContext& ctx, Tensor& out, const Tensor& a, cons
   p.out_f16 = out.dtype() == DType::kF16;
   p.a_per_token = a_scales.numel() > 1;
   p.b_per_channel = b_scales.numel() > 1;
-  p.a_scales = a_scales.data<float>();
-  p.b_scales = b_scales.data<float>();
+  p.a_scales = block ? nullptr : a_scales.data<float>();
+  p.b_scales = block ? nullptr : b_scales.data<float>();
   p.a_scales_ld = block ? (p.m + 3) / 4 * 4 : 0;
-  if (block) p.a_scales = p.b_scales = nullptr;  // transposed into aligned scratch below
+  return p;
+}
+
+// The activations' block scales [m, k / 128] transposed token-major into scratch [k / 128, p.a_scales_ld] (slot 0),
+// the layout the Hopper block-FP8 kernels load with TMA.
+const float* token_major_scales(ScaledMMContext& ctx, const CutlassScaledMM& p, const Tensor& a_scales) {
+  Tensor sa = ctx.transposed_scales(0, a_scales.size(1), p.a_scales_ld, a_scales.device());
+  transpose_scales(sa, a_scales);
+  return sa.data<float>();
+}
+
+// The most rows DeepGEMM takes. Measured on an H200 at the Mistral-7B MLP shapes (bench/RESULTS.md, 2026-12-02):
+// per layer (gate_up + down) it is 22% faster than CUTLASS's blockwise kernel at m = 32, 17% at 128, 4% at 256 (its
+// 64-row tiles and narrower n tiles waste less on small m), and 10% slower at 512, 6-16% slower at 1024-8192, where
+// CUTLASS's mainloop overlaps the scale promotion with the next k tile's MMAs and DeepGEMM's waits for each.
+constexpr int64_t kDeepGemmMaxRows = 256;
+
+// DeepGEMM's block-FP8 kernel (deep_gemm_block_fp8.h), Hopper's first choice for block scales up to kDeepGemmMaxRows
+// rows (decode batches and short prefill chunks): runs it and returns nullptr, or returns why it did not run.
+const char* try_deep_gemm(ScaledMMContext& ctx, Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b,
+                          const Tensor& b_scales, const Tensor* bias) {
+  if (out.dtype() == DType::kF32) return "f32 output";
+  if (bias != nullptr) return "a bias (its epilogue adds none)";
+  if (a.size(0) > kDeepGemmMaxRows) return "more rows than where it beats CUTLASS";
+  CutlassScaledMM p = hopper_problem(out, a, a_scales, b, b_scales, true);
+  if (const char* why = deep_gemm_block_fp8_rejects(p)) return why;
+  p.a_scales = token_major_scales(ctx, p, a_scales);
+  p.b_scales = b_scales.data<float>();  // DeepGEMM reads the op's [n / 128, k / 128]
+  return deep_gemm_block_fp8(p) ? nullptr : "its kernel for this shape is not compiled (see the log)";
+}
+
+// The CUTLASS kernels (cutlass_scaled_mm_*.cu), Hopper's path above the GEMV: runs them and returns nullptr, or returns
+// why they cannot take this call (then nothing ran). Block scales are transposed into the M/N-major layout the
+// blockwise kernel reads (the activations' rows padded to 4 for TMA); a 16-bit bias is widened to f32.
+const char* try_cutlass(ScaledMMContext& ctx, Tensor& out, const Tensor& a, const Tensor& a_scales, const Tensor& b,
+                        const Tensor& b_scales, const Tensor* bias, bool int8, bool block) {
+  if (out.dtype() == DType::kF32) return "f32 output (the CUTLASS kernels write bf16 / f16)";
+  CutlassScaledMM p = hopper_problem(out, a, a_scales, b, b_scales, block);
   if (const char* why = cutlass_scaled_mm_rejects(p, block)) return why;
   if (block) {
-    Tensor sa = ctx.transposed_scales(0, a_scales.size(1), p.a_scales_ld, a.device());
-    transpose_scales(sa, a_scales);
+    p.a_scales = token_major_scales(ctx, p, a_scales);
     Tensor sb = ctx.transposed_scales(1, b_scales.size(1), b_scales.size(0), a.device());
     transpose_scales(sb, b_scales);
-    p.a_scales = sa.data<float>();
     p.b_scales = sb.data<float>();
   }
   if (bias != nullptr) {
@@ -313,6 +348,11 @@ void scaled_mm(Tensor& out, const Tensor& a, const Tensor& a_scales, const Tenso
   };
   constexpr const char* kNoAlgorithm = "the tiled fallback kernel (cuBLASLt has no algorithm for this shape)";
   if (force >= 2) return tiled("the tiled fallback kernel (LLMSERVE_SCALED_MM_FORCE_FALLBACK=2)");
+  if (force == 0 && block) {
+    const char* why = try_deep_gemm(ctx, out, a, a_scales, b, b_scales, bias);
+    if (why == nullptr) return log_path(mode, "DeepGEMM's block-fp8 kernel (NVRTC-compiled)");
+    log_path(mode, std::string("DeepGEMM does not apply: ") + why);
+  }
   if (force == 0) {
     const char* why = try_cutlass(ctx, out, a, a_scales, b, b_scales, bias, int8, block);
     if (why == nullptr) {
