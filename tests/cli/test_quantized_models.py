@@ -263,6 +263,30 @@ def test_gpu_fused_activation_quantization_matches_unfused(llmserve_bin, checkpo
             assert abs(a_lp - b_lp) <= 1e-3, (fmt, prompt, a_lp, b_lp)
 
 
+# On the GPU machine: block fp8 with a 40-token prompt, so that the prefill's GEMMs (m = 40) run DeepGEMM's kernel
+# (17 to 256 rows; PROMPTS stay on the GEMV), against the same checkpoint on the CPU by vLLM's rule, and the same
+# with LLMSERVE_DEEP_GEMM=0 (CUTLASS's blockwise kernel). A wrong scale layout or tile moves logprobs by whole nats.
+LONG_PROMPT = [1] + [(7 * i + 3) % 250 + 2 for i in range(39)]
+
+
+@pytest.mark.skipif(os.environ.get("LLMSERVE_GPU_TESTS") != "1", reason="needs a GPU build (LLMSERVE_GPU_TESTS=1)")
+@pytest.mark.parametrize("arch", list(BASES))
+@pytest.mark.parametrize("deep_gemm", ["1", "0"])
+def test_gpu_block_fp8_prefill_matches_cpu(llmserve_bin, checkpoints, arch, deep_gemm, monkeypatch):
+    model = checkpoints / arch / "fp8_block"
+    cpu = steps(generate(llmserve_bin, model, LONG_PROMPT).stdout)
+    monkeypatch.setenv("LLMSERVE_DEEP_GEMM", deep_gemm)
+    r = generate(llmserve_bin, model, LONG_PROMPT, "--device", "cuda", "--dtype", "bfloat16")
+    path = "DeepGEMM's block-fp8 kernel" if deep_gemm == "1" else "CUTLASS blockwise-scaled fp8 GEMM"
+    assert path in r.stderr, r.stderr
+    gpu = steps(r.stdout)
+    for (a, a_top, a_lp), (b, b_top, b_lp) in zip(gpu, cpu):
+        if a != b:
+            assert a in b_top and b in a_top, (arch, gpu, cpu)
+            break
+        assert abs(a_lp - b_lp) <= 0.3, (arch, a_lp, b_lp)
+
+
 # On the GPU machine: CUDA graphs (FULL decode graphs, the default; sizes 1, 2, 4 to keep the capture short) against
 # --enforce-eager for each quantized format, with the fused activation quantization on (the default on cuda).
 # Replays run the eager kernels on the same inputs, so ids and logprobs are equal bit for bit (as printed): a graph

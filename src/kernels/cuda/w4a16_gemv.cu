@@ -189,8 +189,12 @@ __device__ __forceinline__ void multiply_block(float (&acc)[kRowTiles * kTiles][
 
 // kRowTiles 16-row tiles per warp (2 for one token tile: x's loads and pairing serve twice the weight; 1 above, for
 // registers) and kTiles 8-token tiles.
+// Three blocks in flight are held to 80 registers (56 bytes of spills) so that three 8-warp blocks share an SM: at the
+// 104-106 registers ptxas (CUDA 13.0) gives them unbounded, and the two-block kernel's 90-94, only two did, and
+// Mistral-7B's qkv (384 blocks) ran in two waves (bench/RESULTS.md, 2026-12-02: qkv 11.3 -> 8.75 us at m = 1, M gptq
+// / awq b1 decode +0.7% / +0.9%).
 template <typename T, typename B, bool kTail, int kRowTiles, int kTiles, int kStages>
-__global__ void __launch_bounds__(kGemvWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kGemvWarpsPerBlock * 32, kStages == 3 ? 3 : 1)
     w4a16_gemv_kernel(T* out, int64_t ldo, const T* x, int64_t ldx, int m, W4GemvParams p, const B* bias, int splits,
                       int group_shift) {
   constexpr int kRows = 16 * kRowTiles;
@@ -292,9 +296,9 @@ void launch_m(Tensor& out, const Tensor& x, const W4GemvParams& p, const B* bias
   // their grid still gives every SM two blocks (Mistral-7B: gate_up); narrower products (qkv, o_proj, down) keep
   // 16-row warps and twice the loads in flight.
   if (m <= 8 && grid_for(p, 32).blocks >= 2u * num_sms()) return launch_tiles<T, B, kTail, 2, 1>(out, x, p, bias);
-  // A third block in flight per warp (94 registers instead of 76: two 8-warp blocks per SM instead of three) where
-  // the grid still runs in one wave (Mistral-7B: o_proj and down, -11% and -18%, b1 decode +4.4%); where it would
-  // take two (qkv) the extra wave costs more (+40%). Four or six blocks in flight were slower than three.
+  // A third block in flight per warp where the grid still runs in one wave at its residency (three 8-warp blocks per
+  // SM: its launch bounds; Mistral-7B: qkv, o_proj and down); where it would take two the extra wave costs more
+  // (+40%). Four or six blocks in flight were slower than three.
   if (m <= 8 &&
       grid_for(p, 16).blocks <= resident_blocks(reinterpret_cast<const void*>(w4a16_gemv_kernel<T, B, kTail, 1, 1, 3>),
                                                 kGemvWarpsPerBlock * 32, 0)) {
