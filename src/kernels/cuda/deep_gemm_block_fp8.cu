@@ -34,16 +34,9 @@
 #include "core/env.h"
 #include "core/logging.h"
 #include "kernels/cuda/deep_gemm_block_fp8.h"
+#include "kernels/cuda/deep_gemm_headers.h"
 
 namespace llmserve::cuda {
-
-// The wheel's headers the kernel source includes, by the names its #include directives use (deep_gemm_headers.cc).
-struct DeepGemmHeader {
-  const char* include_name;
-  const char* text;
-};
-extern const DeepGemmHeader kDeepGemmHeaders[];
-extern const int kNumDeepGemmHeaders;
 
 namespace {
 
