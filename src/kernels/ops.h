@@ -16,6 +16,7 @@
 #include "core/sampling_eps.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/mla_schedule.h"
 #include "kernels/op_registry.h"
 #include "kernels/prefill_schedule.h"
 
@@ -281,9 +282,13 @@ struct AttentionMetadata {
   // matches what was planned (heads, head_dim; bf16 / f16, no sliding window), else the portable prefill kernel.
   // Not in the op's schema (a torch caller runs the portable kernel).
   PrefillSchedule prefill_schedule;
+  // CUDA, optional: the SM90 MLA kernel's work lists for this step (kernels/mla_schedule.h), planned the same way;
+  // ops::mla_attention runs that kernel when the call matches what was planned (heads, the device's SMs; bf16,
+  // L 512, R 64), its split-K partials in `workspace` past the counters. Not in the op's schema.
+  MlaSchedule mla_schedule;
 };
 
-// In a schema: its fields in order, workspace optional (prefill_schedule is not in it).
+// In a schema: its fields in order, workspace optional (prefill_schedule and mla_schedule are not in it).
 template <>
 struct SchemaArgTypes<const AttentionMetadata&> {
   static constexpr std::string_view kTypes = "Tensor, Tensor, Tensor, Tensor, int, int, int, int, Tensor?";

@@ -1,6 +1,7 @@
 // Entry point of CUDA multi-head latent attention (ops::mla_attention): builds MlaAttentionParams from the tensors,
-// checks them, and runs the tensor-core kernel (mla_attention_mma.cu) where it applies, else the simple kernel here
-// (CUDA cores; f32 and any L, R): one CTA per (token, head), warps over keys with an online softmax each, merged
+// checks them, and runs FlashInfer's Hopper kernel (mla_attention_sm90.cu) when the step planned its work lists and
+// the call matches them, else the tensor-core kernel (mla_attention_mma.cu) where it applies, else the simple kernel
+// here (CUDA cores; f32 and any L, R): one CTA per (token, head), warps over keys with an online softmax each, merged
 // through shared memory. Every launch goes to current_stream(); nothing reads device memory on the host or
 // allocates, so a call can be captured in a CUDA graph.
 #include <string>
@@ -10,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/mla_attention.h"
+#include "kernels/cuda/mla_attention_sm90.h"
 #include "kernels/ops.h"
 
 namespace llmserve::cuda {
@@ -96,6 +98,34 @@ __global__ void __launch_bounds__(kSimpleThreads) mla_simple_kernel(const MlaAtt
 
 std::string field(const char* name, int64_t v) { return std::string(name) + " = " + std::to_string(v); }
 
+// The SM90 kernel's work for this call when the step planned one that matches it (kernels/mla_schedule.h): the
+// heads and the SM count it was planned for, and a call the kernel takes. Else rows stays null and our own kernels
+// run. The split-K partials live in the workspace past its counters, laid out for all the rows it holds whatever
+// this plan uses: a captured graph keeps these addresses while later plans split differently.
+MlaSm90Work sm90_work(const MlaAttentionParams& p, const ops::AttentionMetadata& md, const Tensor& cache) {
+  MlaSm90Work w;
+  const ops::MlaSchedule& s = md.mla_schedule;
+  if (!s.rows.defined() || s.num_works == 0 || s.num_heads != p.num_heads || s.num_ctas != num_sms() ||
+      s.num_tokens > p.num_tokens || !mla_sm90_applies(p, cache.numel())) {
+    return w;
+  }
+  CHECK(s.rows.device() == cache.device() && s.rows.dtype() == DType::kI32 && s.rows.is_contiguous() &&
+        s.rows.dim() == 2 && s.rows.size(0) == ops::kMlaScheduleRows && s.rows.size(1) >= s.num_ctas + 1)
+      << "mla_attention: mla_schedule " << s.rows.to_string();
+  if (p.workspace != nullptr) {
+    const int64_t scratch = (p.workspace_elems - kSplitCounterElems) * static_cast<int64_t>(sizeof(float));
+    w.partial = p.workspace + kSplitCounterElems;
+    w.partial_rows = ops::mla_partial_capacity(scratch, p.latent_dim, 2);
+  }
+  CHECK_LE(s.partial_rows, w.partial_rows) << "mla_attention: the plan's partial rows exceed the workspace's";
+  w.rows = s.rows.data<int32_t>();
+  w.width = s.rows.size(1);
+  w.ctas_per_tile = static_cast<int>(s.ctas_per_tile);
+  w.num_groups = static_cast<int>(s.num_groups);
+  w.num_tokens = s.num_tokens;
+  return w;
+}
+
 }  // namespace
 
 Status MlaAttentionParams::check() const {
@@ -161,6 +191,7 @@ void mla_attention(Tensor& out, const Tensor& query, const Tensor& latent_cache,
   CHECK(st.ok()) << st.message();
   if (p.num_tokens == 0) return;
   cudaStream_t stream = current_stream();
+  if (const MlaSm90Work w = sm90_work(p, md, latent_cache); w.rows != nullptr) return launch_mla_sm90(p, w, stream);
   if (mla_mma_applies(p)) return launch_mla_mma(p, g_mla_heads_per_cta, stream);
   launch_mla_simple(p, stream);
 }
