@@ -5,6 +5,9 @@
 // tensor-core / bandwidth balance, so both columns matter); both head groupings of the kernel, split-K on and off. Then
 // a 2048-token prefill beside the bf16 matmul rate of the same run. Each decode call reads a different slice of a >=
 // 512 MB cache so L2 never holds it; times are means of back-to-back calls with CUDA events.
+// Then the same decode shapes on the tensor-core kernel (its default grouping, split-K) beside FlashInfer's SM90 kernel
+// (mla_attention_sm90.cu) over work lists planned once on the host before the timed calls (one plan serves every
+// block table: the lists hold lengths and table rows, not blocks); `--bench-mla-sm90` prints only that table.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -54,9 +57,31 @@ Tensor random_cache(int64_t num_blocks) {
 
 struct DecodeRow {
   double us, cache_bytes, flops;
+  bool sm90_ran = false;  // every timed call took the SM90 kernel
 };
 
-DecodeRow bench_decode(int heads, int batch, int ctx, int heads_per_cta, bool split) {
+// The SM90 kernel's work lists for a decode batch (plan outside the timed loop), uploaded to the device; the split-K
+// partials bounded by the workspace (after its counters). num_works 0 when the device is not sm_90.
+ops::MlaSchedule plan_decode(const std::vector<int32_t>& qsl, const std::vector<int32_t>& seq, int heads,
+                             int64_t table_stride, const Tensor& workspace) {
+  const int64_t ctas = ops::sm90_mla_ctas(Device::cuda());
+  if (ctas == 0) return {};
+  const int64_t num_reqs = static_cast<int64_t>(seq.size());
+  const int64_t width = ops::mla_schedule_width(qsl.back(), num_reqs, heads, ctas);
+  int64_t max_partial_rows = 0;
+  if (workspace.defined()) {
+    const int64_t scratch = (workspace.numel() - ops::kPagedAttentionWorkspaceCounters) * int64_t{sizeof(float)};
+    max_partial_rows = ops::mla_partial_capacity(scratch, kLatent, 2);
+  }
+  std::vector<int32_t> rows(static_cast<size_t>(ops::kMlaScheduleRows * width));
+  ops::MlaSchedule s = ops::plan_mla_schedule(rows.data(), width, qsl.data(), seq.data(), num_reqs, table_stride, heads,
+                                              ctas, max_partial_rows);
+  s.rows = gpu_testing::to_device(Tensor::from_i32(rows, {ops::kMlaScheduleRows, width}));
+  return s;
+}
+
+// heads_per_cta: the tensor-core kernel's grouping (0: its default); sm90: FlashInfer's kernel instead.
+DecodeRow bench_decode(int heads, int batch, int ctx, int heads_per_cta, bool split, bool sm90 = false) {
   const int blocks_per_seq = (ctx + kBlock - 1) / kBlock;
   const double cache_bytes = static_cast<double>(batch) * ctx * kRow * 2;
   const int sets = std::max(2, static_cast<int>(512e6 / cache_bytes));  // consecutive calls never share L2 data
@@ -82,17 +107,53 @@ DecodeRow bench_decode(int heads, int batch, int ctx, int heads_per_cta, bool sp
   }
   Tensor q = gpu_testing::to_device(testing::random_tensor({batch, heads, kRow}, 6, DType::kBF16, -2.f, 2.f));
   Tensor out = Tensor::empty({batch, heads, kLatent}, DType::kBF16, Device::cuda());
+  if (sm90) {
+    md.mla_schedule = plan_decode(qsl, seq, heads, blocks_per_seq, md.workspace);
+    if (md.mla_schedule.num_works == 0) return {0, cache_bytes, 0, false};
+  }
   cuda::set_mla_heads_per_cta(heads_per_cta);
   const float scale = 1.f / std::sqrt(192.f);
+  constexpr int kReps = 50;
+  const int64_t sm90_before = cuda::mla_sm90_calls();
   const double us = gpu_testing::mean_call_us(
       [&](int i) {
         md.block_table = tables[i % sets];
         ops::mla_attention(out, q, cache, md, scale);
       },
-      50);
+      kReps);
   cuda::set_mla_heads_per_cta(0);
   const double flops = 2.0 * batch * ctx * heads * (kRow + kLatent);
-  return {us, cache_bytes, flops};
+  return {us, cache_bytes, flops, cuda::mla_sm90_calls() - sm90_before == kReps + 1};  // + mean_call_us's warm-up
+}
+
+// The decode shapes on the tensor-core kernel (default grouping, split-K) and the SM90 kernel; floor and FLOP rate
+// as in run_bench's decode table.
+void print_sm90_table(double copy_gbs) {
+  std::printf(
+      "MLA decode attention, the tensor-core kernel (default heads / CTA, split-K) vs FlashInfer's SM90 kernel\n"
+      "(planned work lists), DeepSeek-V3 rows (L 512, R 64), bf16, block %d, context 4096;\n"
+      "floor = latent rows read once / copy bandwidth; FLOP = 2 x heads x rows x (576 + 512)\n",
+      kBlock);
+  std::printf(
+      "| heads | batch | kernel | us / call | cache MB | floor us | of floor | TFLOP/s | vs tensor-core |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
+  for (int heads : {128, 16}) {
+    for (int batch : {1, 16, 64}) {
+      const DecodeRow mma = bench_decode(heads, batch, 4096, 0, true);
+      const DecodeRow sm90 = bench_decode(heads, batch, 4096, 0, true, true);
+      const double floor_us = mma.cache_bytes / copy_gbs * 1e-3;
+      std::printf("| %d | %d | tensor-core | %.1f | %.1f | %.1f | %.0f%% | %.0f | |\n", heads, batch, mma.us,
+                  mma.cache_bytes * 1e-6, floor_us, 100.0 * floor_us / mma.us, mma.flops / mma.us * 1e-6);
+      if (!sm90.sm90_ran) {
+        std::printf("| %d | %d | SM90 | not run (no sm_90 device, or a call fell back to another kernel) |\n", heads,
+                    batch);
+        continue;
+      }
+      std::printf("| %d | %d | SM90 | %.1f | %.1f | %.1f | %.0f%% | %.0f | %.2fx |\n", heads, batch, sm90.us,
+                  sm90.cache_bytes * 1e-6, floor_us, 100.0 * floor_us / sm90.us, sm90.flops / sm90.us * 1e-6,
+                  mma.us / sm90.us);
+    }
+  }
 }
 
 // One causal prefill of `len` tokens on an empty context; returns microseconds per call.
@@ -172,6 +233,19 @@ int run_bench() {
     std::printf("| %d | %d | %.0f | %.0f | %.0f%% |\n", len, hpc, us, flops / us * 1e-6,
                 100.0 * flops / us * 1e-6 / matmul);
   }
+  std::printf("\n");
+  print_sm90_table(copy);
+  return 0;
+}
+
+// `--bench-mla-sm90`: the copy bandwidth (the floor's) and the decode comparison only.
+int run_bench_sm90() {
+  cudaDeviceProp prop{};
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double copy = copy_bandwidth_gbs();
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  std::printf("copy bandwidth (D2D 1 GiB, read + write): %.0f GB/s\n\n", copy);
+  print_sm90_table(copy);
   return 0;
 }
 

@@ -4,12 +4,16 @@
 // contexts 1..5000 over shuffled block tables with holes and a shared prefix, padding tokens, both tensor-core
 // head groupings, split-K with and without a workspace (and one workspace over many calls: its counters must come
 // back to zero), and a CUDA-graph capture replayed with changed lengths. Outputs are NaN-poisoned first.
+// On an sm_90 device, the same batches through FlashInfer's Hopper kernel (mla_attention_sm90.cu) over work lists
+// planned on the host (ops::plan_mla_schedule) and uploaded as the runner would; each call must take that path
+// (cuda::mla_sm90_calls counts it), at the bf16 tolerance below.
 // Tolerances (|gpu - cpu| <= atol + rtol |cpu| elementwise, and ||gpu - cpu|| / ||cpu|| <= rel):
 //   f32  2e-5 + 1e-4 |cpu|, rel 1e-5  (f32 math; another summation order and exp);
 //   f16  2e-3 + 4e-3 |cpu|, rel 3e-3  (output rounded to f16; the tensor-core path rounds P to f16 for PV);
 //   bf16 1e-2 + 1.6e-2 |cpu|, rel 1e-2 (the same with bf16's 8-bit mantissa).
 // batched_linear: cuBLASLt's f32 accumulation over k <= 512 terms, rtol as above with atol scaled by sqrt(k).
-// `mla_gpu_test --bench` instead prints the decode kernel's bandwidth and FLOP rates (mla_gpu_bench.cc).
+// `mla_gpu_test --bench` instead prints the decode kernel's bandwidth and FLOP rates (mla_gpu_bench.cc);
+// `--bench-mla-sm90` only the decode table of the tensor-core kernel beside the SM90 one.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +23,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -216,12 +221,15 @@ struct Case {
   int heads_per_cta = 0;  // the tensor-core path's grouping (0: its default)
   uint32_t seed = 1;
   const Tensor* shared_workspace = nullptr;  // use this (counters zero) instead of a fresh workspace
+  bool sm90 = false;          // plan the SM90 kernel's work lists and require that path (bf16, L 512, R 64)
+  bool expect_split = false;  // and require the plan to split some tile (the kernel's merge step runs)
 };
 
 std::string describe(const Case& c) {
   std::string s = c.name + " " + std::string(dtype_name(c.dtype)) + " H " + std::to_string(c.num_heads) + " L " +
                   std::to_string(c.latent) + " R " + std::to_string(c.rope) + " bs " + std::to_string(c.block_size) +
-                  " heads/cta " + std::to_string(c.heads_per_cta) + (c.workspace ? " ws" : " no-ws") + " reqs";
+                  (c.sm90 ? " sm90" : " heads/cta " + std::to_string(c.heads_per_cta)) +
+                  (c.workspace ? " ws" : " no-ws") + " pad " + std::to_string(c.pad_tokens) + " reqs";
   for (const Req& r : c.reqs) {
     s += ' ';
     s += std::to_string(r.cached);
@@ -302,6 +310,34 @@ Tensor strided_query(const Tensor& q_host) {
   return flat.as_strided({n, h, d}, {flat.stride(0), d, 1});
 }
 
+// The SM90 kernel's work lists for the batch, as the runner makes them: planned on the host from the step's lengths
+// for the device's SM count, the split-K partials bounded by what the workspace holds past its counters (none
+// without a workspace), the rows uploaded to the device. `b` holds the host metadata, `workspace` the device one's.
+ops::MlaSchedule planned_schedule(const Batch& b, const Tensor& workspace, int num_heads, int latent) {
+  const int64_t ctas = ops::sm90_mla_ctas(Device::cuda());
+  CHECK_GT(ctas, 0) << "planned_schedule: no SM90 device";
+  const int64_t num_reqs = b.md.num_reqs;
+  const int32_t* qsl = b.md.query_start_loc.data<int32_t>();
+  const int32_t* seq_lens = b.md.seq_lens.data<int32_t>();
+  const int64_t width =
+      ops::mla_schedule_width(std::max(qsl[num_reqs], 1), std::max<int64_t>(num_reqs, 1), num_heads, ctas);
+  int64_t max_partial_rows = 0;
+  if (workspace.defined()) {
+    const int64_t scratch = (workspace.numel() - ops::kPagedAttentionWorkspaceCounters) * int64_t{sizeof(float)};
+    max_partial_rows = ops::mla_partial_capacity(scratch, latent, 2);
+  }
+  std::vector<int32_t> rows(static_cast<size_t>(ops::kMlaScheduleRows * width));
+  ops::MlaSchedule s = ops::plan_mla_schedule(rows.data(), width, qsl, seq_lens, num_reqs, b.md.block_table.stride(0),
+                                              num_heads, ctas, max_partial_rows);
+  s.rows = to_device(Tensor::from_i32(rows, {ops::kMlaScheduleRows, width}));
+  return s;
+}
+
+std::string describe_schedule(const ops::MlaSchedule& s) {
+  return " (plan: " + std::to_string(s.num_works) + " works over " + std::to_string(s.num_groups) + " x " +
+         std::to_string(s.ctas_per_tile) + " CTAs, " + std::to_string(s.partial_rows) + " partial rows)";
+}
+
 // Builds the batch, runs CPU and CUDA, compares; twice on the same workspace (the split-K arrival counters must be
 // back at zero after every call, else the second call's last CTA never recognises itself).
 void run_case(const Case& c) {
@@ -320,12 +356,25 @@ void run_case(const Case& c) {
     const int64_t elems = ops::paged_attention_workspace_elems(b.num_tokens, c.num_heads, c.latent, 16384);
     if (elems > 0) dmd.workspace = workspace_device(elems);
   }
+  std::string what = describe(c);
+  if (c.sm90) {
+    dmd.mla_schedule = planned_schedule(b, dmd.workspace, c.num_heads, c.latent);
+    what += describe_schedule(dmd.mla_schedule);
+    ASSERT_GT(dmd.mla_schedule.num_works, 0) << what;
+    if (c.expect_split) {
+      EXPECT_GT(dmd.mla_schedule.partial_rows, 0) << what << ": no tile split";
+    }
+  }
   cuda::set_mla_heads_per_cta(c.heads_per_cta);
   Tensor cache_d = to_device(cache), q_d = strided_query(q);
   for (int call = 0; call < 2; ++call) {
     Tensor out = poisoned_device({b.num_tokens, c.num_heads, c.latent}, c.dtype);
+    const int64_t sm90_before = cuda::mla_sm90_calls();
     ops::mla_attention(out, q_d, cache_d, dmd, scale);
-    expect_matches(to_host(out), ref, tolerance(c.dtype), describe(c) + " call " + std::to_string(call));
+    if (c.sm90) {
+      EXPECT_EQ(cuda::mla_sm90_calls(), sm90_before + 1) << what << ": the SM90 kernel did not run";
+    }
+    expect_matches(to_host(out), ref, tolerance(c.dtype), what + " call " + std::to_string(call));
   }
   cuda::set_mla_heads_per_cta(0);
 }
@@ -555,6 +604,64 @@ TEST_P(MlaGpuTest, GraphCaptureReplaysWithChangedLengths) {
   cudaStreamDestroy(stream);
 }
 
+// ---- FlashInfer's SM90 kernel over planned work lists (bf16, L 512, R 64) ----
+
+class MlaSm90GpuTest : public gpu_testing::GpuTest {
+ protected:
+  void SetUp() override {
+    gpu_testing::GpuTest::SetUp();
+    if (IsSkipped()) return;
+    if (ops::sm90_mla_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an sm_90 device (or LLMSERVE_SM90_MLA=0)";
+  }
+};
+
+Case sm90_case(const std::string& name, int heads, std::vector<Req> reqs, uint32_t seed) {
+  Case c;
+  c.name = name;
+  c.dtype = DType::kBF16;
+  c.num_heads = heads;
+  c.sm90 = true;
+  c.reqs = std::move(reqs);
+  c.seed = seed;
+  return c;
+}
+
+// Decode (one query token per request) at 128 heads (two CTAs per 128-row tile) and 16 (one CTA per 64-row tile):
+// one request, one of context 1, and a batch of 8 over contexts 1..4096 (block boundaries 16 / 17, key-tile
+// boundaries 64, lengths not a multiple of the block), split-K with a workspace and whole tiles without one.
+TEST_F(MlaSm90GpuTest, PlannedDecodeMatchesCpu) {
+  const std::vector<Req> batch8 = {{0, 1}, {4095, 1}, {16, 1}, {33, 1}, {1500, 1}, {63, 1}, {2047, 1}, {700, 1}};
+  for (int heads : {128, 16}) {
+    Case c = sm90_case("decode b1", heads, {{3000, 1}}, 600 + heads);
+    c.expect_split = true;
+    run_case(c);
+    run_case(sm90_case("decode b1 context 1", heads, {{0, 1}}, 610 + heads));
+    c = sm90_case("decode b8", heads, batch8, 620 + heads);
+    c.expect_split = true;
+    run_case(c);
+    c = sm90_case("decode b8", heads, batch8, 630 + heads);
+    c.workspace = false;  // no split-K: each tile one work over all its keys
+    run_case(c);
+  }
+}
+
+// Mixed batches (decodes first, then prefill chunks on cached contexts) with padding tokens: causal tiles of several
+// tokens (16 heads: 4 tokens a tile; 128: one), more works than groups (each CTA runs several in turn), and a
+// chunk on a long context beside a long decode (split).
+TEST_F(MlaSm90GpuTest, PlannedMixedMatchesCpu) {
+  for (int heads : {128, 16}) {
+    Case c = sm90_case("mixed", heads, {{100, 1}, {3000, 1}, {0, 1}, {0, 37}, {70, 19}, {5, 100}}, 640 + heads);
+    c.pad_tokens = 2;
+    run_case(c);
+    c = sm90_case("chunked prefill", heads, {{4000, 1}, {1200, 48}, {0, 7}}, 650 + heads);
+    c.pad_tokens = 1;
+    c.expect_split = true;
+    run_case(c);
+  }
+  // 16 heads: 140 tiles over 132 groups (the 128-head mixed batch above already runs ~3 works per group).
+  run_case(sm90_case("prefill", 16, {{10, 300}, {50, 260}}, 660));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, MlaGpuTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return gpu_testing::dtype_str(info.param);
@@ -562,13 +669,15 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MlaGpuTest, ::testing::Values(DType::kF32, DTyp
 
 }  // namespace
 
-int run_bench();  // mla_gpu_bench.cc
+int run_bench();       // mla_gpu_bench.cc
+int run_bench_sm90();  // mla_gpu_bench.cc
 
 }  // namespace llmserve
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--bench") == 0) return llmserve::run_bench();
+    if (std::strcmp(argv[i], "--bench-mla-sm90") == 0) return llmserve::run_bench_sm90();
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

@@ -43,6 +43,9 @@ void set_moe_gemm_cutlass_tile_rows(int64_t rows);
 // count and batch (16 up to 16 heads or for batches too small to spread 64-head CTAs over the GPU, else 64).
 // Process-wide: the GPU tests check both, `mla_gpu_test --bench` times both.
 void set_mla_heads_per_cta(int heads);
+// Calls of ops::mla_attention on CUDA that ran FlashInfer's SM90 kernel (mla_attention_sm90.cu) since the process
+// started: the GPU tests and the benchmark check that a planned call took that path and not a fallback.
+int64_t mla_sm90_calls();
 
 // ---- size limits of the CUDA kernels ----
 

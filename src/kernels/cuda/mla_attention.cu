@@ -4,6 +4,7 @@
 // here (CUDA cores; f32 and any L, R): one CTA per (token, head), warps over keys with an online softmax each, merged
 // through shared memory. Every launch goes to current_stream(); nothing reads device memory on the host or
 // allocates, so a call can be captured in a CUDA graph.
+#include <atomic>
 #include <string>
 
 #include "core/cuda_stream.h"
@@ -22,6 +23,8 @@ constexpr int kPerLane = kMlaMaxRowDim / 32;  // row values per lane
 
 // Heads per tensor-core CTA (0: by the batch); set_mla_heads_per_cta.
 int g_mla_heads_per_cta = 0;
+// Calls that ran the SM90 kernel (mla_sm90_calls); atomic: ranks of one process call the op from their threads.
+std::atomic<int64_t> g_mla_sm90_calls{0};
 
 // out[t, head] for one (token, head): lane l owns the row's columns l, l + 32, ...; warp w the keys w, w + 4, ...
 template <typename T>
@@ -157,6 +160,8 @@ void launch_mla_simple(const MlaAttentionParams& p, cudaStream_t stream) {
   check_launch("mla_simple_kernel");
 }
 
+int64_t mla_sm90_calls() { return g_mla_sm90_calls.load(std::memory_order_relaxed); }
+
 void set_mla_heads_per_cta(int heads) {
   CHECK(heads == 0 || heads == 16 || heads == 64) << "set_mla_heads_per_cta: " << heads << " (want 0, 16 or 64)";
   g_mla_heads_per_cta = heads;
@@ -191,7 +196,10 @@ void mla_attention(Tensor& out, const Tensor& query, const Tensor& latent_cache,
   CHECK(st.ok()) << st.message();
   if (p.num_tokens == 0) return;
   cudaStream_t stream = current_stream();
-  if (const MlaSm90Work w = sm90_work(p, md, latent_cache); w.rows != nullptr) return launch_mla_sm90(p, w, stream);
+  if (const MlaSm90Work w = sm90_work(p, md, latent_cache); w.rows != nullptr) {
+    g_mla_sm90_calls.fetch_add(1, std::memory_order_relaxed);
+    return launch_mla_sm90(p, w, stream);
+  }
   if (mla_mma_applies(p)) return launch_mla_mma(p, g_mla_heads_per_cta, stream);
   launch_mla_simple(p, stream);
 }
