@@ -10,10 +10,7 @@
 
 #include "core/env.h"
 #include "core/logging.h"
-
-#ifdef LLMSERVE_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "kernels/prefill_schedule.h"
 
 namespace llmserve::ops {
 namespace {
@@ -58,18 +55,7 @@ int64_t mla_schedule_width(int64_t max_num_tokens, int64_t max_num_reqs, int64_t
 int64_t sm90_mla_ctas(const Device& device) {
   if (device.is_cpu()) return 0;
   static const bool enabled = switch_from_env_or_die("LLMSERVE_SM90_MLA", true);
-  if (!enabled) return 0;
-#ifdef LLMSERVE_WITH_CUDA
-  int major = 0, minor = 0, sms = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index) != cudaSuccess) {
-    return 0;
-  }
-  return major == 9 && minor == 0 ? sms : 0;  // the kernel is built for sm_90a only
-#else
-  return 0;
-#endif
+  return enabled ? sm90_sm_count(device) : 0;
 }
 
 MlaSchedule plan_mla_schedule(int32_t* rows, int64_t width, const int32_t* query_start_loc, const int32_t* seq_lens,

@@ -67,8 +67,8 @@ inline int64_t mla_partial_capacity(int64_t scratch_bytes, int64_t latent_dim, i
   return scratch_bytes > 15 ? (scratch_bytes - 15) / (latent_dim * dtype_bytes + 4) : 0;
 }
 
-// CTAs the kernel runs on `device` (its SM count) when it can run there: a CUDA device of compute capability 9.0
-// in a CUDA build, and LLMSERVE_SM90_MLA (0 / 1, default 1: the A/B switch) not 0; else 0.
+// CTAs the kernel runs on `device` (its SM count) when it can run there: sm90_sm_count (prefill_schedule.h), and
+// LLMSERVE_SM90_MLA (0 / 1, default 1: the A/B switch) not 0; else 0.
 int64_t sm90_mla_ctas(const Device& device);
 
 // Plans every request of the step (query_start_loc [num_reqs + 1], seq_lens [num_reqs] on the host; causal, token j

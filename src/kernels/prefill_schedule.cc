@@ -44,10 +44,8 @@ int64_t prefill_schedule_width(int64_t max_num_tokens, int64_t max_num_reqs, int
   return std::max(works, num_ctas + 1);
 }
 
-int64_t sm90_prefill_ctas(const Device& device) {
+int64_t sm90_sm_count(const Device& device) {
   if (device.is_cpu()) return 0;
-  static const bool enabled = switch_from_env_or_die("LLMSERVE_SM90_PREFILL", true);
-  if (!enabled) return 0;
 #ifdef LLMSERVE_WITH_CUDA
   int major = 0, minor = 0, sms = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index) != cudaSuccess ||
@@ -55,10 +53,16 @@ int64_t sm90_prefill_ctas(const Device& device) {
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index) != cudaSuccess) {
     return 0;
   }
-  return major == 9 && minor == 0 ? sms : 0;  // the kernel is built for sm_90a only
+  return major == 9 && minor == 0 ? sms : 0;
 #else
   return 0;
 #endif
+}
+
+int64_t sm90_prefill_ctas(const Device& device) {
+  if (device.is_cpu()) return 0;
+  static const bool enabled = switch_from_env_or_die("LLMSERVE_SM90_PREFILL", true);
+  return enabled ? sm90_sm_count(device) : 0;
 }
 
 int64_t plan_prefill_schedule(int32_t* rows, int64_t width, const int32_t* query_start_loc, const int32_t* seq_lens,

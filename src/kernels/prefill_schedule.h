@@ -32,8 +32,12 @@ int64_t prefill_schedule_tile(int64_t head_dim);
 int64_t prefill_schedule_width(int64_t max_num_tokens, int64_t max_num_reqs, int64_t num_heads, int64_t head_dim,
                                int64_t num_ctas);
 
-// CTAs the kernel runs on `device` (its SM count) when it can run there: a CUDA device of compute capability 9.0
-// in a CUDA build, and LLMSERVE_SM90_PREFILL (0 / 1, default 1: the A/B switch) not 0; else 0.
+// The SM count of `device` when it is a CUDA device of compute capability 9.0 in a CUDA build (the Hopper kernels
+// whose work lists the host plans, this one and the MLA one of mla_schedule.h, are built for sm_90a only), else 0.
+int64_t sm90_sm_count(const Device& device);
+
+// CTAs the kernel runs on `device` (its SM count) when it can run there: sm90_sm_count, and LLMSERVE_SM90_PREFILL
+// (0 / 1, default 1: the A/B switch) not 0; else 0.
 int64_t sm90_prefill_ctas(const Device& device);
 
 // Plans the step's prefill requests (those after the first num_decode, which the decode kernel runs) into the
