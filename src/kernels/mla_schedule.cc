@@ -71,7 +71,9 @@ MlaSchedule plan_mla_schedule(int32_t* rows, int64_t width, const int32_t* query
       << num_reqs;
   const int64_t group_rows = s.ctas_per_tile * kMlaTileRows, grid = s.ctas_per_tile * s.num_groups;
   s.num_tokens = num_reqs > 0 ? query_start_loc[num_reqs] : 0;
-  std::fill_n(rows, kMlaScheduleRows * width, 0);
+  // Only the first num_ctas + 1 columns are read whatever the plan (work_indptr, the per-CTA merge rows), so only
+  // they start zeroed; the works' columns are all written below, and later columns are never read.
+  for (int64_t r = 0; r < kMlaScheduleRows; ++r) std::fill_n(rows + r * width, num_ctas + 1, 0);
 
   // 1. The group tiles of every request, each with the keys its last row sees.
   std::vector<Tile> tiles;

@@ -73,7 +73,8 @@ int64_t sm90_mla_ctas(const Device& device);
 
 // Plans every request of the step (query_start_loc [num_reqs + 1], seq_lens [num_reqs] on the host; causal, token j
 // of request r at position seq_lens[r] - q_len(r) + j) into the host rows [kMlaScheduleRows, width] and returns
-// what it planned (rows undefined). Tiles whose keys exceed an even share of the step's keys over the groups are
+// what it planned (rows undefined). Writes columns [0, max(num_works, num_ctas + 1)) only: the kernel reads no
+// other. Tiles whose keys exceed an even share of the step's keys over the groups are
 // split into chunks (their partial results merged by the kernel after a grid-wide barrier) while the partial rows
 // stay within max_partial_rows and the split tiles within num_ctas. CHECK-fails when a length is invalid or the
 // works exceed `width` (sized by mla_schedule_width).

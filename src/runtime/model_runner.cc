@@ -115,18 +115,8 @@ ModelRunner::ModelRunner(CausalLM &model, ModelRunnerConfig config)
     const int64_t elems = model.attention_workspace_elems(std::max<int64_t>(config_.max_num_tokens, 256),
                                                           std::max<int64_t>(config_.max_model_len, 0));
     if (elems > 0) attention_workspace_ = Tensor::zeros({elems}, DType::kF32, device_);
-    // The SM90 prefill kernel's work lists: where it runs (an SM90 device, a key + value cache, a head size it
-    // has) and for the model's own heads (a tensor-parallel rank's differ: its calls run the portable kernel).
-    const int64_t ctas = ops::sm90_prefill_ctas(device_);
-    if (ctas > 0 && spec.has_value && ops::prefill_schedule_tile(c.head_dim) > 0 && model.cuda_graph_capturable()) {
-      const int64_t width = ops::prefill_schedule_width(limits_.max_num_tokens, limits_.max_num_reqs,
-                                                        c.num_attention_heads, c.head_dim, ctas);
-      schedule_host_ = Tensor::empty_pinned({ops::kPrefillScheduleRows, width}, DType::kI32);
-      schedule_device_ = Tensor::empty({ops::kPrefillScheduleRows, width}, DType::kI32, device_);
-      schedule_.num_heads = c.num_attention_heads;
-      schedule_.head_dim = c.head_dim;
-      schedule_.num_ctas = ctas;
-    }
+    // The Hopper attention kernels' work lists, sized for the largest step.
+    schedules_ = AttentionSchedules(model, limits_.max_num_tokens, limits_.max_num_reqs, attention_workspace_);
   }
   static bool logged_mode = false;  // one line per process: every engine of a process gets the same flags
   const CudaGraphMode mode = config_.cuda_graph_mode;
@@ -165,6 +155,7 @@ void ModelRunner::capture_cuda_graphs() {
     const int64_t size = *it;
     inputs_copied_.synchronize();
     fill_padding(0, size);
+    plan_attention(size, size);
     upload_inputs(size, size, 1);
     bind_batch(size, size, size, size, 1, graph_max_seq_len());
     Tensor logits = logits_.slice(0, 0, size);
@@ -349,8 +340,8 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   const int64_t graph_size = graph_size_for(num_reqs, num_tokens, num_logits);
   last_graph_size_ = graph_size;
   if (graph_size > 0) {
-    schedule_.num_works = 0;  // uniform decode: no prefill request
     fill_padding(num_reqs, graph_size);
+    plan_attention(graph_size, graph_size);  // the padded batch, which the graph runs
     upload_inputs(graph_size, graph_size, max_blocks);
     bind_batch(graph_size, graph_size, graph_size, graph_size, 1, graph_max_seq_len());
     scatter_placeholder_ids(batch_.input_ids);  // async scheduling: the previous step's ids, still on the device
@@ -363,7 +354,7 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
     step_logits_ = logits_.slice(0, 0, num_logits);
     return step_logits_;
   }
-  plan_prefill_attention(num_reqs, num_decode);
+  plan_attention(num_reqs, num_decode);
   upload_inputs(num_tokens, num_reqs, max_blocks);
   bind_batch(num_tokens, num_reqs, num_logits, num_decode, max_query, max_seq);
   // The sampling rows fit the persistent logits (at most one per request). Prompt-logprob rows (a rare prefill
@@ -377,19 +368,15 @@ Tensor ModelRunner::run_model(const std::vector<RequestState *> &reqs, const std
   return step_logits_;
 }
 
-void ModelRunner::plan_prefill_attention(int64_t num_reqs, int64_t num_decode) {
-  schedule_.num_works = 0;
-  if (!schedule_host_.defined() || num_decode == num_reqs) return;
+void ModelRunner::plan_attention(int64_t num_reqs, int64_t num_decode) {
   const HostRows rows = host_rows();
-  schedule_.num_works = ops::plan_prefill_schedule(
-      schedule_host_.data<int32_t>(), schedule_host_.size(1), rows.query_start_loc, rows.seq_lens, num_reqs, num_decode,
-      limits_.max_blocks_per_seq, schedule_.num_heads, schedule_.head_dim, schedule_.num_ctas);
+  schedules_.plan(rows.query_start_loc, rows.seq_lens, num_reqs, num_decode, limits_.max_blocks_per_seq);
 }
 
 void ModelRunner::upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t max_blocks) {
   // Two pitched host -> device copies of only what this step wrote (a decode step's inputs are a few KB whatever
   // the capacities): the used prefix of the six arrays (at most num_tokens 8-byte elements each; num_reqs + 1 <=
-  // 2 num_tokens 4-byte ones), and the used columns of the block table's num_reqs rows.
+  // 2 num_tokens 4-byte ones), and the used columns of the block table's num_reqs rows; then the planned work lists'.
   if (device_.is_cpu()) return;
   const InputLayout &L = layout_;
   auto pitched = [](const Tensor &buffer, size_t offset, int64_t rows, int64_t row_bytes, int64_t pitch) {
@@ -400,15 +387,7 @@ void ModelRunner::upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t ma
   const int64_t table_pitch = limits_.max_blocks_per_seq * 4;
   pitched(device_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch)
       .copy_from(pitched(host_inputs_, L.block_table, num_reqs, max_blocks * 4, table_pitch));
-  if (schedule_.num_works > 0) {  // the used columns of the work lists' rows
-    const int64_t schedule_pitch = schedule_host_.size(1) * 4;
-    const int64_t used = std::max(schedule_.num_works, schedule_.num_ctas + 1) * 4;
-    auto bytes = [](const Tensor &t) {
-      return Tensor::from_blob(t.raw_data(), {t.numel() * 4}, DType::kU8, nullptr, t.device());
-    };
-    pitched(bytes(schedule_device_), 0, ops::kPrefillScheduleRows, used, schedule_pitch)
-        .copy_from(pitched(bytes(schedule_host_), 0, ops::kPrefillScheduleRows, used, schedule_pitch));
-  }
+  schedules_.upload();
   inputs_copied_.record();
 }
 
@@ -435,8 +414,7 @@ void ModelRunner::bind_batch(int64_t num_tokens, int64_t num_reqs, int64_t num_l
   md.max_query_len = max_query;
   md.max_seq_len = max_seq;
   md.workspace = attention_workspace_;
-  md.prefill_schedule = schedule_;
-  md.prefill_schedule.rows = schedule_.num_works > 0 ? schedule_device_ : Tensor();
+  schedules_.bind(md);
 }
 
 void ModelRunner::profile_run(int64_t num_tokens, int64_t num_reqs) {

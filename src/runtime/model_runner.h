@@ -22,6 +22,7 @@
 #include "engine/engine_core.h"
 #include "engine/sampling_params.h"
 #include "model/causal_lm.h"
+#include "runtime/attention_schedules.h"
 #include "runtime/cuda_graph_config.h"
 #include "runtime/sampled_ids_transfer.h"
 #include "runtime/sampler.h"
@@ -204,10 +205,9 @@ class ModelRunner : public ModelExecutor {
   };
   HostRows host_rows();
 
-  // Plans the SM90 prefill kernel's work lists for the step's prefill requests into schedule_host_ (schedule_
-  // says what was planned; nothing when the runner has no such buffers or the step has no prefill request).
-  void plan_prefill_attention(int64_t num_reqs, int64_t num_decode);
-  // Copies the step's used inputs to the device (two pitched copies, a third for a planned schedule) and points
+  // Plans the Hopper attention kernels' work lists (schedules_) for the step in the host rows.
+  void plan_attention(int64_t num_reqs, int64_t num_decode);
+  // Copies the step's used inputs to the device (two pitched copies, one more per planned work list) and points
   // batch_ at them.
   void upload_inputs(int64_t num_tokens, int64_t num_reqs, int64_t max_blocks);
   void bind_batch(int64_t num_tokens, int64_t num_reqs, int64_t num_logits, int64_t num_decode, int64_t max_query,
@@ -247,11 +247,8 @@ class ModelRunner : public ModelExecutor {
   std::vector<int64_t> block_table_widths_;  // entries of each host block-table row that may be nonzero
   Tensor logits_;                            // [max_num_reqs, vocab] f32: the sampling rows' logits, a prefix per step
   Tensor attention_workspace_;               // CUDA: paged attention's split-K scratch (f32), undefined when unused
-  // CUDA on an SM90 device: the prefill attention kernel's work lists (kernels/prefill_schedule.h), planned on the
-  // host for each step with prefill requests and copied with its inputs; undefined where that kernel cannot run.
-  Tensor schedule_host_, schedule_device_;  // i32 [kPrefillScheduleRows, width], page-locked / on the device
-  ops::PrefillSchedule schedule_;           // what the current step planned (num_works 0: nothing)
-  ForwardBatch batch_;                      // the last step's views of the persistent buffers
+  AttentionSchedules schedules_;  // CUDA on an SM90 device: the Hopper attention kernels' work lists, per step
+  ForwardBatch batch_;            // the last step's views of the persistent buffers
   Tensor step_logits_;  // the last step's logits (a prefix of logits_ unless prompt logprobs needed more)
   std::unique_ptr<ActivationMemory> activations_;  // the model's arena, bound while this runner lives
   // CUDA graphs: null when none were captured. Padded rows read the scratch block, one block past the

@@ -27,6 +27,7 @@
 #include "../runtime/test_models.h"
 #include "core/cuda_allocator.h"
 #include "frontend/llm_engine.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/prefill_schedule.h"
 #include "model/llama2c_import.h"
 #include "runtime/gpu_memory.h"
@@ -375,21 +376,16 @@ TEST_F(ModelGpuTest, Stories260KGreedyIdsMatchLlama2c) {
   std::filesystem::remove_all(out);
 }
 
-// A dummy-weight Llama (2 layers, hidden 512, head_dim 128, bf16) with the given heads, written to a fresh directory;
-// for the kernels no fixture reaches (the fixtures' head sizes are 16 and 32).
-class DummyLlama {
+// A dummy-weight bf16 model of the given config.json, written to a fresh directory; for the kernels no fixture reaches
+// (the fixtures' head sizes are 16 and 32, their MLA latent 64 wide).
+class DummyModel {
  public:
-  DummyLlama(const std::string& name, int num_heads, int num_kv_heads)
+  DummyModel(const std::string& name, const std::string& config_json)
       : dir_(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ / "config.json")
-        << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
-      "intermediate_size": 1024, "num_attention_heads": )"
-        << num_heads << R"(, "num_key_value_heads": )" << num_kv_heads << R"(, "head_dim": 128,
-      "num_hidden_layers": 2, "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-      "rope_theta": 10000.0, "torch_dtype": "bfloat16"})";
+    std::ofstream(dir_ / "config.json") << config_json;
   }
-  ~DummyLlama() { std::filesystem::remove_all(dir_); }
+  ~DummyModel() { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<CausalLM> load(Device device) const {
     ModelLoadOptions options;
@@ -405,9 +401,34 @@ class DummyLlama {
   std::filesystem::path dir_;
 };
 
+// A Llama (2 layers, hidden 512, head_dim 128) with the given heads.
+DummyModel dummy_llama(const std::string& name, int num_heads, int num_kv_heads) {
+  return DummyModel(name, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+      "intermediate_size": 1024, "num_attention_heads": )" +
+                              std::to_string(num_heads) + R"(, "num_key_value_heads": )" +
+                              std::to_string(num_kv_heads) + R"(, "head_dim": 128,
+      "num_hidden_layers": 2, "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+      "rope_theta": 10000.0, "torch_dtype": "bfloat16"})");
+}
+
+// A DeepSeek-V3 with V3's attention dims (latent 512, rotary 64, q LoRA rank 384 here) and the given heads, 2 dense
+// layers (the MLP is not what its tests are about), hidden 1024.
+DummyModel dummy_deepseek(const std::string& name, int num_heads) {
+  return DummyModel(name, R"({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+      "hidden_size": 1024, "intermediate_size": 1024, "num_attention_heads": )" +
+                              std::to_string(num_heads) + R"(, "num_key_value_heads": )" + std::to_string(num_heads) +
+                              R"(, "num_hidden_layers": 2,
+      "first_k_dense_replace": 2, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+      "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+      "scoring_func": "sigmoid", "topk_method": "noaux_tc", "q_lora_rank": 384, "kv_lora_rank": 512,
+      "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 1024,
+      "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "hidden_act": "silu",
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16"})");
+}
+
 // Greedy runs of `prompts` on the CPU and the GPU (the CUDA defaults: graphs, async scheduling) compared by vLLM's
 // rule; returns the number of positions compared.
-int compare_cpu_gpu(const DummyLlama& model, const std::vector<std::vector<int32_t>>& prompts,
+int compare_cpu_gpu(const DummyModel& model, const std::vector<std::vector<int32_t>>& prompts,
                     const SamplingParams& params, const EngineArgs& args) {
   std::unique_ptr<CausalLM> cpu = model.load(Device::cpu()), gpu = model.load(Device::cuda());
   const auto want = generate(*cpu, prompts, params, args);
@@ -425,7 +446,7 @@ int compare_cpu_gpu(const DummyLlama& model, const std::vector<std::vector<int32
 // 256-token step budget) next to other requests' decodes, and a second prompt that hits the first one's cached prefix.
 TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
   if (ops::sm90_prefill_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_PREFILL=0)";
-  const DummyLlama model("llmserve_gpu_sm90", 4, 2);
+  const DummyModel model = dummy_llama("llmserve_gpu_sm90", 4, 2);
   std::vector<std::vector<int32_t>> prompts = testing::random_prompts(4, 5, 700, 1024, 77);
   prompts[0].resize(600, 7);  // at least five query tiles of 128
   prompts.push_back(prompts[0]);
@@ -437,13 +458,48 @@ TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
   EXPECT_GT(compare_cpu_gpu(model, prompts, greedy(8, 5), args), 8 * static_cast<int>(prompts.size()));
 }
 
+// FlashInfer's SM90 MLA kernel through the runner's per-step work lists, at 16 heads (one CTA per tile) and 128
+// (DeepSeek-V3's: two): prompts chunked by a 256-token step budget next to other requests' decodes, one that hits
+// another's cached prefix, then decode steps replaying FULL graphs whose plans split the long contexts' keys
+// differently each step. Against the CPU by vLLM's rule (graphs + async, the CUDA defaults), then eagerly: the
+// kernel's call counter must grow by at least the decode steps' calls, and the eager run's ids equal the graphs'.
+TEST_F(ModelGpuTest, Sm90MlaThroughTheRunnerMatchesTheCpu) {
+  if (ops::sm90_mla_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_MLA=0)";
+  for (const int heads : {16, 128}) {
+    SCOPED_TRACE(std::to_string(heads) + " heads");
+    const DummyModel model = dummy_deepseek("llmserve_gpu_sm90_mla", heads);
+    std::vector<std::vector<int32_t>> prompts = testing::random_prompts(4, 5, 900, 1024, 79);
+    prompts[0].resize(800, 7);
+    prompts.push_back(prompts[0]);
+    prompts.back().resize(850, 9);  // the first 784 tokens (49 blocks) are the previous prompt's
+    EngineArgs args;
+    args.max_model_len = 1024;
+    args.num_kv_cache_tokens = 8192;
+    args.max_num_batched_tokens = 256;
+    const SamplingParams params = greedy(8, 5);
+    const int64_t calls = cuda::mla_sm90_calls();
+    EXPECT_GT(compare_cpu_gpu(model, prompts, params, args), 8 * static_cast<int>(prompts.size()));
+    EXPECT_GT(cuda::mla_sm90_calls(), calls) << "the runner planned no step for the SM90 kernel";
+
+    std::unique_ptr<CausalLM> gpu = model.load(Device::cuda());
+    const auto graphs = generate(*gpu, prompts, params, args);
+    EngineArgs eager_args = args;
+    eager_args.cuda_graph_mode = CudaGraphMode::kNone;
+    const int64_t before = cuda::mla_sm90_calls();
+    const auto eager = generate(*gpu, prompts, params, eager_args);
+    // Eager steps: two layers per step; at least the decode steps and one per prompt chunk.
+    EXPECT_GE(cuda::mla_sm90_calls() - before, 2 * 8) << "eager steps ran another MLA kernel";
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(eager[i].ids, graphs[i].ids) << "prompt " << i;
+  }
+}
+
 // The tensor-core decode through the runner: 300 requests x 4 kv heads of a GQA-4 model decode together (over 2
 // CTAs per SM: no split-K), in a FULL graph of capture size 304 (4 padding rows), against the CPU; then the same
 // batch eagerly (the kernel on 300 rows) and synchronously: the sampled ids of all three GPU runs are equal; sync vs
 // async also the top-k ids, and the logprobs within 1e-3 (same graphs, same kernels); eager vs graphs the logprobs
 // within the graph tests' bf16 tolerance (the padded GEMM shapes sum in another order).
 TEST_F(ModelGpuTest, TensorCoreDecodeThroughTheRunnerMatchesTheCpu) {
-  const DummyLlama model("llmserve_gpu_mma_decode", 16, 4);
+  const DummyModel model = dummy_llama("llmserve_gpu_mma_decode", 16, 4);
   std::vector<std::vector<int32_t>> prompts = testing::random_prompts(300, 3, 90, 1024, 78);
   EngineArgs args;
   args.max_model_len = 256;
