@@ -33,6 +33,7 @@ struct BenchFlags {
   int64_t kernel_breakdown = 0;          // CUDA: print the decode phase's N kernels with the most time
   std::optional<bool> async_scheduling;  // unset: on for cuda, off for cpu (as the engine)
   int64_t tensor_parallel_size = 1;
+  int64_t max_num_batched_tokens = 0;  // prefill tokens per step; 0: the whole batch's prompts in one step
 };
 
 // The copies of a metered phase and the CUDA API calls in it that stalled the host (total over all of them).
@@ -71,6 +72,9 @@ int run_latency(const std::vector<std::string>& args) {
   parser.add_int("kernel-breakdown", &f.kernel_breakdown,
                  "cuda: print the N kernels with the most time in the last prefill and decode phases, per step "
                  "(CUPTI)");
+  parser.add_int("max-num-batched-tokens", &f.max_num_batched_tokens,
+                 "token budget of a prefill step: the prompts are prefilled in chunks of this many tokens, as the "
+                 "engine's chunked prefill does (default: batch-size x input-len, one step); at least batch-size");
   add_quantization_flag(parser, &f.quantization);
   parser.add_int("tensor-parallel-size", &f.tensor_parallel_size,
                  "ranks the model is sharded over (-tp; default 1; cuda: one device each, NCCL)");
@@ -87,6 +91,12 @@ int run_latency(const std::vector<std::string>& args) {
     return usage_error(invalid_argument("--batch-size, --input-len, --output-len and --num-iters must be positive"));
   }
   if (f.kernel_breakdown < 0) return usage_error(invalid_argument("--kernel-breakdown must be >= 0"));
+  if (f.max_num_batched_tokens == 0) f.max_num_batched_tokens = f.batch_size * f.input_len;
+  if (f.max_num_batched_tokens < f.batch_size) {
+    return usage_error(
+        invalid_argument("--max-num-batched-tokens must be at least --batch-size (a decode step "
+                         "schedules one token per sequence)"));
+  }
   model_flags.load_format = f.load_format;
   model_flags.dtype = f.dtype;
   model_flags.device = f.device;
@@ -122,16 +132,17 @@ int run_latency(const std::vector<std::string>& args) {
     return fail(invalid_argument("input-len + output-len exceeds max_position_embeddings"));
   }
 
-  // The engine's ModelRunner, driven by hand-made SchedulerOutputs as the engine core drives it: one prefill step of
-  // every prompt (timed until its sampled ids are on the host), then output-len decode steps; with async
-  // scheduling each decode step is queued before the previous one's ids are waited for (EngineCore's batch queue of
-  // depth 2: the ids stay on the device and the runner scatters them into the next step's inputs).
+  // The engine's ModelRunner, driven by hand-made SchedulerOutputs as the engine core drives it: the prefill of every
+  // prompt (one step, or chunks of --max-num-batched-tokens; timed until its sampled ids are on the host), then
+  // output-len decode steps; with async scheduling each decode step is queued before the previous one's ids are
+  // waited for (EngineCore's batch queue of depth 2: the ids stay on the device and the runner scatters them into the
+  // next step's inputs).
   const int32_t block_size = 16;
   const int64_t blocks_per_seq = (f.input_len + f.output_len + 1 + block_size - 1) / block_size;
   ModelRunnerConfig rc;
   rc.block_size = block_size;
   rc.num_blocks = static_cast<int32_t>(f.batch_size * blocks_per_seq);
-  rc.max_num_tokens = f.batch_size * f.input_len;
+  rc.max_num_tokens = std::min(f.max_num_batched_tokens, f.batch_size * f.input_len);
   rc.max_num_reqs = f.batch_size;
   rc.max_model_len = f.input_len + f.output_len + 1;
   StatusOr<CudaGraphFlags> graphs = resolve_cuda_graph_flags(graph_flags);
@@ -157,18 +168,35 @@ int run_latency(const std::vector<std::string>& args) {
   // The metered iteration's own wall times, beside the best ones (CUPTI's records slow the host a little).
   double metered_prefill_s = 0, metered_decode_s = 0;
   for (int64_t iter = 0; iter <= f.num_iters; ++iter) {  // iteration 0 warms up
-    SchedulerOutput prefill;
+    // The prefill's steps: each takes the next max-num-batched-tokens prompt tokens in request order (a request's
+    // first chunk brings its data and all its blocks, later chunks continue from its computed tokens).
+    std::vector<SchedulerOutput> prefill_steps;
     std::vector<RequestId> ids;
-    for (int64_t r = 0; r < f.batch_size; ++r) {
-      NewRequestData n;
-      n.req_id = std::to_string(iter) + "-" + std::to_string(r);
-      for (int64_t i = 0; i < f.input_len; ++i) n.prompt_token_ids.push_back(token(rng));
-      n.sampling_params = greedy;
-      for (int64_t b = 0; b < blocks_per_seq; ++b) n.block_ids.push_back(static_cast<int32_t>(r * blocks_per_seq + b));
-      prefill.num_scheduled_tokens.push_back({n.req_id, f.input_len});
-      prefill.total_num_scheduled_tokens += f.input_len;
-      ids.push_back(n.req_id);
-      prefill.scheduled_new_reqs.push_back(std::move(n));
+    std::vector<int64_t> computed(static_cast<size_t>(f.batch_size), 0);
+    for (int64_t r = 0; r < f.batch_size; ++r) ids.push_back(std::to_string(iter) + "-" + std::to_string(r));
+    for (int64_t r = 0; r < f.batch_size;) {
+      SchedulerOutput& step = prefill_steps.emplace_back();
+      for (; r < f.batch_size && step.total_num_scheduled_tokens < f.max_num_batched_tokens;) {
+        const int64_t n =
+            std::min(f.input_len - computed[r], f.max_num_batched_tokens - step.total_num_scheduled_tokens);
+        if (computed[r] == 0) {
+          NewRequestData d;
+          d.req_id = ids[r];
+          for (int64_t i = 0; i < f.input_len; ++i) d.prompt_token_ids.push_back(token(rng));
+          d.sampling_params = greedy;
+          for (int64_t b = r * blocks_per_seq; b < (r + 1) * blocks_per_seq; ++b) d.block_ids.push_back(b);
+          step.scheduled_new_reqs.push_back(std::move(d));
+        } else {
+          CachedRequestData cr;
+          cr.req_id = ids[r];
+          cr.num_computed_tokens = computed[r];
+          step.scheduled_cached_reqs.push_back(std::move(cr));
+        }
+        step.num_scheduled_tokens.push_back({ids[r], n});
+        step.total_num_scheduled_tokens += n;
+        computed[r] += n;
+        if (computed[r] == f.input_len) ++r;
+      }
     }
     // Only the last iteration is metered: each CUPTI window delays its first kernel by ~5 ms (H200, 2026-11-26:
     // metering the warm-up too did not remove it), so the metered prefill's idle before its first kernel is the
@@ -178,8 +206,11 @@ int run_latency(const std::vector<std::string>& args) {
     const bool meter_prefill = metered_iter && on_cuda && f.kernel_breakdown > 0;
     const bool prefill_metered = meter_prefill && prefill_meter.start(&busy_why_not, /*api_calls=*/true);
     auto start = Clock::now();
-    StatusOr<ModelRunnerOutput> out = runner.execute(prefill);
-    if (!out.ok()) return fail(out.status());
+    StatusOr<ModelRunnerOutput> out = internal_error("no prefill step");
+    for (const SchedulerOutput& step : prefill_steps) {
+      out = runner.execute(step);
+      if (!out.ok()) return fail(out.status());
+    }
     const double prefill_s = seconds_since(start);
     if (prefill_metered) {
       prefill_busy = prefill_meter.stop();  // execute returned the sampled ids: the GPU is done
@@ -233,7 +264,8 @@ int run_latency(const std::vector<std::string>& args) {
   }
 
   const DType weight_dtype = resolve_weight_dtype(c, options);
-  const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, f.batch_size * f.input_len);
+  // The GEMM rate at a prefill step's tokens: what the chunks' GEMMs run at (and a buffer that fits beside the model).
+  const MeasuredRates rates = measure_rates(options.device, weight_dtype, c, rc.max_num_tokens);
   const double params = matmul_params(c);
   // Tensor parallelism on CUDA: each GPU reads its shard over its own memory bus in parallel, so the floor is one
   // GPU's share (its weights, its kv heads, its FLOPs). On the CPU the ranks share one memory system: no division.
@@ -293,6 +325,12 @@ int run_latency(const std::vector<std::string>& args) {
                                                           std::to_string(runner.cuda_graph_bytes() >> 20) + " MiB")
                                                              .c_str());
   std::printf("async scheduling: %s\n", async_scheduling ? "on (decode steps queued one ahead)" : "off");
+  const int64_t prefill_tokens = f.batch_size * f.input_len;
+  if (f.max_num_batched_tokens < prefill_tokens) {
+    std::printf("prefill: %lld steps of up to %lld tokens (--max-num-batched-tokens)\n",
+                static_cast<long long>((prefill_tokens + f.max_num_batched_tokens - 1) / f.max_num_batched_tokens),
+                static_cast<long long>(f.max_num_batched_tokens));
+  }
   if (f.tensor_parallel_size > 1) {
     std::printf("tensor parallel: %lld ranks%s\n", static_cast<long long>(f.tensor_parallel_size),
                 on_cuda ? " (floors: one GPU's shard of weights, kv heads and FLOPs)" : " (threads sharing the CPU)");

@@ -50,6 +50,19 @@ def test_bench_latency_cpu_prints_floors(llmserve_bin):
     assert "floors:" in r.stdout
 
 
+def test_bench_latency_chunks_the_prefill(llmserve_bin):
+    # 3 x 9 prompt tokens in steps of 4: chunks that end mid-prompt and steps that finish one prompt and start the
+    # next (the runner CHECKs every step's tokens and blocks against the requests' state).
+    args = ["bench", "latency", "--load-format", "dummy", "--config", FIXTURE + "/config.json", "--batch-size", "3",
+            "--input-len", "9", "--output-len", "3", "--num-iters", "1", "--num-threads", "1"]
+    r = run(llmserve_bin, *args, "--max-num-batched-tokens", "4")
+    assert "prefill: 7 steps of up to 4 tokens (--max-num-batched-tokens)" in r.stdout
+    assert any(l.startswith("decode") and l.endswith("%") for l in r.stdout.splitlines()), r.stdout
+    assert "prefill:" not in run(llmserve_bin, *args, "--max-num-batched-tokens", "27").stdout
+    bad = run(llmserve_bin, *args, "--max-num-batched-tokens", "2", check=False)
+    assert bad.returncode == 2 and "--max-num-batched-tokens must be at least --batch-size" in bad.stderr
+
+
 def test_bench_latency_async_scheduling_is_a_flag(llmserve_bin):
     # CPU default off, as the engine; on, the decode steps go through execute_async / wait one step apart.
     args = ["bench", "latency", "--load-format", "dummy", "--config", FIXTURE + "/config.json", "--batch-size", "2",
