@@ -73,11 +73,11 @@ int64_t sm90_mla_ctas(const Device& device);
 
 // Plans every request of the step (query_start_loc [num_reqs + 1], seq_lens [num_reqs] on the host; causal, token j
 // of request r at position seq_lens[r] - q_len(r) + j) into the host rows [kMlaScheduleRows, width] and returns
-// what it planned (rows undefined). Writes columns [0, max(num_works, num_ctas + 1)) only: the kernel reads no
-// other. Tiles whose keys exceed an even share of the step's keys over the groups are
-// split into chunks (their partial results merged by the kernel after a grid-wide barrier) while the partial rows
-// stay within max_partial_rows and the split tiles within num_ctas. CHECK-fails when a length is invalid or the
-// works exceed `width` (sized by mla_schedule_width).
+// what it planned (rows undefined), writing columns [0, max(num_works, num_ctas + 1)) only (the kernel reads no
+// other). Tiles whose keys exceed an even share of the step's keys over the groups are split into chunks (their
+// partial results merged by the kernel after a grid-wide barrier) while the partial rows stay within
+// max_partial_rows and the split tiles within num_ctas. CHECK-fails when a length is invalid or the works exceed
+// `width` (sized by mla_schedule_width).
 MlaSchedule plan_mla_schedule(int32_t* rows, int64_t width, const int32_t* query_start_loc, const int32_t* seq_lens,
                               int64_t num_reqs, int64_t block_table_stride, int64_t num_heads, int64_t num_ctas,
                               int64_t max_partial_rows);
