@@ -442,40 +442,44 @@ int compare_cpu_gpu(const DummyModel& model, const std::vector<std::vector<int32
   return compared;
 }
 
-// FlashInfer's SM90 prefill through the runner's per-step work lists: prompts over several query tiles, chunked (a
-// 256-token step budget) next to other requests' decodes, and a second prompt that hits the first one's cached prefix.
+// Four random prompts of up to max_len tokens, the first cut to first_len, and a fifth that extends the first to
+// hit_len (a prefix-cache hit on the first's full blocks), prefilled in 256-token steps beside other requests' decodes.
+struct ChunkedWorkload {
+  std::vector<std::vector<int32_t>> prompts;
+  EngineArgs args;
+};
+ChunkedWorkload chunked_with_prefix_hit(int max_len, size_t first_len, size_t hit_len, uint32_t seed) {
+  ChunkedWorkload w;
+  w.prompts = testing::random_prompts(4, 5, max_len, 1024, seed);
+  w.prompts[0].resize(first_len, 7);
+  w.prompts.push_back(w.prompts[0]);
+  w.prompts.back().resize(hit_len, 9);
+  w.args.max_model_len = 1024;
+  w.args.num_kv_cache_tokens = 8192;
+  w.args.max_num_batched_tokens = 256;
+  return w;
+}
+
+// FlashInfer's SM90 prefill through the runner's per-step work lists: prompts over several query tiles (the first at
+// least five of 128), chunked, and the prefix-cache hit (its first 592 tokens, 37 blocks, cached).
 TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
   if (ops::sm90_prefill_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_PREFILL=0)";
   const DummyModel model = dummy_llama("llmserve_gpu_sm90", 4, 2);
-  std::vector<std::vector<int32_t>> prompts = testing::random_prompts(4, 5, 700, 1024, 77);
-  prompts[0].resize(600, 7);  // at least five query tiles of 128
-  prompts.push_back(prompts[0]);
-  prompts.back().resize(650, 9);  // the first 592 tokens (37 blocks) are the previous prompt's
-  EngineArgs args;
-  args.max_model_len = 1024;
-  args.num_kv_cache_tokens = 8192;
-  args.max_num_batched_tokens = 256;
-  EXPECT_GT(compare_cpu_gpu(model, prompts, greedy(8, 5), args), 8 * static_cast<int>(prompts.size()));
+  const ChunkedWorkload w = chunked_with_prefix_hit(700, 600, 650, 77);
+  EXPECT_GT(compare_cpu_gpu(model, w.prompts, greedy(8, 5), w.args), 8 * static_cast<int>(w.prompts.size()));
 }
 
 // FlashInfer's SM90 MLA kernel through the runner's per-step work lists, at 16 heads (one CTA per tile) and 128
-// (DeepSeek-V3's: two): prompts chunked by a 256-token step budget next to other requests' decodes, one that hits
-// another's cached prefix, then decode steps replaying FULL graphs whose plans split the long contexts' keys
-// differently each step. Against the CPU by vLLM's rule (graphs + async, the CUDA defaults), then eagerly: the
-// kernel's call counter must grow by at least the decode steps' calls, and the eager run's ids equal the graphs'.
+// (DeepSeek-V3's: two): prompts chunked next to other requests' decodes, a prefix-cache hit (784 tokens, 49 blocks),
+// then decode steps replaying FULL graphs whose plans split the long contexts' keys differently each step. Against
+// the CPU by vLLM's rule (graphs + async, the CUDA defaults), then eagerly: the kernel's call counter must grow by at
+// least the decode steps' calls, and the eager run's ids equal the graphs'.
 TEST_F(ModelGpuTest, Sm90MlaThroughTheRunnerMatchesTheCpu) {
   if (ops::sm90_mla_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_MLA=0)";
   for (const int heads : {16, 128}) {
     SCOPED_TRACE(std::to_string(heads) + " heads");
     const DummyModel model = dummy_deepseek("llmserve_gpu_sm90_mla", heads);
-    std::vector<std::vector<int32_t>> prompts = testing::random_prompts(4, 5, 900, 1024, 79);
-    prompts[0].resize(800, 7);
-    prompts.push_back(prompts[0]);
-    prompts.back().resize(850, 9);  // the first 784 tokens (49 blocks) are the previous prompt's
-    EngineArgs args;
-    args.max_model_len = 1024;
-    args.num_kv_cache_tokens = 8192;
-    args.max_num_batched_tokens = 256;
+    const auto [prompts, args] = chunked_with_prefix_hit(900, 800, 850, 79);
     const SamplingParams params = greedy(8, 5);
     const int64_t calls = cuda::mla_sm90_calls();
     EXPECT_GT(compare_cpu_gpu(model, prompts, params, args), 8 * static_cast<int>(prompts.size()));
