@@ -472,8 +472,8 @@ TEST_F(ModelGpuTest, Sm90PrefillThroughTheRunnerMatchesTheCpu) {
 // FlashInfer's SM90 MLA kernel through the runner's per-step work lists, at 16 heads (one CTA per tile) and 128
 // (DeepSeek-V3's: two): prompts chunked next to other requests' decodes, a prefix-cache hit (784 tokens, 49 blocks),
 // then decode steps replaying FULL graphs whose plans split the long contexts' keys differently each step. Against
-// the CPU by vLLM's rule (graphs + async, the CUDA defaults), then eagerly: the kernel's call counter must grow by at
-// least the decode steps' calls, and the eager run's ids equal the graphs'.
+// the CPU by vLLM's rule (graphs + async, the CUDA defaults), then eagerly (the kernel's call counter must grow by at
+// least the decode steps' calls) and synchronously: both runs' ids equal the graphs', sync's top-k ids too.
 TEST_F(ModelGpuTest, Sm90MlaThroughTheRunnerMatchesTheCpu) {
   if (ops::sm90_mla_ctas(Device::cuda()) == 0) GTEST_SKIP() << "not an SM90 device (or LLMSERVE_SM90_MLA=0)";
   for (const int heads : {16, 128}) {
@@ -493,7 +493,18 @@ TEST_F(ModelGpuTest, Sm90MlaThroughTheRunnerMatchesTheCpu) {
     const auto eager = generate(*gpu, prompts, params, eager_args);
     // Eager steps: two layers per step; at least the decode steps and one per prompt chunk.
     EXPECT_GE(cuda::mla_sm90_calls() - before, 2 * 8) << "eager steps ran another MLA kernel";
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(eager[i].ids, graphs[i].ids) << "prompt " << i;
+    // Synchronous scheduling runs the same graphs and plans one step later: the same ids and top-k.
+    EngineArgs sync_args = args;
+    sync_args.async_scheduling = false;
+    const auto sync = generate(*gpu, prompts, params, sync_args);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(eager[i].ids, graphs[i].ids) << "prompt " << i << ": eager vs graphs";
+      EXPECT_EQ(sync[i].ids, graphs[i].ids) << "prompt " << i << ": sync vs async";
+      ASSERT_EQ(sync[i].logprobs.size(), graphs[i].logprobs.size()) << "prompt " << i;
+      for (size_t t = 0; t < graphs[i].logprobs.size(); ++t) {
+        EXPECT_EQ(sync[i].logprobs[t].token_ids, graphs[i].logprobs[t].token_ids) << "prompt " << i << " step " << t;
+      }
+    }
   }
 }
 
