@@ -19,6 +19,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/ops.h"
+#include "sm_clock_meter.h"
 
 namespace llmserve {
 namespace {
@@ -58,6 +59,7 @@ Tensor random_cache(int64_t num_blocks) {
 struct DecodeRow {
   double us, cache_bytes, flops;
   bool sm90_ran = false;  // every timed call took the SM90 kernel
+  double mhz = 0;         // the mean SM clock NVML read during the calls (0: NVML unavailable)
 };
 
 // The SM90 kernel's work lists for a decode batch (plan outside the timed loop), uploaded to the device; the split-K
@@ -115,28 +117,41 @@ DecodeRow bench_decode(int heads, int batch, int ctx, int heads_per_cta, bool sp
   const float scale = 1.f / std::sqrt(192.f);
   constexpr int kReps = 50;
   const int64_t sm90_before = cuda::mla_sm90_calls();
-  const double us = gpu_testing::mean_call_us(
-      [&](int i) {
-        md.block_table = tables[i % sets];
-        ops::mla_attention(out, q, cache, md, scale);
-      },
-      kReps);
+  double us = 0;
+  const gpu_testing::SmClockReading clock = gpu_testing::read_sm_clock_during([&] {
+    us = gpu_testing::mean_call_us(
+        [&](int i) {
+          md.block_table = tables[i % sets];
+          ops::mla_attention(out, q, cache, md, scale);
+        },
+        kReps);
+  });
   cuda::set_mla_heads_per_cta(0);
   const double flops = 2.0 * batch * ctx * heads * (kRow + kLatent);
-  return {us, cache_bytes, flops, cuda::mla_sm90_calls() - sm90_before == kReps + 1};  // + mean_call_us's warm-up
+  return {us, cache_bytes, flops, cuda::mla_sm90_calls() - sm90_before == kReps + 1,  // + mean_call_us's warm-up
+          clock.mean_mhz};
 }
 
 // The decode shapes on the tensor-core kernel (default grouping, split-K) and the SM90 kernel; floor and FLOP rate
-// as in run_bench's decode table.
+// as in run_bench's decode table. At 128 heads the FLOPs set a floor as high as the bytes' (~242 FLOP per cache byte):
+// the SM90 rows also print the FLOP floor at the bf16 tensor-core peak (SMs x peak clock x 4096 FLOP per clock), their
+// share of the larger of the two floors, and the SM clock NVML read while they ran.
 void print_sm90_table(double copy_gbs) {
+  int sms = 0, khz = 0;
+  BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  BENCH_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  const double bf16_peak = 4096.0 * sms * khz * 1e3;  // FLOP/s
   std::printf(
       "MLA decode attention, the tensor-core kernel (default heads / CTA, split-K) vs FlashInfer's SM90 kernel\n"
       "(planned work lists), DeepSeek-V3 rows (L 512, R 64), bf16, block %d, context 4096;\n"
-      "floor = latent rows read once / copy bandwidth; FLOP = 2 x heads x rows x (576 + 512)\n",
-      kBlock);
+      "floor = latent rows read once / copy bandwidth; FLOP = 2 x heads x rows x (576 + 512); FLOP floor = FLOP at\n"
+      "the bf16 peak, %d SMs x %d MHz x 4096 FLOP per clock = %.0f TFLOP/s; MHz: NVML's mean SM clock during the "
+      "calls\n",
+      kBlock, sms, khz / 1000, bf16_peak * 1e-12);
   std::printf(
-      "| heads | batch | kernel | us / call | cache MB | floor us | of floor | TFLOP/s | vs tensor-core |\n"
-      "|---|---|---|---|---|---|---|---|---|\n");
+      "| heads | batch | kernel | us / call | cache MB | floor us | of floor | TFLOP/s | vs tensor-core | MHz | FLOP "
+      "floor us | of the larger floor |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int heads : {128, 16}) {
     for (int batch : {1, 16, 64}) {
       const DecodeRow mma = bench_decode(heads, batch, 4096, 0, true);
@@ -149,9 +164,11 @@ void print_sm90_table(double copy_gbs) {
                     batch);
         continue;
       }
-      std::printf("| %d | %d | SM90 | %.1f | %.1f | %.1f | %.0f%% | %.0f | %.2fx |\n", heads, batch, sm90.us,
-                  sm90.cache_bytes * 1e-6, floor_us, 100.0 * floor_us / sm90.us, sm90.flops / sm90.us * 1e-6,
-                  mma.us / sm90.us);
+      const double flop_floor_us = sm90.flops / bf16_peak * 1e6;
+      std::printf("| %d | %d | SM90 | %.1f | %.1f | %.1f | %.0f%% | %.0f | %.2fx | %.0f | %.1f | %.0f%% |\n", heads,
+                  batch, sm90.us, sm90.cache_bytes * 1e-6, floor_us, 100.0 * floor_us / sm90.us,
+                  sm90.flops / sm90.us * 1e-6, mma.us / sm90.us, sm90.mhz, flop_floor_us,
+                  100.0 * std::max(floor_us, flop_floor_us) / sm90.us);
     }
   }
 }

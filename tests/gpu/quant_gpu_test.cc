@@ -38,6 +38,7 @@
 #include "kernels/cuda/cutlass_scaled_mm.h"
 #include "kernels/cuda/deep_gemm_block_fp8.h"
 #include "kernels/ops.h"
+#include "sm_clock_meter.h"
 
 namespace llmserve {
 
@@ -774,10 +775,22 @@ double fp8_peak_flops() {
 // The prefill-sized GEMMs at the Mistral-7B MLP shapes (gate_up 28672 x 4096, down 4096 x 14336), m = 32 to 8192:
 // TFLOP/s of bf16 ops::linear, fp8 per-token x per-channel and per-tensor, block-FP8 (group-128 x 128-block; by default
 // and with LLMSERVE_DEEP_GEMM=0) and int8 per-token x per-channel ops::scaled_mm, each beside the FP8 peak
-// (fp8_peak_flops) and the rate of a large per-tensor fp8 GEMM (8192^3) measured in the same run, and the speed-up over
-// bf16 of the same shape.
+// (fp8_peak_flops), the SM clock NVML read while the row ran (whether the 700 W part held its peak clock: the mean of
+// the samples, and the clock-event reasons seen), the rate of a large per-tensor fp8 GEMM (8192^3) measured in the
+// same run, and the speed-up over bf16 of the same shape. NVML's reading is coarse for rows of ~10 ms (bench/
+// RESULTS.md, 2026-12-02: rows of one kernel at m = 8192 read 1575-1948 MHz at the same TFLOP/s), so the share is
+// taken of the peak clock's rate only.
 void run_gemm_bench() {
   const double peak = fp8_peak_flops();
+  unsigned long long reasons_seen = 0;
+  // Mean microseconds per call and what NVML read while they ran.
+  auto timed = [&](const std::function<void(int)>& f, int reps) {
+    double us = 0;
+    const gpu_testing::SmClockReading clock =
+        gpu_testing::read_sm_clock_during([&] { us = gpu_testing::mean_call_us(f, reps); });
+    reasons_seen |= clock.reasons;
+    return std::pair<double, gpu_testing::SmClockReading>{us, clock};
+  };
   auto tflops = [](int64_t m, int64_t n, int64_t k, double us) { return 2.0 * m * n * k / (us * 1e-6) / 1e12; };
   auto random_scales = [](Shape shape, uint32_t seed) {
     return to_device(random_tensor(std::move(shape), seed, DType::kF32, 1e-4f, 1e-3f));
@@ -788,14 +801,15 @@ void run_gemm_bench() {
     Tensor a = to_device(random_bytes({s, s}, DType::kFP8E4M3, 20)),
            b = to_device(random_bytes({s, s}, DType::kFP8E4M3, 21));
     Tensor one = to_device(Tensor::from_f32({1e-3f}, {1})), out = Tensor::empty({s, s}, DType::kBF16, Device::cuda());
-    plain = tflops(s, s, s, gpu_testing::mean_call_us([&](int) { ops::scaled_mm(out, a, one, b, one, nullptr); }, 20));
+    const auto [us, clock] = timed([&](int) { ops::scaled_mm(out, a, one, b, one, nullptr); }, 20);
+    plain = tflops(s, s, s, us);
+    std::printf(
+        "FP8 dense peak (SMs x peak clock x 8192 FLOP/clk): %.0f TFLOP/s (NVML: SM clock max %u MHz); a per-tensor "
+        "fp8 GEMM 8192^3 measured here: %.0f TFLOP/s (NVML: mean SM clock %.0f MHz, board power %.0f W)\n",
+        peak / 1e12, gpu_testing::max_sm_clock_mhz(), plain, clock.mean_mhz, clock.mean_watts);
   }
-  std::printf(
-      "FP8 dense peak (SMs x peak clock x 8192 FLOP/clk): %.0f TFLOP/s; a per-tensor fp8 GEMM 8192^3 measured "
-      "here: %.0f TFLOP/s\n",
-      peak / 1e12, plain);
-  std::printf("%-26s %-20s %5s %10s %9s %9s %10s %8s\n", "GEMM", "n x k", "m", "us", "TFLOP/s", "of peak", "of 8192^3",
-              "x bf16");
+  std::printf("%-26s %-20s %5s %10s %9s %9s %6s %10s %8s\n", "GEMM", "n x k", "m", "us", "TFLOP/s", "of peak", "MHz",
+              "of 8192^3", "x bf16");
   struct Shape2 {
     const char* name;
     int64_t n, k;
@@ -824,16 +838,18 @@ void run_gemm_bench() {
       const Tensor x_token = x_token_all.slice(0, 0, m), x_group = x_group_all.slice(0, 0, m);
       Tensor out = out_all.slice(0, 0, m);
       const int reps = 10;
-      const double bf16_us = gpu_testing::mean_call_us([&](int) { ops::linear(out, x16, w16, nullptr); }, reps);
-      // "of peak": of this dtype's dense tensor-core peak (bf16: half the fp8 / int8 one).
-      auto report = [&](const char* kernel, double us, double dtype_peak) {
+      const auto [bf16_us, bf16_clock] = timed([&](int) { ops::linear(out, x16, w16, nullptr); }, reps);
+      // "of peak": of this dtype's dense tensor-core peak (bf16: half the fp8 / int8 one); MHz: NVML's mean reading.
+      auto report = [&](const char* kernel, double us, double mhz, double dtype_peak) {
         const double t = tflops(m, n, k, us);
-        std::printf("%-26s %-20s %5lld %10.1f %9.0f %8.0f%% %9.0f%% %8.2f\n", kernel, dims, static_cast<long long>(m),
-                    us, t, dtype_peak > 0 ? 100.0 * t * 1e12 / dtype_peak : 0.0, 100.0 * t / plain, bf16_us / us);
+        std::printf("%-26s %-20s %5lld %10.1f %9.0f %8.0f%% %6.0f %9.0f%% %8.2f\n", kernel, dims,
+                    static_cast<long long>(m), us, t, dtype_peak > 0 ? 100.0 * t * 1e12 / dtype_peak : 0.0, mhz,
+                    100.0 * t / plain, bf16_us / us);
       };
-      report("bf16 linear", bf16_us, peak / 2);
+      report("bf16 linear", bf16_us, bf16_clock.mean_mhz, peak / 2);
       auto scaled = [&](const char* kernel, const Tensor& x, const Tensor& xs, const Tensor& w, const Tensor& ws) {
-        report(kernel, gpu_testing::mean_call_us([&](int) { ops::scaled_mm(out, x, xs, w, ws, nullptr); }, reps), peak);
+        const auto [us, clock] = timed([&](int) { ops::scaled_mm(out, x, xs, w, ws, nullptr); }, reps);
+        report(kernel, us, clock.mean_mhz, peak);
       };
       scaled("fp8 per-token x channel", x8, x_token, w8, w_channel);
       scaled("fp8 per-tensor", x8, x_tensor, w8, w_tensor);
@@ -844,7 +860,8 @@ void run_gemm_bench() {
       scaled("int8 per-token x channel", xi8, x_token, wi8, w_channel);
     }
   }
-  std::printf("\n");
+  std::printf("NVML clock-event reasons seen while the rows ran: %s\n\n",
+              gpu_testing::clock_reasons_text(reasons_seen).c_str());
 }
 
 // The W4A16 GEMM (ops::w4a16_gemm on the packed layout: CUTLASS's mixed-input GEMM) at the Mistral-7B shapes and
