@@ -200,10 +200,19 @@ double expected_experts_touched(const MoeConfig& moe, int64_t tokens) {
 
 double step_read_params(const ModelConfig& c, int64_t tokens) {
   if (!c.moe) return matmul_params(c);
-  const double touched = expected_experts_touched(*c.moe, tokens);
+  return step_read_params_with_experts(c, expected_experts_touched(*c.moe, tokens));
+}
+
+double step_read_params_with_experts(const ModelConfig& c, double experts) {
   double total = lm_head_params(c);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) total += attention_params(c) + feed_forward_params(c, i, touched);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) total += attention_params(c) + feed_forward_params(c, i, experts);
   return total;
+}
+
+int64_t moe_layer_count(const ModelConfig& c) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) n += c.moe && c.moe->is_sparse_layer(i) ? 1 : 0;
+  return n;
 }
 
 double lm_head_params(const ModelConfig& c) { return static_cast<double>(c.vocab_size) * c.hidden_size; }

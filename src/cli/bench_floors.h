@@ -43,6 +43,10 @@ double expected_experts_touched(const MoeConfig& moe, int64_t tokens);
 // Parameters a forward over `tokens` tokens reads: every projection and the LM head, of each MoE layer's experts only
 // the ones touched (expected_experts_touched). Dense models: matmul_params.
 double step_read_params(const ModelConfig& c, int64_t tokens);
+// The same with each MoE layer reading `experts` of its experts (e.g. an average measured over a run's steps).
+double step_read_params_with_experts(const ModelConfig& c, double experts);
+// The config's MoE layers (0 for a dense model).
+int64_t moe_layer_count(const ModelConfig& c);
 // Bytes a step over `tokens` tokens reads of the weights: an MoE model's experts touched (step_read_params, in
 // `weight_dtype`: its experts are not quantized), else every projection as its linear method holds it.
 double step_weight_bytes(const ModelConfig& c, DType weight_dtype, int64_t tokens);

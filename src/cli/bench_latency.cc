@@ -167,6 +167,10 @@ int run_latency(const std::vector<std::string>& args) {
   std::optional<double> prefill_busy;
   // The metered iteration's own wall times, beside the best ones (CUPTI's records slow the host a little).
   double metered_prefill_s = 0, metered_decode_s = 0;
+  // MoE: the experts the decode steps read, counted by the model's moe_align calls (zeroed before each decode
+  // phase; read after it, outside the timed span); the fastest iteration's count sets the decode floor.
+  Tensor experts_touched = (*model)->moe_experts_touched();
+  int64_t best_decode_experts = -1;
   for (int64_t iter = 0; iter <= f.num_iters; ++iter) {  // iteration 0 warms up
     // The prefill's steps: each takes the next max-num-batched-tokens prompt tokens in request order (a request's
     // first chunk brings its data and all its blocks, later chunks continue from its computed tokens).
@@ -216,6 +220,7 @@ int run_latency(const std::vector<std::string>& args) {
       prefill_busy = prefill_meter.stop();  // execute returned the sampled ids: the GPU is done
       metered_prefill_s = prefill_s;
     }
+    if (experts_touched.defined()) experts_touched.copy_from(Tensor::zeros({1}, DType::kI64));
     // The last iteration's decode phase also measures how much of its wall time the GPU spent in kernels.
     const bool meter_this = metered_iter && on_cuda;
     // The CUDA call records only with a breakdown: the plain GPU-busy figure is measured without their host cost.
@@ -259,6 +264,11 @@ int run_latency(const std::vector<std::string>& args) {
     if (StatusOr<ModelRunnerOutput> done = runner.execute(finish); !done.ok()) return fail(done.status());
     if (iter > 0) {
       best_prefill = std::min(best_prefill, prefill_s);
+      if (decode_s < best_decode && experts_touched.defined()) {
+        Tensor count = Tensor::empty({1}, DType::kI64);
+        count.copy_from(experts_touched);  // on the runner's stream (this thread's), waited for
+        best_decode_experts = count.data<int64_t>()[0];
+      }
       best_decode = std::min(best_decode, decode_s);
     }
   }
@@ -271,8 +281,18 @@ int run_latency(const std::vector<std::string>& args) {
   // GPU's share (its weights, its kv heads, its FLOPs). On the CPU the ranks share one memory system: no division.
   const double shards = on_cuda ? static_cast<double>(f.tensor_parallel_size) : 1.0;
   // Bytes a decode step reads: every weight as its linear method holds it; of an MoE model's expert weights only the
-  // experts the batch's rows touch (bench_floors.h: exact at batch 1, an expected value above it).
-  const double weight_bytes = step_weight_bytes(c, weight_dtype, f.batch_size) / shards;
+  // experts the batch's rows touch: as counted in the fastest decode phase (its MoE layers' moe_align calls), else
+  // the expected value of uniform routing (bench_floors.h: exact at batch 1).
+  const int64_t moe_layers = moe_layer_count(c);
+  const std::optional<double> measured_experts =
+      best_decode_experts >= 0 && moe_layers > 0
+          ? std::optional<double>(static_cast<double>(best_decode_experts) /
+                                  (static_cast<double>(moe_layers) * f.output_len))
+          : std::nullopt;
+  const double weight_bytes =
+      (measured_experts ? step_read_params_with_experts(c, *measured_experts) * dtype_size(weight_dtype)
+                        : step_weight_bytes(c, weight_dtype, f.batch_size)) /
+      shards;
   const double kv_bytes =
       kv_bytes_per_token(c, (*model)->activation_dtype()) *
       (on_cuda ? static_cast<double>((*model)->num_kv_heads_per_rank()) / c.num_key_value_heads : 1.0);
@@ -299,15 +319,19 @@ int run_latency(const std::vector<std::string>& args) {
     const MoeConfig& m = *c.moe;
     std::printf(
         "moe: %lld experts, top-%lld, expert intermediate %lld%s; matmul params above are the active ones per token; "
-        "a decode step reads attention + router%s + the experts touched + LM head: %.1f of %lld experts per MoE layer "
+        "a decode step reads attention + router%s + the experts touched + LM head: %.2f of %lld experts per MoE layer "
         "(%s) = %.1f MB\n",
         static_cast<long long>(m.num_experts), static_cast<long long>(m.num_experts_per_tok),
         static_cast<long long>(m.moe_intermediate_size), m.shared_expert_intermediate_size > 0 ? ", shared expert" : "",
-        m.shared_expert_intermediate_size > 0 ? " + shared expert" : "", expected_experts_touched(m, f.batch_size),
-        static_cast<long long>(m.num_experts),
-        f.batch_size == 1 ? "exact at batch 1"
-                          : "expected value for uniform independent routing, E (1 - (1 - k/E)^batch)",
+        m.shared_expert_intermediate_size > 0 ? " + shared expert" : "",
+        measured_experts.value_or(expected_experts_touched(m, f.batch_size)), static_cast<long long>(m.num_experts),
+        measured_experts ? "measured: the fastest decode phase's moe_align counts over its steps and MoE layers"
+                         : "expected value for uniform independent routing, E (1 - (1 - k/E)^batch)",
         weight_bytes / 1e6);
+    if (measured_experts) {
+      std::printf("moe: uniform independent routing would touch %.2f experts per MoE layer at batch %lld\n",
+                  expected_experts_touched(m, f.batch_size), static_cast<long long>(f.batch_size));
+    }
   }
   if (c.mla) {
     const MlaConfig& m = *c.mla;

@@ -78,8 +78,8 @@ void check_moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tenso
   CHECK(std::isfinite(routed_scaling_factor)) << op << ": routed_scaling_factor " << routed_scaling_factor;
 }
 
-void check_moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids,
-                     int64_t block) {
+void check_moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, Tensor& experts_touched,
+                     const Tensor& topk_ids, int64_t block) {
   constexpr const char* op = "moe_align";
   check_2d_rows(topk_ids, op, "topk_ids");
   CHECK(topk_ids.is_contiguous() && topk_ids.dtype() == DType::kI32)
@@ -87,6 +87,8 @@ void check_moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_off
   check_vector(sorted_pairs, DType::kI32, op, "sorted_pairs");
   check_vector(pair_rows, DType::kI32, op, "pair_rows");
   check_vector(expert_offsets, DType::kI32, op, "expert_offsets");
+  check_vector(experts_touched, DType::kI64, op, "experts_touched");
+  CHECK_EQ(experts_touched.numel(), 1) << op << ": experts_touched " << experts_touched.to_string() << " (want [1])";
   const int64_t num_pairs = topk_ids.numel(), num_experts = expert_offsets.size(0) - 1;
   CHECK(num_experts >= 1 && num_experts <= kMaxMoeExperts)
       << op << ": expert_offsets " << expert_offsets.to_string() << " (want [num_experts + 1], at most "
@@ -98,7 +100,9 @@ void check_moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_off
       << op << ": sorted_pairs " << sorted_pairs.to_string() << " too short for " << num_pairs << " pairs, "
       << num_experts << " experts, block " << block;
   CHECK_LT(sorted_pairs.size(0), int64_t{1} << 31) << op << ": sorted_pairs too long for i32 rows";
-  for (const Tensor* t : {&sorted_pairs, &pair_rows, &expert_offsets}) check_same_device(topk_ids, *t, op);
+  for (const Tensor* t : {&sorted_pairs, &pair_rows, &expert_offsets, &experts_touched}) {
+    check_same_device(topk_ids, *t, op);
+  }
 }
 
 void check_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
@@ -194,7 +198,8 @@ decltype(moe_route_grouped) moe_route_grouped(
     check_moe_route_grouped);
 decltype(moe_align) moe_align(
     "moe_align",
-    "moe_align(Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor topk_ids, int block) -> ()",
+    "moe_align(Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor! experts_touched, "
+    "Tensor topk_ids, int block) -> ()",
     check_moe_align);
 decltype(moe_gemm) moe_gemm(
     "moe_gemm",

@@ -197,10 +197,13 @@ extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
 
 // Groups pairs by expert: expert e owns rows [expert_offsets[e], expert_offsets[e + 1]) of the grouped GEMMs, its
 // pairs in ascending pair order, then -1 (padding) up to a multiple of `block` (1: no padding). pair_rows[p] = the
-// row of pair p. Rows of sorted_pairs past expert_offsets[E] are left untouched. topk_ids [T, k] i32, each in
-// [0, E) (CPU aborts on others; CUDA traps); sorted_pairs [capacity] i32 with capacity >= moe_align_capacity(T k,
-// E, block); pair_rows [T k] i32; expert_offsets [E + 1] i32.
-extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block)>
+// row of pair p. Rows of sorted_pairs past expert_offsets[E] are left untouched. experts_touched[0] += the number of
+// experts owning at least one pair (a running count of the expert weights the grouped GEMMs read; `bench latency`
+// zeroes it before a decode phase and reads it after, for the floor of the bytes actually read). topk_ids [T, k] i32,
+// each in [0, E) (CPU aborts on others; CUDA traps); sorted_pairs [capacity] i32 with capacity >=
+// moe_align_capacity(T k, E, block); pair_rows [T k] i32; expert_offsets [E + 1] i32; experts_touched [1] i64.
+extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, Tensor& experts_touched,
+               const Tensor& topk_ids, int64_t block)>
     moe_align;
 
 // The grouped GEMM: for every row r < expert_offsets[E] of expert e with pair p = sorted_pairs[r] >= 0,

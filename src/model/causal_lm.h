@@ -85,6 +85,10 @@ class CausalLM {
   // Binds an arena allocated from this model's plan (nullptr: none). It must outlive its use in forward.
   virtual void bind_activations(const Arena* arena) = 0;
   virtual const Arena* bound_activations() const = 0;
+  // A mixture-of-experts model's running count of the experts its MoE layers' steps read (the sum over steps and
+  // layers of ops::moe_align's experts_touched: [1] i64 on device(), in the bound arena; zero it before a phase to
+  // count that phase). Undefined for dense models and when no arena is bound.
+  virtual Tensor moe_experts_touched() const { return {}; }
 };
 
 // The activation memory of one model: plans, allocates once on model.device() and binds it; when destroyed it binds

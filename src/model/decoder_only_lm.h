@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/causal_lm.h"
+#include "model/layers/fused_moe.h"
 #include "model/layers/linear.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/vocab_parallel_embedding.h"
@@ -39,6 +40,10 @@ class DecoderOnlyLM : public CausalLM {
   // The end: the final norm (adding the last block's output), then the LM head on the requested rows only.
   void compute_logits(const ForwardBatch& batch, Tensor& x, Tensor& residual, Tensor& logits) const;
   const Arena& arena() const { return *arena_; }
+  // moe_experts_touched() for the layers' shared MoE buffers (undefined when none were planned or no arena is bound).
+  Tensor experts_touched_of(const FusedMoE::Activations& moe) const {
+    return moe.experts_touched.valid() && arena_ != nullptr ? arena_->view(moe.experts_touched, 1) : Tensor();
+  }
 
   ModelConfig config_;
   Device device_;

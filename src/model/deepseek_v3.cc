@@ -140,6 +140,7 @@ class DeepseekV3ForCausalLM final : public DecoderOnlyLM {
   }
   void forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) override;
   void plan_activations(const ActivationLimits& limits, ArenaPlanner& planner) override;
+  Tensor moe_experts_touched() const override { return experts_touched_of(layer_act_.moe); }
 
  private:
   std::vector<std::unique_ptr<DeepseekV3DecoderLayer>> layers_;

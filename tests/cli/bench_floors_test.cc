@@ -152,6 +152,12 @@ TEST(RunFloor, MoeCountsActiveExpertsAndTheExpertsTouched) {
   EXPECT_NEAR(expected_experts_touched(*c->moe, 1000), 8.0, 1e-9);
   EXPECT_DOUBLE_EQ(step_read_params(*c, 1), matmul_params(*c));  // batch 1: exactly the active parameters
   EXPECT_NEAR(step_read_params(*c, 1000), 2 * attention + dense_mlp + router + 8 * expert + shared + 100 * 64, 1e-6);
+  // A measured average of experts per MoE layer (bench latency's count) in place of the expectation.
+  EXPECT_DOUBLE_EQ(step_read_params_with_experts(*c, 2.0), step_read_params(*c, 1));
+  EXPECT_NEAR(step_read_params_with_experts(*c, 5.5),
+              2 * attention + dense_mlp + router + 5.5 * expert + shared + 100 * 64, 1e-6);
+  EXPECT_EQ(moe_layer_count(*c), 1);  // layer 1 is dense (mlp_only_layers)
+  EXPECT_EQ(moe_layer_count(small_config()), 0);
 }
 
 }  // namespace

@@ -63,6 +63,27 @@ def test_bench_latency_chunks_the_prefill(llmserve_bin):
     assert bad.returncode == 2 and "--max-num-batched-tokens must be at least --batch-size" in bad.stderr
 
 
+@pytest.mark.parametrize("model, experts", [("qwen3_moe_f32", 4), ("deepseek_v3_f32", 8)])
+def test_bench_latency_counts_the_experts_touched(llmserve_bin, model, experts):
+    # An MoE decode floor counts the experts the steps read (moe_align's running count over the fastest decode
+    # phase; one timed iteration, so the same prompts each run): exactly top-k (2) per MoE layer at batch 1; at
+    # batch 3 between k and min(E, 3 k), the same count with the steps queued one ahead (async scheduling), and the
+    # uniform-routing estimate printed beside it.
+    args = ["bench", "latency", "--load-format", "dummy", "--config", f"tests/fixtures/models/{model}/config.json",
+            "--input-len", "5", "--output-len", "4", "--num-iters", "1", "--num-threads", "1"]
+    measured = f" of {experts} experts per MoE layer (measured"
+    assert "2.00" + measured in run(llmserve_bin, *args, "--batch-size", "1").stdout
+
+    def touched(out):
+        line = next(l for l in out.splitlines() if measured in l)
+        return float(line.split(measured)[0].rsplit(" ", 1)[1])
+
+    sync = run(llmserve_bin, *args, "--batch-size", "3").stdout
+    assert 2 <= touched(sync) <= min(experts, 6), sync
+    assert "uniform independent routing would touch" in sync
+    assert touched(run(llmserve_bin, *args, "--batch-size", "3", "--async-scheduling").stdout) == touched(sync)
+
+
 def test_bench_latency_async_scheduling_is_a_flag(llmserve_bin):
     # CPU default off, as the engine; on, the decode steps go through execute_async / wait one step apart.
     args = ["bench", "latency", "--load-format", "dummy", "--config", FIXTURE + "/config.json", "--batch-size", "2",

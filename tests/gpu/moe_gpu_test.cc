@@ -144,20 +144,25 @@ Tensor random_ids(int64_t T, int64_t k, int64_t E, uint32_t seed) {
 
 struct Aligned {
   Tensor sorted_pairs, pair_rows, expert_offsets;
+  Tensor experts_touched;  // [1] i64, started at kTouchedStart
 };
+
+constexpr int64_t kTouchedStart = 77;  // moe_align adds to the count
 
 Aligned align_on(const Tensor& ids, int64_t E, int64_t block, Device device) {
   const int64_t capacity = ops::moe_align_capacity(ids.numel(), E, block);
   Aligned a;
+  const Tensor touched = Tensor::from_i64({kTouchedStart}, {1});
   if (device.is_cpu()) {
     a = {Tensor::empty({capacity}, DType::kI32), Tensor::empty({ids.numel()}, DType::kI32),
-         Tensor::empty({E + 1}, DType::kI32)};
+         Tensor::empty({E + 1}, DType::kI32), touched};
   } else {
     a = {Tensor::empty({capacity}, DType::kI32, device), poisoned_device({ids.numel()}, DType::kI32),
-         poisoned_device({E + 1}, DType::kI32)};
+         poisoned_device({E + 1}, DType::kI32), to_device(touched)};
     CHECK(cudaMemset(a.sorted_pairs.raw_data(), 0x7f, a.sorted_pairs.nbytes()) == cudaSuccess);
   }
-  ops::moe_align(a.sorted_pairs, a.pair_rows, a.expert_offsets, device.is_cpu() ? ids : to_device(ids), block);
+  ops::moe_align(a.sorted_pairs, a.pair_rows, a.expert_offsets, a.experts_touched,
+                 device.is_cpu() ? ids : to_device(ids), block);
   return a;
 }
 
@@ -176,6 +181,8 @@ TEST_F(MoeGpuTest, AlignMatchesCpuAndLeavesTheTailAlone) {
         const int32_t used = off.data<int32_t>()[E];
         ASSERT_EQ(std::memcmp(sorted.raw_data(), c.sorted_pairs.raw_data(), used * sizeof(int32_t)), 0) << what;
         for (int64_t r = used; r < sorted.numel(); ++r) ASSERT_EQ(sorted.data<int32_t>()[r], 0x7f7f7f7f) << what;
+        ASSERT_EQ(to_host(g.experts_touched).data<int64_t>()[0], c.experts_touched.data<int64_t>()[0]) << what;
+        ASSERT_GT(c.experts_touched.data<int64_t>()[0], kTouchedStart) << what;
       }
     }
   }
@@ -333,6 +340,7 @@ TEST_F(MoeGpuTest, GroupedGemmCutlassReplaysInAGraph) {
   Tensor sorted = Tensor::empty({capacity}, DType::kI32, Device::cuda());
   Tensor rows = Tensor::empty({T * k}, DType::kI32, Device::cuda());
   Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
+  Tensor touched = Tensor::zeros({1}, DType::kI64, Device::cuda());
   Tensor out = poisoned_device({capacity, N}, dtype);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the inputs' copies, before another stream reads them
   cudaStream_t stream;
@@ -340,11 +348,11 @@ TEST_F(MoeGpuTest, GroupedGemmCutlassReplaysInAGraph) {
   cudaGraph_t graph;
   {
     cuda::StreamGuard guard(stream);
-    ops::moe_align(sorted, rows, off, ids, block);  // eager: sizes the scratch
+    ops::moe_align(sorted, rows, off, touched, ids, block);  // eager: sizes the scratch
     ops::moe_gemm(out, dx, dw, sorted, off, k, block);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    ops::moe_align(sorted, rows, off, ids, block);
+    ops::moe_align(sorted, rows, off, touched, ids, block);
     ops::moe_gemm(out, dx, dw, sorted, off, k, block);
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   }
@@ -467,11 +475,11 @@ TEST_F(MoeGpuTest, ChainMatchesCpu) {
       const int64_t cap = ops::moe_align_capacity(P, E, block);
       Tensor w = Tensor::empty({T, k}, DType::kF32, device), ids = Tensor::empty({T, k}, DType::kI32, device);
       Tensor sorted = Tensor::empty({cap}, DType::kI32, device), rows = Tensor::empty({P}, DType::kI32, device);
-      Tensor off = Tensor::empty({E + 1}, DType::kI32, device);
+      Tensor off = Tensor::empty({E + 1}, DType::kI32, device), touched = Tensor::zeros({1}, DType::kI64, device);
       Tensor gu = Tensor::empty({cap, 2 * I}, act, device), h = Tensor::empty({cap, I}, act, device);
       Tensor d = Tensor::empty({cap, H}, act, device), out = Tensor::empty({T, H}, act, device);
       ops::moe_route(w, ids, lin, ops::kMoeScoringSoftmax, 1);
-      ops::moe_align(sorted, rows, off, ids, block);
+      ops::moe_align(sorted, rows, off, touched, ids, block);
       ops::moe_gemm(gu, xin, a13, sorted, off, k, block);
       ops::moe_gemm_silu(d, h, gu, a2, sorted, off, block);
       ops::moe_combine(out, d, w, rows, nullptr, nullptr);
@@ -509,6 +517,7 @@ int run_bench() {
     Tensor sorted = Tensor::empty({max_cap}, DType::kI32, Device::cuda()),
            rows = Tensor::empty({P}, DType::kI32, Device::cuda());
     Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
+    Tensor align_count = Tensor::zeros({1}, DType::kI64, Device::cuda());
     Tensor x = to_device(random_tensor({T, H}, 3).to(dtype));
     Tensor gu_all = Tensor::empty({max_cap, 2 * I}, dtype, Device::cuda());
     Tensor h_all = Tensor::empty({max_cap, I}, dtype, Device::cuda());
@@ -538,13 +547,14 @@ int run_bench() {
       const int64_t cap = ops::moe_align_capacity(P, E, block);
       Tensor s = sorted.slice(0, 0, cap), gu = gu_all.slice(0, 0, cap), h = h_all.slice(0, 0, cap);
       Tensor d = d_all.slice(0, 0, cap);
-      const double align_us = gpu_testing::mean_call_us([&](int) { ops::moe_align(s, rows, off, ids, block); }, 20);
+      const double align_us =
+          gpu_testing::mean_call_us([&](int) { ops::moe_align(s, rows, off, align_count, ids, block); }, 20);
       const double gu_us = gpu_testing::mean_call_us([&](int) { ops::moe_gemm(gu, x, w13, s, off, k, block); }, 20);
       const double down_us =
           gpu_testing::mean_call_us([&](int) { ops::moe_gemm_silu(d, h, gu, w2, s, off, block); }, 20);
       const double us = gpu_testing::mean_call_us(
           [&](int) {
-            ops::moe_align(s, rows, off, ids, block);
+            ops::moe_align(s, rows, off, align_count, ids, block);
             ops::moe_gemm(gu, x, w13, s, off, k, block);
             ops::moe_gemm_silu(d, h, gu, w2, s, off, block);
           },

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <set>
 
 #include "kernels/ops.h"
 #include "test_util.h"
@@ -198,14 +199,18 @@ TEST(MoeRouteGrouped, TiesAndDroppedGroups) {
 
 struct Aligned {
   Tensor sorted_pairs, pair_rows, expert_offsets;
+  Tensor experts_touched;  // [1] i64, started at kTouchedStart
 };
+
+constexpr int64_t kTouchedStart = 1000;  // moe_align adds to the count, it does not set it
 
 Aligned align(const Tensor& ids, int64_t num_experts, int64_t block, int64_t extra_rows = 0) {
   const int64_t num_pairs = ids.numel();
   Aligned a{Tensor::empty({ops::moe_align_capacity(num_pairs, num_experts, block) + extra_rows}, DType::kI32),
-            Tensor::empty({num_pairs}, DType::kI32), Tensor::empty({num_experts + 1}, DType::kI32)};
+            Tensor::empty({num_pairs}, DType::kI32), Tensor::empty({num_experts + 1}, DType::kI32),
+            Tensor::from_i64({kTouchedStart}, {1})};
   std::fill(a.sorted_pairs.data<int32_t>(), a.sorted_pairs.data<int32_t>() + a.sorted_pairs.numel(), 12345);
-  ops::moe_align(a.sorted_pairs, a.pair_rows, a.expert_offsets, ids, block);
+  ops::moe_align(a.sorted_pairs, a.pair_rows, a.expert_offsets, a.experts_touched, ids, block);
   return a;
 }
 
@@ -241,7 +246,22 @@ TEST(MoeAlign, GroupsStablyAndPadsToTheBlock) {
     }
     for (int64_t r = off[E]; r < a.sorted_pairs.numel(); ++r) EXPECT_EQ(sorted[r], 12345) << "row past the groups";
     for (int64_t p = 0; p < T * k; ++p) EXPECT_EQ(sorted[a.pair_rows.data<int32_t>()[p]], p);
+    const std::set<int32_t> distinct(ids.data<int32_t>(), ids.data<int32_t>() + T * k);
+    EXPECT_EQ(a.experts_touched.data<int64_t>()[0], kTouchedStart + static_cast<int64_t>(distinct.size()));
   }
+}
+
+// The running count adds the experts owning a pair, each once however many pairs it owns, and nothing for the others.
+TEST(MoeAlign, CountsTheExpertsTouched) {
+  const Tensor ids = Tensor::from_i32({5, 1, 5, 2, 1, 5}, {3, 2});  // experts 1, 2 and 5 of 8
+  const Aligned a = align(ids, 8, 1);
+  EXPECT_EQ(a.experts_touched.data<int64_t>()[0], kTouchedStart + 3);
+  // A second layer's call (another block size) adds its own: experts 0 and 7.
+  Tensor sorted = Tensor::empty({ops::moe_align_capacity(2, 8, 16)}, DType::kI32),
+         rows = Tensor::empty({2}, DType::kI32);
+  Tensor offsets = Tensor::empty({9}, DType::kI32), touched = a.experts_touched;
+  ops::moe_align(sorted, rows, offsets, touched, Tensor::from_i32({7, 0}, {1, 2}), 16);
+  EXPECT_EQ(touched.data<int64_t>()[0], kTouchedStart + 5);
 }
 
 // out[r] = x_r . W[e]^T by plain double loops.
@@ -370,11 +390,13 @@ TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   EXPECT_DEATH(ops::moe_route(w, ids, logits, ops::kMoeScoringSoftmax, 1), "moe_route: top_k 5 for 4 experts");
   Tensor bad_ids = Tensor::from_i32({0, 9}, {1, 2});
   Tensor sorted = Tensor::empty({2}, DType::kI32), rows = Tensor::empty({2}, DType::kI32);
-  Tensor offsets = Tensor::empty({5}, DType::kI32);
-  EXPECT_DEATH(ops::moe_align(sorted, rows, offsets, bad_ids, 1), "moe_align: expert id 9");
+  Tensor offsets = Tensor::empty({5}, DType::kI32), touched = Tensor::zeros({1}, DType::kI64);
+  EXPECT_DEATH(ops::moe_align(sorted, rows, offsets, touched, bad_ids, 1), "moe_align: expert id 9");
   Tensor short_sorted = Tensor::empty({1}, DType::kI32);
   Tensor good_ids = Tensor::from_i32({0, 1}, {1, 2});
-  EXPECT_DEATH(ops::moe_align(short_sorted, rows, offsets, good_ids, 1), "moe_align: sorted_pairs");
+  EXPECT_DEATH(ops::moe_align(short_sorted, rows, offsets, touched, good_ids, 1), "moe_align: sorted_pairs");
+  Tensor touched_i32 = Tensor::zeros({1}, DType::kI32);
+  EXPECT_DEATH(ops::moe_align(sorted, rows, offsets, touched_i32, good_ids, 1), "moe_align: experts_touched");
   Tensor w2 = random_tensor({4, 8, 6}, 2), down = Tensor::empty({2, 8}, DType::kF32);
   Tensor gate_up = random_tensor({2, 10}, 3), act = Tensor::empty({2, 6}, DType::kF32);
   EXPECT_DEATH(ops::moe_gemm_silu(down, act, gate_up, w2, sorted, offsets, 1), "moe_gemm_silu: act");

@@ -356,8 +356,10 @@ def test_moe_ops_match_torch(device):
     sorted_pairs = torch.full((cap,), -7, dtype=torch.int32, device=device)
     pair_rows = torch.empty(T * k, dtype=torch.int32, device=device)
     offsets = torch.empty(E + 1, dtype=torch.int32, device=device)
-    L.moe_align(sorted_pairs, pair_rows, offsets, ids, block)
+    touched = torch.full((1,), 5, dtype=torch.int64, device=device)
+    L.moe_align(sorted_pairs, pair_rows, offsets, touched, ids, block)
     flat = ids.flatten().long()
+    assert touched.item() == 5 + torch.unique(flat).numel()  # a running count: the experts owning a pair added
     assert torch.equal(offsets.long().cpu(), torch.cat([torch.zeros(1, dtype=torch.long),
                                                         torch.bincount(flat, minlength=E).cumsum(0).cpu()]))
     assert torch.equal(sorted_pairs.long(), torch.sort(flat, stable=True).indices)

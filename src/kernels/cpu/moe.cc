@@ -114,7 +114,8 @@ void moe_route_grouped(Tensor& topk_weights, Tensor& topk_ids, const Tensor& rou
   });
 }
 
-void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block) {
+void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, Tensor& experts_touched,
+               const Tensor& topk_ids, int64_t block) {
   const int64_t num_pairs = topk_ids.numel(), num_experts = expert_offsets.size(0) - 1;
   const int32_t* ids = topk_ids.data<int32_t>();
   std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
@@ -132,6 +133,7 @@ void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, 
     row += (counts[e] + block - 1) / block * block;
   }
   offsets[num_experts] = static_cast<int32_t>(row);
+  experts_touched.data<int64_t>()[0] += std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; });
   int32_t* sorted = sorted_pairs.data<int32_t>();
   std::fill(sorted, sorted + row, -1);
   int32_t* rows = pair_rows.data<int32_t>();

@@ -283,8 +283,8 @@ constexpr int kAlignTableInts = 8 * 1024;
 // the earlier chunks' counts), placing them. Rows therefore keep ascending pair order within each expert, and each
 // warp's serial walk is num_pairs / chunks long (one warp over every pair took ~150 us at 2048 tokens x 8).
 __global__ void __launch_bounds__(kAlignThreads)
-    moe_align_kernel(int32_t* sorted_pairs, int32_t* pair_rows, int32_t* expert_offsets, const int32_t* topk_ids,
-                     int num_pairs, int num_experts, int block, int chunks) {
+    moe_align_kernel(int32_t* sorted_pairs, int32_t* pair_rows, int32_t* expert_offsets, int64_t* experts_touched,
+                     const int32_t* topk_ids, int num_pairs, int num_experts, int block, int chunks) {
   extern __shared__ int chunk_table[];  // [chunks][num_experts]: counts, then cursors
   pdl_wait();                           // the ids come from the router
   pdl_trigger();
@@ -315,6 +315,8 @@ __global__ void __launch_bounds__(kAlignThreads)
   if (tid < num_experts) {
     for (int c = 0; c < chunks; ++c) count += chunk_table[c * num_experts + tid];
   }
+  const int touched = __syncthreads_count(tid < num_experts && count > 0);
+  if (tid == 0) *experts_touched += touched;  // one block: no other writer
   const int padded = (count + block - 1) / block * block;
   int total = 0;
   const int start = block_exclusive_scan<int>(padded, &total);
@@ -337,15 +339,16 @@ __global__ void __launch_bounds__(kAlignThreads)
 }
 
 // As few threads as the experts and pairs use (decode: barriers over 128 threads, not 1024).
-void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, const Tensor& topk_ids, int64_t block) {
+void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, Tensor& experts_touched,
+               const Tensor& topk_ids, int64_t block) {
   const int64_t num_pairs = topk_ids.numel(), num_experts = expert_offsets.size(0) - 1;
   const int64_t threads = std::min<int64_t>(kAlignThreads, (std::max(num_pairs, num_experts) + 31) / 32 * 32);
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads / 32, kAlignTableInts / num_experts));
   launch_pdl_smem("moe_align_kernel", moe_align_kernel, 1, static_cast<unsigned>(threads),
                   static_cast<size_t>(chunks * num_experts) * sizeof(int), sorted_pairs.data<int32_t>(),
-                  pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), topk_ids.data<int32_t>(),
-                  static_cast<int>(num_pairs), static_cast<int>(num_experts), static_cast<int>(block),
-                  static_cast<int>(chunks));
+                  pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), experts_touched.data<int64_t>(),
+                  topk_ids.data<int32_t>(), static_cast<int>(num_pairs), static_cast<int>(num_experts),
+                  static_cast<int>(block), static_cast<int>(chunks));
 }
 
 // ---- combine ----

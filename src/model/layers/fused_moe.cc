@@ -89,6 +89,7 @@ FusedMoE::Activations FusedMoE::plan_activations(int64_t max_num_tokens, DType d
   a.sorted_pairs = planner.reserve("moe.sorted_pairs", {capacity}, DType::kI32, limit);
   a.pair_rows = planner.reserve("moe.pair_rows", {T * k}, DType::kI32, limit);
   a.expert_offsets = planner.reserve("moe.expert_offsets", {E + 1}, DType::kI32, "num_experts");
+  a.experts_touched = planner.reserve("moe.experts_touched", {1}, DType::kI64, "one counter");
   a.gate_up = planner.reserve("moe.gate_up", {capacity, 2 * I}, dtype, limit);
   a.act = planner.reserve("moe.act", {capacity, I}, dtype, limit);
   a.down = planner.reserve("moe.down", {capacity, H}, dtype, limit);
@@ -116,8 +117,8 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) co
   const int64_t num_pairs = T * k, block = ops::moe_align_block(x.device(), num_pairs, E);
   const int64_t capacity = ops::moe_align_capacity(num_pairs, E, block);
   Tensor sorted_pairs = arena.view(act.sorted_pairs, capacity), pair_rows = arena.view(act.pair_rows, num_pairs);
-  Tensor expert_offsets = arena.view(act.expert_offsets, E + 1);
-  ops::moe_align(sorted_pairs, pair_rows, expert_offsets, topk_ids, block);
+  Tensor expert_offsets = arena.view(act.expert_offsets, E + 1), experts_touched = arena.view(act.experts_touched, 1);
+  ops::moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
 
   Tensor gate_up = arena.view(act.gate_up, capacity), activated = arena.view(act.act, capacity);
   Tensor down = arena.view(act.down, capacity);

@@ -59,6 +59,9 @@ class FusedMoE {
     ArenaRegion sorted_pairs;    // [capacity] i32
     ArenaRegion pair_rows;       // [T k] i32
     ArenaRegion expert_offsets;  // [E + 1] i32
+    // [1] i64: ops::moe_align's running count of the experts each MoE layer's step reads, shared by the layers; the
+    // arena is never cleared, so it counts from whatever it held until a reader zeroes it (CausalLM).
+    ArenaRegion experts_touched;
     ArenaRegion gate_up;         // [capacity, 2 I]
     ArenaRegion act;             // [capacity, I]
     ArenaRegion down;            // [capacity, hidden]
