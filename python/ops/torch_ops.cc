@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -45,15 +46,15 @@ DType to_dtype(const at::Tensor &t) {
 }
 
 // A llmserve view of a torch tensor's memory. Meta tensors (no memory: only the check runs on them) are seen as
-// CPU tensors at a stand-in address that is never dereferenced: their storage object's address plus their byte
-// offset, so views of one storage alias (as the checks' aliasing rules expect) and distinct storages do not.
-Tensor view_of(const at::Tensor &t) {
+// tensors on `meta_device` at a stand-in address that is never dereferenced: their storage object's address plus their
+// byte offset, so views of one storage alias (as the checks' aliasing rules expect) and distinct storages do not.
+Tensor view_of(const at::Tensor &t, Device meta_device) {
   static char empty alignas(64)[64];
   void *data = t.is_meta() ? static_cast<char *>(static_cast<void *>(t.storage().unsafeGetStorageImpl())) +
                                  t.storage_offset() * static_cast<int64_t>(t.element_size())
                            : t.data_ptr();
   if (data == nullptr) data = empty;  // an empty tensor: a kernel reads no element of it
-  Device device = Device::cpu();
+  Device device = t.is_meta() ? meta_device : Device::cpu();
   if (t.is_cuda()) device = Device::cuda(t.get_device());
   TORCH_CHECK(t.is_cpu() || t.is_cuda() || t.is_meta(), "llmserve ops: tensors must be on cpu, cuda or meta");
   Shape shape(t.sizes().begin(), t.sizes().end()), strides(t.strides().begin(), t.strides().end());
@@ -70,12 +71,13 @@ Tensor view_of(const at::Tensor &t) {
 // Reads the flattened schema arguments of one C++ parameter type off the IValue list, left to right.
 struct Reader {
   const std::vector<c10::IValue> &args;
+  Device meta_device;  // the device meta tensors stand for
   size_t next = 0;
-  Tensor tensor() { return view_of(args[next++].toTensor()); }
+  Tensor tensor() { return view_of(args[next++].toTensor(), meta_device); }
   std::optional<Tensor> optional_tensor() {
     const c10::IValue &v = args[next++];
     if (v.isNone()) return std::nullopt;
-    return view_of(v.toTensor());
+    return view_of(v.toTensor(), meta_device);
   }
   int64_t integer() { return args[next++].toInt(); }
   double real() { return args[next++].toDouble(); }
@@ -200,20 +202,37 @@ class OpKernel final : public c10::OperatorKernel {
         })) {
       return;
     }
-    Reader reader{args};
+    if (!check_only_) {
+      run(args, Device::cpu());
+      return;
+    }
+    // Meta (fake) tensors do not say which device they stand for, and some checks differ by device (16-bit
+    // activations: CUDA only): a meta call passes when the check passes as a CPU or as a CUDA call.
+    const std::optional<std::string> as_cpu = run(args, Device::cpu());
+    if (!as_cpu) return;
+    const std::optional<std::string> as_cuda = run(args, Device::cuda(0));
+    TORCH_CHECK(!as_cuda, *as_cpu, " (as a CPU call; as a CUDA call: ", *as_cuda, ")");
+  }
+
+ private:
+  // Runs the op (or its check) on the arguments, meta tensors seen on `meta_device`; a failed check is an error
+  // (a real call) or returned as its text (a meta call).
+  std::optional<std::string> run(const std::vector<c10::IValue> &args, Device meta_device) const {
+    Reader reader{args, meta_device};
     // Braced initialisation evaluates left to right: the holders read the arguments in schema order.
     std::tuple<Holder<Args>...> holders{Holder<Args>(reader)...};
-    TORCH_CHECK(reader.next == num_args, op_.name(), ": schema and C++ signature disagree");
+    TORCH_CHECK(reader.next == args.size(), op_.name(), ": schema and C++ signature disagree");
     try {
       // The op's CHECKs run before it writes anything: under the guard a failed one throws instead of aborting.
       ScopedThrowOnFatal throw_on_fatal;
       std::apply([this](auto &...h) { check_only_ ? op_.check(h.get()...) : op_(h.get()...); }, holders);
     } catch (const FatalError &e) {
-      TORCH_CHECK(false, e.what());
+      TORCH_CHECK(check_only_, e.what());
+      return std::string(e.what());
     }
+    return std::nullopt;
   }
 
- private:
   const ops::Op<void(Args...)> &op_;
   bool check_only_;
 };
