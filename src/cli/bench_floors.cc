@@ -122,6 +122,31 @@ double measure_device_gemm_rate(Device device, DType dtype, int64_t m, int64_t n
   const double ms = median_ms(10, [&] { ops::linear(out, x, w, nullptr); });
   return 2.0 * m * n * k / (ms * 1e-3);
 }
+
+// FLOP/s of ops::scaled_mm as an fp8 / int8 model's linears run it (bf16 out): x [m, k] with per-token scales (per
+// token and 128-column group for block weights) @ w [n, k]^T with the model's weight scales, on random data.
+double measure_device_scaled_mm_rate(Device device, const QuantizationConfig& q, int64_t m, int64_t n, int64_t k) {
+  const bool int8 = q.scheme == QuantScheme::kInt8, block = q.weight_scale == WeightScaleKind::kBlock;
+  const DType dtype = int8 ? DType::kI8 : DType::kFP8E4M3;
+  auto operand = [&](Shape shape, uint32_t seed) {  // values in [-100, 100]: int8 rounds them, e4m3 keeps 3 bits
+    Tensor host = Tensor::empty(shape, DType::kF32);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-100.f, 100.f);
+    for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = u(rng);
+    return upload_to_device(host.to(dtype), device);
+  };
+  auto scales = [&](Shape shape) {
+    Tensor host = Tensor::empty(shape, DType::kF32);
+    host.fill(1e-4f);
+    return upload_to_device(host, device);
+  };
+  Tensor x = operand({m, k}, 1), w = operand({n, k}, 2);
+  Tensor x_scales = block ? scales({m, (k + 127) / 128}) : scales({m, 1});
+  Tensor w_scales = block ? scales({(n + 127) / 128, (k + 127) / 128}) : scales({n});
+  Tensor out = Tensor::empty({m, n}, DType::kBF16, device);
+  const double ms = median_ms(10, [&] { ops::scaled_mm(out, x, x_scales, w, w_scales, nullptr); });
+  return 2.0 * m * n * k / (ms * 1e-3);
+}
 #endif
 
 }  // namespace
@@ -134,13 +159,21 @@ MeasuredRates measure_rates(Device device, DType weight_dtype, [[maybe_unused]] 
 #ifdef LLMSERVE_WITH_CUDA
     r.bandwidth = measure_device_copy_bandwidth(device);
     const int64_t gemm_m = std::max<int64_t>(prefill_tokens, 8192);
-    r.gemm_rate = measure_device_gemm_rate(device, weight_dtype, gemm_m, 2 * c.intermediate_size, c.hidden_size);
+    const int64_t n = 2 * c.intermediate_size, k = c.hidden_size;
+    // An fp8 / int8 model's linears run on scaled_mm, faster than bf16: its FLOPs are priced at that rate (its bf16
+    // attention and LM head too: a floor may err low, never high).
+    const bool scaled =
+        c.quantization && (c.quantization->scheme == QuantScheme::kFp8 || c.quantization->scheme == QuantScheme::kInt8);
+    r.gemm_rate = scaled ? measure_device_scaled_mm_rate(device, *c.quantization, gemm_m, n, k)
+                         : measure_device_gemm_rate(device, weight_dtype, gemm_m, n, k);
+    const std::string gemm =
+        scaled ? "scaled_mm (" + std::string(c.quantization->scheme == QuantScheme::kInt8 ? "int8" : "fp8") +
+                     (c.quantization->weight_scale == WeightScaleKind::kBlock ? " block" : "") + ", bf16 out"
+               : "cuBLASLt GEMM (" + std::string(dtype_name(weight_dtype));
     std::snprintf(text, sizeof(text),
-                  "device copy bandwidth %.1f GB/s (read + write), cuBLASLt GEMM (%s, %lld x %lld x %lld) "
-                  "%.1f TFLOP/s",
-                  r.bandwidth / 1e9, std::string(dtype_name(weight_dtype)).c_str(), static_cast<long long>(gemm_m),
-                  static_cast<long long>(2 * c.intermediate_size), static_cast<long long>(c.hidden_size),
-                  r.gemm_rate / 1e12);
+                  "device copy bandwidth %.1f GB/s (read + write), %s, %lld x %lld x %lld) %.1f TFLOP/s",
+                  r.bandwidth / 1e9, gemm.c_str(), static_cast<long long>(gemm_m), static_cast<long long>(n),
+                  static_cast<long long>(k), r.gemm_rate / 1e12);
 #endif
   } else {
     r.bandwidth = measure_read_bandwidth();

@@ -14,14 +14,15 @@ namespace llmserve::cli {
 
 struct MeasuredRates {
   double bandwidth = 0;     // bytes/s: CPU read bandwidth, or CUDA device copy bandwidth (read + write)
-  double gemm_rate = 0;     // FLOP/s of ops::linear in the model's dtype
+  double gemm_rate = 0;     // FLOP/s of the model's linears (ops::linear, or ops::scaled_mm for fp8 / int8 on CUDA)
   std::string description;  // how both were measured, for the bench's output
 };
 
 // CPU: read bandwidth of a 512 MiB sum and ops::linear at 512 x 2048 x 2048. CUDA: a 2 GiB device copy and
-// cuBLASLt at the model's gate_up shape (hidden -> 2 x intermediate) with max(prefill_tokens, 8192) rows, timed
-// with events: the rate the hardware reaches, not the library's rate at a small prefill's own shape (a small
-// prefill is bounded by reading the weights instead; see prefill_floor).
+// cuBLASLt at the model's gate_up shape (hidden -> 2 x intermediate) with max(prefill_tokens, 8192) rows — for an
+// fp8 / int8 model ops::scaled_mm with its scale kinds instead — timed with events: the rate the hardware reaches,
+// not the library's rate at a small prefill's own shape (a small prefill is bounded by reading the weights instead;
+// see prefill_floor).
 MeasuredRates measure_rates(Device device, DType weight_dtype, const ModelConfig& c, int64_t prefill_tokens);
 
 // Parameters of every transformer layer's projections (attention + MLP) one token goes through, and of the LM head.
