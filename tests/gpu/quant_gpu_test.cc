@@ -13,10 +13,10 @@
 // sum |a b|). w4a16_gemm (the GEMM layout of w4a16_gemm_pack, CUTLASS's mixed-input GEMM; W4A16GemmMatchesCpu, its
 // fallbacks).
 // `--bench` (`--bench-gemm`: the first table only; `--bench-gemv`: the GEMV table only): the prefill GEMMs (bf16,
-// fp8, block-FP8, int8) at the Mistral-7B MLP shapes in TFLOP/s beside the FP8 peak and a large fp8 GEMM of the same
-// run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in the same process, then the W4A16 GEMM
-// beside the bf16 GEMM at m = 32, 64, 256, 2048 (bytes / FLOP floors), then the fused per-token activation
-// quantization beside the unfused pairs (fused_quant_gpu_test.cc, also its tests).
+// fp8, block-FP8, int8) at the Mistral-7B MLP shapes in TFLOP/s beside the FP8 peak, the SM clock NVML read meanwhile
+// and a large fp8 GEMM of the same run; each GEMV at the Mistral-7B shapes beside the copy bandwidth measured in the
+// same process, then the W4A16 GEMM beside the bf16 GEMM at m = 32, 64, 256, 2048 (bytes / FLOP floors), then the
+// fused per-token activation quantization beside the unfused pairs (fused_quant_gpu_test.cc, also its tests).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
