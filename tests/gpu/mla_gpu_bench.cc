@@ -7,8 +7,8 @@
 // 512 MB cache so L2 never holds it; times are means of back-to-back calls with CUDA events.
 // Then the same decode shapes on the tensor-core kernel (its default grouping, split-K) beside FlashInfer's SM90 kernel
 // (mla_attention_sm90.cu) over work lists planned once on the host before the timed calls (one plan serves every
-// block table: the lists hold lengths and table rows, not blocks), with its FLOP floor at the bf16 peak and the SM clock
-// NVML read meanwhile; `--bench-mla-sm90` prints only that table.
+// block table: the lists hold lengths and table rows, not blocks), with its FLOP floor at the bf16 peak and the SM
+// clock NVML read meanwhile; `--bench-mla-sm90` prints only that table.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
