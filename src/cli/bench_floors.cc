@@ -106,11 +106,11 @@ double measure_device_copy_bandwidth(Device device) {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
-// A device tensor of uniform random values in [-1, 1) (never zeros: they run faster than real data).
-Tensor random_device_tensor(Shape shape, DType dtype, Device device, uint32_t seed) {
+// A device tensor of uniform random values in [-range, range) (never zeros: they run faster than real data).
+Tensor random_device_tensor(Shape shape, DType dtype, Device device, uint32_t seed, float range = 1.f) {
   Tensor host = Tensor::empty(shape, DType::kF32);
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::uniform_real_distribution<float> u(-range, range);
   for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = u(rng);
   return upload_to_device(host.to(dtype), device);
 }
@@ -128,19 +128,14 @@ double measure_device_gemm_rate(Device device, DType dtype, int64_t m, int64_t n
 double measure_device_scaled_mm_rate(Device device, const QuantizationConfig& q, int64_t m, int64_t n, int64_t k) {
   const bool int8 = q.scheme == QuantScheme::kInt8, block = q.weight_scale == WeightScaleKind::kBlock;
   const DType dtype = int8 ? DType::kI8 : DType::kFP8E4M3;
-  auto operand = [&](Shape shape, uint32_t seed) {  // values in [-100, 100]: int8 rounds them, e4m3 keeps 3 bits
-    Tensor host = Tensor::empty(shape, DType::kF32);
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(-100.f, 100.f);
-    for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = u(rng);
-    return upload_to_device(host.to(dtype), device);
-  };
   auto scales = [&](Shape shape) {
     Tensor host = Tensor::empty(shape, DType::kF32);
     host.fill(1e-4f);
     return upload_to_device(host, device);
   };
-  Tensor x = operand({m, k}, 1), w = operand({n, k}, 2);
+  // Values in [-100, 100): int8 rounds them to integers, e4m3 keeps 3 mantissa bits.
+  Tensor x = random_device_tensor({m, k}, dtype, device, 1, 100.f),
+         w = random_device_tensor({n, k}, dtype, device, 2, 100.f);
   Tensor x_scales = block ? scales({m, (k + 127) / 128}) : scales({m, 1});
   Tensor w_scales = block ? scales({(n + 127) / 128, (k + 127) / 128}) : scales({n});
   Tensor out = Tensor::empty({m, n}, DType::kBF16, device);
