@@ -304,10 +304,10 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
 }
 
 // The CUTLASS kernels (Hopper, m above the GEMV's 16): both M buckets and their edge (64-row tiles up to m = 256,
-// 128 x 256 above), odd m, n and k not multiples of the tiles (partial tiles, k % 128 != 0 outside block mode), every
-// scale mode (per-tensor / per-token activations x per-tensor / per-channel weights, group-128 x block-128), int8,
-// bias absent / f32 / 16-bit, bf16 and f16 out, poisoned outputs. On an sm_90 device each case first checks that
-// CUTLASS takes it.
+// 128 x 256 above; from m = 4097 in swizzled order), odd m, n and k not multiples of the tiles (partial tiles,
+// k % 128 != 0 outside block mode), every scale mode (per-tensor / per-token activations x per-tensor / per-channel
+// weights, group-128 x block-128), int8, bias absent / f32 / 16-bit, bf16 and f16 out, poisoned outputs. On an sm_90
+// device each case first checks that CUTLASS takes it.
 TEST_F(CudaQuantTest, ScaledMMCutlassMatchesCpu) {
   const LogLevel level = min_log_level();
   set_min_log_level(LogLevel::kInfo);  // the op logs the path each mode took

@@ -111,7 +111,7 @@ void run_gemm(const CutlassScaledMM& p, typename Gemm::GemmKernel::MainloopArgum
 }
 
 template <class Config>
-void run_scaled(const CutlassScaledMM& p, const char* what) {
+void run_scaled(const CutlassScaledMM& p, const char* what, TileOrder order = {}) {
   using Gemm = typename Config::Gemm;
   using Kernel = typename Gemm::GemmKernel;
   using Element = typename Config::CollectiveMainloop::ElementA;
@@ -119,7 +119,7 @@ void run_scaled(const CutlassScaledMM& p, const char* what) {
   const typename Kernel::StrideB stride_b{p.k, Int<1>{}, int64_t{0}};
   typename Kernel::MainloopArguments mainloop{static_cast<const Element*>(p.a), stride_a,
                                               static_cast<const Element*>(p.b), stride_b};
-  run_gemm<Gemm>(p, mainloop, Config::Epilogue::arguments(p), what);
+  run_gemm<Gemm>(p, mainloop, Config::Epilogue::arguments(p), what, order);
 }
 
 // M buckets: up to 256 tokens (decode batches, short chunks: weight-streaming-bound) 64-row tiles on the ping-pong
@@ -127,6 +127,11 @@ void run_scaled(const CutlassScaledMM& p, const char* what) {
 // give, and less padding); above that 128 x 256 tiles on the cooperative schedule (both warpgroups on one tile: the
 // most operand reuse per loaded byte, for prefill-sized GEMMs).
 constexpr int64_t kSmallM = 256;
+// Past 4096 rows the large bucket's tiles go in swizzled groups of 8 along m (the blockwise kernel's order), so the
+// CTAs running at once share weight tiles in L2: Mistral-7B's gate_up at m = 8192 ran 3-4% faster (fp8 and int8), its
+// down 0.5-2%, while at 2048-4096 rows the default order was 1-2% faster (bench/RESULTS.md, 2026-12-02, fourteenth
+// session).
+constexpr int64_t kSwizzleMinM = 4097;
 
 template <class Element, class SmallSchedule, class LargeSchedule>
 void dispatch_by_m(const CutlassScaledMM& p, const char* what) {
@@ -141,7 +146,10 @@ void dispatch_by_m(const CutlassScaledMM& p, const char* what) {
     if (p.m <= kSmallM) {
       run_scaled<ScaledGemm<Element, Out, Small, Cluster1, SmallSchedule, TmaWarpSpecialized>>(p, what);
     } else {
-      run_scaled<ScaledGemm<Element, Out, Large, Cluster2, LargeSchedule, TmaWarpSpecializedCooperative>>(p, what);
+      const TileOrder order =
+          p.m >= kSwizzleMinM ? TileOrder{8, cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM} : TileOrder{};
+      run_scaled<ScaledGemm<Element, Out, Large, Cluster2, LargeSchedule, TmaWarpSpecializedCooperative>>(p, what,
+                                                                                                          order);
     }
   };
   if (p.out_f16) {
