@@ -303,17 +303,17 @@ TEST_F(CudaQuantTest, ScaledMMMatchesCpu) {
   set_min_log_level(level);
 }
 
-// The CUTLASS kernels (Hopper, m above the GEMV's 16): both M buckets and their edge (64-row tiles up to m = 256,
-// 128 x 256 above; from m = 4097 in swizzled order), odd m, n and k not multiples of the tiles (partial tiles,
-// k % 128 != 0 outside block mode), every scale mode (per-tensor / per-token activations x per-tensor / per-channel
-// weights, group-128 x block-128), int8, bias absent / f32 / 16-bit, bf16 and f16 out, poisoned outputs. On an sm_90
-// device each case first checks that CUTLASS takes it.
+// The CUTLASS kernels (Hopper, m above the GEMV's 16): the M buckets and their edges (64-row tiles up to m = 256, fp8's
+// 128 x 128 up to 1024, 128 x 256 above, swizzled from m = 4097), odd m, n and k not multiples of the tiles (partial
+// tiles, k % 128 != 0 outside block mode), every scale mode (per-tensor / per-token activations x per-tensor /
+// per-channel weights, group-128 x block-128), int8, bias absent / f32 / 16-bit, bf16 and f16 out, poisoned outputs. On
+// an sm_90 device each case first checks that CUTLASS takes it.
 TEST_F(CudaQuantTest, ScaledMMCutlassMatchesCpu) {
   const LogLevel level = min_log_level();
   set_min_log_level(LogLevel::kInfo);  // the op logs the path each mode took
   uint32_t seed = 9000;
   int i = 0;
-  for (int64_t m : {17, 64, 127, 255, 256, 257, 1001, 4097}) {
+  for (int64_t m : {17, 64, 127, 255, 256, 257, 1001, 1024, 1025, 4097}) {
     const Bias bias = static_cast<Bias>(i % 3);
     const DType out = i++ % 2 == 0 ? DType::kBF16 : DType::kF16;
     run_scaled_mm(DType::kFP8E4M3, Mode::kTokenChannel, m, 264, 272, seed += 10, bias, false, out, true);

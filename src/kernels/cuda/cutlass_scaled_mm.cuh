@@ -12,6 +12,7 @@
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <type_traits>
 
 #include "core/cuda_stream.h"
 #include "core/logging.h"
@@ -125,32 +126,41 @@ void run_scaled(const CutlassScaledMM& p, const char* what, TileOrder order = {}
 // M buckets: up to 256 tokens (decode batches, short chunks: weight-streaming-bound) 64-row tiles on the ping-pong
 // schedule (one warpgroup's epilogue overlaps the other's MMAs; more CTAs over the weight than 128 x 256 tiles would
 // give, and less padding); above that 128 x 256 tiles on the cooperative schedule (both warpgroups on one tile: the
-// most operand reuse per loaded byte, for prefill-sized GEMMs).
+// most operand reuse per loaded byte, for prefill-sized GEMMs). With a MidSchedule (fp8, where it was measured),
+// 257 to kMidM rows take 128 x 128 tiles on it without a cluster: twice the CTAs of 128 x 256 tiles, so a narrow
+// weight still fills the GPU (Mistral-7B's down, 4096 rows, at m = 512: 64 tiles of 128 x 256 for 132 SMs, 74 -> 46
+// us; its gate_up 104 -> 92 us; M's fp8 512-token prefill 9.28 -> 7.65 ms, 1024 tokens -3%; at 2048 rows neither tile
+// wins: bench/RESULTS.md, 2026-12-02, fourteenth session).
 constexpr int64_t kSmallM = 256;
+constexpr int64_t kMidM = 1024;
 // Past 4096 rows the large bucket's tiles go in swizzled groups of 8 along m (the blockwise kernel's order), so the
 // CTAs running at once share weight tiles in L2: Mistral-7B's gate_up at m = 8192 ran 3-4% faster (fp8 and int8), its
 // down 0.5-2%, while at 2048-4096 rows the default order was 1-2% faster (bench/RESULTS.md, 2026-12-02, fourteenth
 // session).
 constexpr int64_t kSwizzleMinM = 4097;
 
-template <class Element, class SmallSchedule, class LargeSchedule>
+template <class Element, class SmallSchedule, class LargeSchedule, class MidSchedule = void>
 void dispatch_by_m(const CutlassScaledMM& p, const char* what) {
   using cutlass::epilogue::TmaWarpSpecialized;
   using cutlass::epilogue::TmaWarpSpecializedCooperative;
   using Small = Shape<Int<64>, Int<128>, Int<128>>;
+  using Mid = Shape<Int<128>, Int<128>, Int<128>>;
   using Large = Shape<Int<128>, Int<256>, Int<128>>;
   using Cluster1 = Shape<_1, _1, _1>;
   using Cluster2 = Shape<Int<2>, _1, _1>;
   auto go = [&](auto out) {
     using Out = decltype(out);
     if (p.m <= kSmallM) {
-      run_scaled<ScaledGemm<Element, Out, Small, Cluster1, SmallSchedule, TmaWarpSpecialized>>(p, what);
-    } else {
-      const TileOrder order =
-          p.m >= kSwizzleMinM ? TileOrder{8, cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM} : TileOrder{};
-      run_scaled<ScaledGemm<Element, Out, Large, Cluster2, LargeSchedule, TmaWarpSpecializedCooperative>>(p, what,
-                                                                                                          order);
+      return run_scaled<ScaledGemm<Element, Out, Small, Cluster1, SmallSchedule, TmaWarpSpecialized>>(p, what);
     }
+    if constexpr (!std::is_void_v<MidSchedule>) {
+      if (p.m <= kMidM) {
+        return run_scaled<ScaledGemm<Element, Out, Mid, Cluster1, MidSchedule, TmaWarpSpecialized>>(p, what);
+      }
+    }
+    const TileOrder order =
+        p.m >= kSwizzleMinM ? TileOrder{8, cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM} : TileOrder{};
+    run_scaled<ScaledGemm<Element, Out, Large, Cluster2, LargeSchedule, TmaWarpSpecializedCooperative>>(p, what, order);
   };
   if (p.out_f16) {
     go(cutlass::half_t{});

@@ -38,7 +38,8 @@ void cutlass_scaled_mm_fp8(const CutlassScaledMM& p) {
   // FastAccum: the wgmma accumulates all of k in its own (~14-bit-mantissa partial sum) precision instead of
   // promoting to f32 every few k-blocks; the fp8 inference norm, within ops::scaled_mm's stated tolerance.
   cutlass_mm::dispatch_by_m<cutlass::float_e4m3_t, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
-                            cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum>(p, "CUTLASS fp8 scaled_mm");
+                            cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+                            cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum>(p, "CUTLASS fp8 scaled_mm");
 }
 
 }  // namespace llmserve::cuda
