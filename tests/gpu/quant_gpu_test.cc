@@ -333,11 +333,12 @@ TEST_F(CudaQuantTest, ScaledMMCutlassMatchesCpu) {
   set_min_log_level(level);
 }
 
-// scaled_mm inside CUDA graphs at the row counts FULL decode graphs capture for a quantized model (m from 17, where
-// CUTLASS takes over from the GEMV, to 256, both M buckets' edge): dynamic per-token fp8 and int8, block-FP8. Each
-// size is captured once, then replayed over new activations and scales written into the captured buffers: every
-// replay must equal an eager call on the same inputs bit for bit (same kernel, same operands) — nothing of the
-// capture-time values (scale pointers, problem shape, a host-chosen split) may be baked in.
+// scaled_mm inside CUDA graphs at the row counts graphs capture for a quantized model (m from 17, where CUTLASS takes
+// over from the GEMV, to 256 for FULL decode graphs; 264 and 512, fp8's 128 x 128 bucket, for PIECEWISE ones, whose
+// capture sizes reach min(2 max_num_seqs, 512)): dynamic per-token fp8 and int8, block-FP8. Each size is captured
+// once, then replayed over new activations and scales written into the captured buffers: every replay must equal an
+// eager call on the same inputs bit for bit (same kernel, same operands) — nothing of the capture-time values (scale
+// pointers, problem shape, a host-chosen split) may be baked in.
 TEST_F(CudaQuantTest, ScaledMMReplaysInAGraphAsEager) {
   struct Case {
     DType qtype;
@@ -347,7 +348,7 @@ TEST_F(CudaQuantTest, ScaledMMReplaysInAGraphAsEager) {
   uint32_t seed = 12000;
   for (const Case c : {Case{DType::kFP8E4M3, Mode::kTokenChannel}, Case{DType::kI8, Mode::kTokenChannel},
                        Case{DType::kFP8E4M3, Mode::kGroupBlock}}) {
-    for (int64_t m : {17, 24, 32, 64, 128, 136, 256}) {
+    for (int64_t m : {17, 24, 32, 64, 128, 136, 256, 264, 512}) {
       const int64_t a_groups = c.mode == Mode::kGroupBlock ? k / 128 : 1;
       Tensor bf = random_tensor({n, k}, ++seed, DType::kF32);
       Tensor b = Tensor::empty({n, k}, c.qtype), sb_rows = Tensor::empty({n, 1}, DType::kF32);
