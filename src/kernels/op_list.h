@@ -36,6 +36,7 @@ void for_each_op(F&& f) {
   f(moe_combine);
   f(reshape_and_cache);
   f(rotary_embedding_and_cache);
+  f(qk_norm_rotary_embedding_and_cache);
   f(paged_attention);
   f(mla_rotary_and_cache);
   f(mla_attention);

@@ -263,6 +263,20 @@ void check_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Te
       << op << ": query " << query.to_string() << ", key " << key.to_string() << " for head_dim " << head_dim;
 }
 
+void check_qk_norm_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                              int64_t head_dim, const Tensor& cos_sin_cache, const Tensor& q_weight,
+                                              const Tensor& k_weight, float eps, Tensor& key_cache, Tensor& value_cache,
+                                              const Tensor& slot_mapping) {
+  constexpr const char* op = "qk_norm_rotary_embedding_and_cache";
+  check_rotary(positions, query, key, head_dim, cos_sin_cache, op);
+  check_cache_write(key, value, key_cache, value_cache, slot_mapping, op);
+  CHECK(query.dim() == 3 && query.size(2) == head_dim && key.size(2) == head_dim)
+      << op << ": query " << query.to_string() << ", key " << key.to_string() << " for head_dim " << head_dim;
+  check_norm_operands(query, query, q_weight, op, /*per_head_rows=*/true);
+  check_norm_operands(key, key, k_weight, op, /*per_head_rows=*/true);
+  CHECK(eps >= 0.f) << op << ": eps " << eps;
+}
+
 // AttentionMetadata's tensors against the query (shapes, dtypes, devices); on CUDA also the counts, maxima and
 // workspace (the CPU kernels read only query_start_loc, seq_lens and block_table).
 void check_attention_metadata(const AttentionMetadata& md, const Tensor& query, const char* op) {
@@ -783,6 +797,12 @@ decltype(rotary_embedding_and_cache) rotary_embedding_and_cache(
     "rotary_embedding_and_cache(Tensor positions, Tensor! query, Tensor! key, Tensor value, int head_dim, "
     "Tensor cos_sin_cache, Tensor! key_cache, Tensor! value_cache, Tensor slot_mapping) -> ()",
     check_rotary_embedding_and_cache);
+decltype(qk_norm_rotary_embedding_and_cache) qk_norm_rotary_embedding_and_cache(
+    "qk_norm_rotary_embedding_and_cache",
+    "qk_norm_rotary_embedding_and_cache(Tensor positions, Tensor! query, Tensor! key, Tensor value, int head_dim, "
+    "Tensor cos_sin_cache, Tensor q_weight, Tensor k_weight, float eps, Tensor! key_cache, Tensor! value_cache, "
+    "Tensor slot_mapping) -> ()",
+    check_qk_norm_rotary_embedding_and_cache);
 decltype(paged_attention) paged_attention(
     "paged_attention",
     "paged_attention(Tensor! out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor query_start_loc, "

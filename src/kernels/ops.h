@@ -262,6 +262,15 @@ extern Op<void(const Tensor& positions, Tensor& query, Tensor& key, const Tensor
                const Tensor& cos_sin_cache, Tensor& key_cache, Tensor& value_cache, const Tensor& slot_mapping)>
     rotary_embedding_and_cache;
 
+// Qwen3's per-head q/k RMSNorm, then rotary_embedding_and_cache: query (in place) = rotary(rms_norm(query) *
+// q_weight), key likewise with k_weight, rotated key and value into the cache. q_weight, k_weight [head_dim]. The
+// same bits as rms_norm on the two [n, heads, head_dim] views then rotary_embedding_and_cache (on CUDA one launch
+// where those take three, when head_dim is 16, 32, 64, 128 or 256 and the rows are 16-byte aligned).
+extern Op<void(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value, int64_t head_dim,
+               const Tensor& cos_sin_cache, const Tensor& q_weight, const Tensor& k_weight, float eps,
+               Tensor& key_cache, Tensor& value_cache, const Tensor& slot_mapping)>
+    qk_norm_rotary_embedding_and_cache;
+
 // What the attention kernels need to know about a mixed prefill + decode batch. Requests are laid out in
 // the token dimension one after another; request r owns tokens [query_start_loc[r], query_start_loc[r+1]).
 struct AttentionMetadata {

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "core/env.h"
 #include "model/decoder_only_lm.h"
 #include "model/layers/decoder_layer.h"
 #include "model/tensor_parallel.h"
@@ -59,6 +60,11 @@ std::string moe_module(const ModelConfig& c) {
   return c.architecture == "MixtralForCausalLM" ? "block_sparse_moe" : "mlp";
 }
 
+bool fused_qk_norm_rope_on_cuda() {
+  static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_QK_NORM_ROPE", false);
+  return enabled;
+}
+
 LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options) : DecoderOnlyLM(c, options) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     AttentionOptions a;
@@ -74,6 +80,9 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions&
     // One GEMM launch instead of three on CUDA (decode at small batch is launch-bound; per-head q/k norms run on
     // the fused output's strided heads). The CPU runs three: that is the numerics its outputs are pinned to.
     a.fuse_qkv = !device_.is_cpu();
+    // Qwen3's q/k norms inside the rotary kernel: the same bits as the three ops (on the CPU the op is those three).
+    // Off on CUDA unless LLMSERVE_FUSED_QK_NORM_ROPE=1, until a GPU run has checked and timed the fused kernel.
+    a.fuse_qk_norm_rope = device_.is_cpu() || fused_qk_norm_rope_on_cuda();
     if (c.moe && c.moe->is_sparse_layer(i)) {
       layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, moe_options(c, act_), moe_module(c)));
     } else {

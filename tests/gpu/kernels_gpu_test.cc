@@ -3,13 +3,14 @@
 // f32: |gpu - cpu| <= 1e-5 + 1e-5 |cpu|. f16 / bf16: inputs are rounded to the dtype first and the CPU runs on
 // those values in f32; the GPU rounds its output (and, in fused_add_rms_norm, the residual) to the dtype, so allow
 // a few ulps: |gpu - cpu| <= 1e-3 + rtol |cpu|, rtol 2e-3 (f16) or 1.6e-2 (bf16). This file: normalisation,
-// activation, add, embedding, rotary (alone and with the KV-cache write); gemm_gpu_test.cc, logits_gpu_test.cc and
-// sampling_gpu_test.cc the rest.
+// activation, add, embedding, rotary (alone, with the KV-cache write, and after Qwen3's q/k norms: bit-identical to
+// the unfused CUDA ops); gemm_gpu_test.cc, logits_gpu_test.cc and sampling_gpu_test.cc the rest.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <tuple>
 
@@ -298,6 +299,75 @@ TEST_P(CudaKernelsTest, RotaryAndCacheMatchesCpu) {
     expect_matches(to_host(qkv_dev), ref, dtype, what + " q/k/v");
     expect_matches(to_host(kc_dev), kc_ref, dtype, what + " key cache");
     expect_matches(to_host(vc_dev), vc_ref, dtype, what + " value cache");
+  }
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor ha = to_host(a), hb = to_host(b);
+  return ha.shape() == hb.shape() && std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
+}
+
+// The fused q/k norm + rotary + cache write: bit-identical to the unfused CUDA ops (rms_norm on the q and k head
+// views, then rotary_embedding_and_cache) — the fused kernel for head_dim 16-256 in powers of two, the three ops it
+// falls back to elsewhere (96: 12 chunks; 6: the scalar rotary) — and within the dtype's rounding of the CPU op.
+// f32 and bf16 norm weights (the models keep them f32).
+TEST_P(CudaKernelsTest, QkNormRotaryAndCacheMatchesTheUnfusedOps) {
+  const DType dtype = GetParam();
+  const RotaryCase cases[] = {{1, 4, 2, 64},  {37, 32, 4, 128}, {13, 8, 8, 16}, {300, 6, 1, 32},
+                              {7, 16, 2, 256}, {9, 3, 1, 96},    {5, 4, 2, 6}};
+  uint32_t seed = 800;
+  for (const RotaryCase& c : cases) {
+    for (DType weight_dtype : {DType::kF32, DType::kBF16}) {
+      const int64_t q_cols = c.num_heads * c.head_dim, k_cols = c.num_kv_heads * c.head_dim;
+      const int64_t block_size = 16, num_blocks = (c.n + block_size - 1) / block_size * 2 + 1;
+      Tensor qkv = random_tensor({c.n, q_cols + 2 * k_cols}, seed++, dtype, -4.f, 4.f);
+      Tensor q_weight = random_tensor({c.head_dim}, seed++, weight_dtype, 0.25f, 2.f);
+      Tensor k_weight = random_tensor({c.head_dim}, seed++, weight_dtype, 0.25f, 2.f);
+      Tensor cache_t = rope_cache(c.head_dim), pos = random_positions(c.n, seed++);
+      const Shape cache_shape = {num_blocks, block_size, c.num_kv_heads, c.head_dim};
+      Tensor key_cache = random_tensor(cache_shape, seed++, dtype);
+      Tensor value_cache = random_tensor(cache_shape, seed++, dtype);
+      std::vector<int64_t> slots(static_cast<size_t>(num_blocks * block_size));  // distinct, shuffled
+      for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int64_t>(i);
+      std::shuffle(slots.begin(), slots.end(), std::mt19937(seed++));
+      slots.resize(static_cast<size_t>(c.n));
+      if (c.n > 1) slots[c.n / 2] = -1;  // a padding token
+      Tensor slot_t = Tensor::from_i64(slots, {c.n});
+      auto heads = [&c](const Tensor& t, int64_t col, int64_t n_heads) {
+        Tensor cols = t.slice(1, col, col + n_heads * c.head_dim);
+        return cols.as_strided({c.n, n_heads, c.head_dim}, {cols.stride(0), c.head_dim, 1});
+      };
+      const float eps = 1e-6f;
+      // CPU reference in f32 on the dtype-rounded inputs.
+      Tensor ref = qkv.to(DType::kF32), kc_ref = key_cache.to(DType::kF32), vc_ref = value_cache.to(DType::kF32);
+      Tensor q_ref = heads(ref, 0, c.num_heads), k_ref = heads(ref, q_cols, c.num_kv_heads);
+      ops::qk_norm_rotary_embedding_and_cache(pos, q_ref, k_ref, heads(ref, q_cols + k_cols, c.num_kv_heads),
+                                              c.head_dim, cache_t, q_weight, k_weight, eps, kc_ref, vc_ref, slot_t);
+      // CUDA: the unfused ops on one copy, the fused op on another.
+      Tensor pos_d = to_device(pos), cache_d = to_device(cache_t), slot_d = to_device(slot_t);
+      Tensor qw_d = to_device(q_weight), kw_d = to_device(k_weight);
+      Tensor qkv_a = to_device(qkv), kc_a = to_device(key_cache), vc_a = to_device(value_cache);
+      Tensor q_a = heads(qkv_a, 0, c.num_heads), k_a = heads(qkv_a, q_cols, c.num_kv_heads);
+      ops::rms_norm(q_a, q_a, qw_d, eps);
+      ops::rms_norm(k_a, k_a, kw_d, eps);
+      ops::rotary_embedding_and_cache(pos_d, q_a, k_a, heads(qkv_a, q_cols + k_cols, c.num_kv_heads), c.head_dim,
+                                      cache_d, kc_a, vc_a, slot_d);
+      Tensor qkv_b = to_device(qkv), kc_b = to_device(key_cache), vc_b = to_device(value_cache);
+      Tensor q_b = heads(qkv_b, 0, c.num_heads), k_b = heads(qkv_b, q_cols, c.num_kv_heads);
+      ops::qk_norm_rotary_embedding_and_cache(pos_d, q_b, k_b, heads(qkv_b, q_cols + k_cols, c.num_kv_heads),
+                                              c.head_dim, cache_d, qw_d, kw_d, eps, kc_b, vc_b, slot_d);
+      const std::string what = label("qk_norm_rotary_and_cache", c.n, c.head_dim, dtype, weight_dtype);
+      EXPECT_TRUE(same_bits(qkv_b, qkv_a)) << what << ": q/k/v differ from the unfused ops";
+      EXPECT_TRUE(same_bits(kc_b, kc_a)) << what << ": key cache differs from the unfused ops";
+      EXPECT_TRUE(same_bits(vc_b, vc_a)) << what << ": value cache differs from the unfused ops";
+      // Against the CPU, whose normed heads are not rounded to the dtype before the rotation: a 16-bit rounding of
+      // values up to ~3.5 (|x| / rms <= sqrt(3) for uniform inputs, weights <= 2) on each of the two rotated terms.
+      const double atol = dtype == DType::kF32 ? 1e-4 : dtype == DType::kF16 ? 1e-2 : 6e-2;
+      const double rtol = gpu_testing::rounding_rtol(dtype);
+      expect_close(to_host(qkv_b), to_doubles(ref), atol, rtol, what + " q/k/v");
+      expect_close(to_host(kc_b), to_doubles(kc_ref), atol, rtol, what + " key cache");
+      expect_matches(to_host(vc_b), vc_ref, dtype, what + " value cache");
+    }
   }
 }
 

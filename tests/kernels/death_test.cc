@@ -51,6 +51,17 @@ TEST(KernelsDeathTest, OutOfRangeIndices) {
   EXPECT_DEATH(ops::reshape_and_cache(key, key, kc, vc, Tensor::from_i64({4}, {1})), "slot");
 }
 
+TEST(KernelsDeathTest, QkNormRotaryWeightOfTheWrongLength) {
+  Tensor q = random_tensor({1, 2, 8}, 1), k = random_tensor({1, 1, 8}, 2), v = random_tensor({1, 1, 8}, 3);
+  Tensor kc = Tensor::zeros({2, 2, 1, 8}, DType::kF32), vc = Tensor::zeros({2, 2, 1, 8}, DType::kF32);
+  Tensor cache = random_tensor({4, 8}, 4), w8 = random_tensor({8}, 5), w6 = random_tensor({6}, 6);
+  Tensor pos = Tensor::from_i64({1}, {1}), slots = Tensor::from_i64({0}, {1});
+  EXPECT_DEATH(ops::qk_norm_rotary_embedding_and_cache(pos, q, k, v, 8, cache, w8, w6, 1e-6f, kc, vc, slots),
+               "qk_norm_rotary_embedding_and_cache: weight");
+  EXPECT_DEATH(ops::qk_norm_rotary_embedding_and_cache(pos, q, k, v, 8, cache, w8, w8, -1.f, kc, vc, slots),
+               "qk_norm_rotary_embedding_and_cache: eps");
+}
+
 TEST(KernelsDeathTest, AttentionBadMetadata) {
   Tensor kc = Tensor::zeros({2, 4, 1, 8}, DType::kF32), vc = Tensor::zeros({2, 4, 1, 8}, DType::kF32);
   Tensor q = random_tensor({2, 2, 8}, 1);

@@ -1,5 +1,5 @@
-// Elementwise and normalisation ops (embedding, rms_norm, fused_add_rms_norm, silu_and_mul, add, rotary) against
-// double-precision references on seeded random inputs of several shapes, including row-strided views.
+// Elementwise and normalisation ops (embedding, rms_norm, fused_add_rms_norm, silu_and_mul, add, rotary, q/k norm +
+// rotary + cache) against double-precision references on seeded random inputs of several shapes and strided views.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -237,6 +237,53 @@ TEST(Rotary, AcceptsThreeDimensionalHeads) {
   ops::rotary_embedding(Tensor::from_i64(pos, {3}), q, k, 32, make_cos_sin_cache(16, 32, 500000.0));
   expect_close(q, want_q, 2e-5, 2e-5, "q");
   expect_close(k, want_k, 2e-5, 2e-5, "k");
+}
+
+// Qwen3's attention prologue: per-head RMSNorm of q and k (each with its own weight), rotate-half RoPE, rotated k and
+// v into their cache slots (a padding token, slot -1, writes nothing; other slots keep their contents).
+TEST(QkNormRotaryAndCache, NormsRotatesAndCachesEachHead) {
+  const int64_t heads = 4, kv_heads = 2, head_dim = 32, block_size = 4, num_blocks = 3;
+  const std::vector<int64_t> pos = {3, 0, 17, 250, 9};
+  const std::vector<int64_t> slots = {5, 0, -1, 11, 6};
+  const int64_t n = static_cast<int64_t>(pos.size()), q_width = heads * head_dim, kv_width = kv_heads * head_dim;
+  const double theta = 1000000.0, eps = 1e-6;
+  Tensor qkv = random_tensor({n, q_width + 2 * kv_width}, 600, DType::kF32, -3.f, 3.f);
+  Tensor q_weight = random_tensor({head_dim}, 601, DType::kF32, 0.5f, 1.5f);
+  Tensor k_weight = random_tensor({head_dim}, 602, DType::kBF16, 0.5f, 1.5f);
+  auto view = [&](int64_t col, int64_t h) {
+    return qkv.slice(1, col, col + h * head_dim).as_strided({n, h, head_dim}, {qkv.stride(0), head_dim, 1});
+  };
+  Tensor q = view(0, heads), k = view(q_width, kv_heads), v = view(q_width + kv_width, kv_heads);
+  auto normed = [&](std::vector<double> x, const Tensor& weight) {
+    const std::vector<double> w = to_doubles(weight);
+    for (size_t r = 0; r < x.size() / head_dim; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < head_dim; ++i) ss += x[r * head_dim + i] * x[r * head_dim + i];
+      const double scale = 1.0 / std::sqrt(ss / head_dim + eps);
+      for (int64_t i = 0; i < head_dim; ++i) x[r * head_dim + i] *= scale * w[i];
+    }
+    return x;
+  };
+  const std::vector<double> want_q = rope_ref(normed(to_doubles(q), q_weight), pos, heads, head_dim, theta);
+  const std::vector<double> want_k = rope_ref(normed(to_doubles(k), k_weight), pos, kv_heads, head_dim, theta);
+  const std::vector<double> v_before = to_doubles(v);
+  Tensor key_cache = random_tensor({num_blocks, block_size, kv_heads, head_dim}, 603);
+  Tensor value_cache = random_tensor({num_blocks, block_size, kv_heads, head_dim}, 604);
+  std::vector<double> want_kc = to_doubles(key_cache), want_vc = to_doubles(value_cache);
+  for (int64_t t = 0; t < n; ++t) {
+    if (slots[t] < 0) continue;
+    std::copy_n(want_k.begin() + t * kv_width, kv_width, want_kc.begin() + slots[t] * kv_width);
+    std::copy_n(v_before.begin() + t * kv_width, kv_width, want_vc.begin() + slots[t] * kv_width);
+  }
+  ops::qk_norm_rotary_embedding_and_cache(Tensor::from_i64(pos, {n}), q, k, v, head_dim,
+                                          make_cos_sin_cache(256, head_dim, theta), q_weight, k_weight,
+                                          static_cast<float>(eps), key_cache, value_cache,
+                                          Tensor::from_i64(slots, {n}));
+  expect_close(q, want_q, 2e-5, 2e-5, "q");
+  expect_close(k, want_k, 2e-5, 2e-5, "k");
+  expect_close(v, v_before, 0, 0, "v untouched");
+  expect_close(key_cache, want_kc, 2e-5, 2e-5, "key cache");
+  expect_close(value_cache, want_vc, 0, 0, "value cache");
 }
 
 }  // namespace

@@ -101,6 +101,36 @@ def test_rotary_and_cache(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_qk_norm_rotary_and_cache(device):
+    # Qwen3's prologue as one op: per-head RMSNorm of q and k, rotate-half RoPE, k and v into their slots. On CUDA
+    # with head_dim 64 it is the fused kernel; q, k, v are strided head views of one qkv buffer, as the model has them.
+    head_dim, n, heads, kv_heads, eps = 64, 4, 4, 2, 1e-6
+    inv = 1.0 / (1000000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    freqs = torch.arange(32).float()[:, None] * inv[None, :]
+    cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(device)
+    pos = torch.tensor([0, 3, 7, 31], device=device)
+    qkv = rand(n, (heads + 2 * kv_heads) * head_dim, device=device)
+    q_w, k_w = rand(head_dim, device=device).abs() + 0.5, rand(head_dim, device=device).abs() + 0.5
+    kc, vc = torch.zeros(3, 4, kv_heads, head_dim, device=device), torch.zeros(3, 4, kv_heads, head_dim, device=device)
+    slots = torch.tensor([0, 5, -1, 11], device=device)
+    split = (heads * head_dim, (heads + kv_heads) * head_dim)
+    q, k, v = (t.unflatten(1, (-1, head_dim)) for t in (qkv[:, :split[0]], qkv[:, split[0]:split[1]], qkv[:, split[1]:]))
+
+    def ref(a):
+        c = cache.cpu()
+        want_q = rope_ref(pos.cpu(), rms(q.cpu(), q_w.cpu(), eps).reshape(n, -1), head_dim, c).to(device)
+        want_k = rope_ref(pos.cpu(), rms(k.cpu(), k_w.cpu(), eps).reshape(n, -1), head_dim, c).to(device)
+        want_kc, want_vc = torch.zeros_like(kc), torch.zeros_like(vc)
+        for i, s in enumerate(slots.tolist()):
+            if s >= 0:
+                want_kc[s // 4, s % 4], want_vc[s // 4, s % 4] = want_k[i].view(kv_heads, head_dim), v[i]
+        return [(a[1].reshape(n, -1), want_q), (a[2].reshape(n, -1), want_k), (a[9], want_kc), (a[10], want_vc)]
+
+    check(L.qk_norm_rotary_embedding_and_cache,
+          [pos, q.clone(), k.clone(), v, head_dim, cache, q_w, k_w, eps, kc, vc, slots], ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_paged_attention_decode_and_prefill(device):
     heads, kv_heads, head_dim, block = 4, 2, 16, 4
     kc, vc = rand(8, block, kv_heads, head_dim, device=device), rand(8, block, kv_heads, head_dim, device=device)

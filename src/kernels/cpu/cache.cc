@@ -1,5 +1,5 @@
-// Paged KV-cache write on CPU: token t's key/value go to slot slot_mapping[t] of the
-// [num_blocks, block_size, num_kv_heads, head_dim] caches; negative slots (padding) are skipped.
+// Paged KV-cache writes on CPU (token t to slot slot_mapping[t] of the [num_blocks, block_size, num_kv_heads,
+// head_dim] caches; negative slots skipped), alone or after rotary and Qwen3's q/k norms, as the fused CUDA ops.
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -31,9 +31,21 @@ void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& 
   reshape_and_cache(key, value, key_cache, value_cache, slot_mapping);
 }
 
+// The per-head norms then rotary_embedding_and_cache, through the ops: the reference the CUDA kernel matches.
+void qk_norm_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                        int64_t head_dim, const Tensor& cos_sin_cache, const Tensor& q_weight,
+                                        const Tensor& k_weight, float eps, Tensor& key_cache, Tensor& value_cache,
+                                        const Tensor& slot_mapping) {
+  ops::rms_norm(query, query, q_weight, eps);
+  ops::rms_norm(key, key, k_weight, eps);
+  rotary_embedding_and_cache(positions, query, key, value, head_dim, cos_sin_cache, key_cache, value_cache,
+                             slot_mapping);
+}
+
 void register_cache_kernels() {
   ops::reshape_and_cache.register_kernel(DeviceType::kCPU, reshape_and_cache);
   ops::rotary_embedding_and_cache.register_kernel(DeviceType::kCPU, rotary_embedding_and_cache);
+  ops::qk_norm_rotary_embedding_and_cache.register_kernel(DeviceType::kCPU, qk_norm_rotary_embedding_and_cache);
 }
 
 }  // namespace llmserve::cpu

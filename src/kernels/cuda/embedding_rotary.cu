@@ -1,7 +1,7 @@
-// Embedding lookup and rotate-half rotary embedding on CUDA (the rotary kernel optionally also writes the rotated
-// key and the value into the paged KV cache: one launch where a decode step would pay two), on the current stream.
-// One block per token; f32 math (rotary: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, the CPU formula), rounded
-// once on store. Out-of-range ids / positions trap (device_check) instead of reading past a buffer.
+// Embedding lookup and rotate-half rotary embedding on CUDA (the rotary kernel optionally also applies Qwen3's per-head
+// q/k RMSNorm first and writes the rotated key and the value into the paged KV cache: one launch where a decode step
+// would pay three), on the current stream. One block per token; f32 math (rotary: x1' = x1 cos - x2 sin,
+// x2' = x2 cos + x1 sin, the CPU formula), rounded once on store. Out-of-range ids / positions trap (device_check).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -70,10 +70,24 @@ struct RotaryArgs {
   int64_t num_slots;
 };
 
+// Qwen3's per-head RMSNorm before the rotation (kNorm): weights [head_dim] for the query and the key heads.
+template <typename W>
+struct HeadNorm {
+  const W* q_weight;
+  const W* k_weight;
+  float eps;
+};
+
 // Threads walk (head, V-wide piece of the first half) pairs over the query heads then the key heads; a cached
 // key piece is stored twice (in place and into its slot), then the value row is copied into its slot.
-template <typename T, int V>
-__global__ void rotary_kernel(const RotaryArgs<T> a) {
+// kNorm (V = 8, head_dim / 8 a power of two from 2 to 32): each head is first normalised exactly as rms_norm's
+// short-row kernel does it (rms_norm_rows_kernel, norm.cu), whose 2 * pieces lanes hold one 8-element chunk each:
+// this thread holds that kernel's lanes l and l + pieces, whose sums meet in its first shuffle step, and the same
+// shuffle tree follows over the head's `pieces` threads (adjacent lanes, a whole group in every round); the normed
+// values are rounded to T, as rms_norm stores them, before the rotation reads them. Same bits as the unfused ops.
+template <typename T, typename W, int V, bool kNorm>
+__global__ void rotary_kernel(const RotaryArgs<T> a, const HeadNorm<W> norm) {
+  static_assert(!kNorm || V == 8, "the fused norm takes the vector path");
   pdl_wait();  // q, k and v come from the previous kernel
   pdl_trigger();
   const int t = blockIdx.x;
@@ -98,6 +112,28 @@ __global__ void rotary_kernel(const RotaryArgs<T> a) {
     float p[V], q[V], c[V], s[V], r1[V], r2[V];
     load_v<V>(x1, p);
     load_v<V>(x1 + half, q);
+    if constexpr (kNorm) {
+      float ss_p = 0.f, ss_q = 0.f;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        ss_p = fmaf(p[e], p[e], ss_p);
+        ss_q = fmaf(q[e], q[e], ss_q);
+      }
+      float ss = ss_p + ss_q;
+      const int lane = threadIdx.x % 32;
+      const unsigned group = ((2u << (pieces - 1)) - 1) << (lane & ~(pieces - 1));
+      for (int o = pieces / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(group, ss, o, pieces);
+      const float scale = rsqrtf(ss / static_cast<float>(a.head_dim) + norm.eps);
+      const W* w = (is_key ? norm.k_weight : norm.q_weight) + j;
+      float wp[V], wq[V];
+      load_v<V>(w, wp);
+      load_v<V>(w + half, wq);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        p[e] = round_to<T>(p[e] * scale * wp[e]);
+        q[e] = round_to<T>(q[e] * scale * wq[e]);
+      }
+    }
     load_v<V>(cos + j, c);
     load_v<V>(sin + j, s);
 #pragma unroll
@@ -121,16 +157,22 @@ __global__ void rotary_kernel(const RotaryArgs<T> a) {
   }
 }
 
+// The vector path needs every 8-element piece 16-byte aligned: row starts, head starts and the cos/sin halves.
 template <typename T>
-void launch_rotary(const RotaryArgs<T>& a, int64_t n) {
-  // The vector path needs every 8-element piece 16-byte aligned: row starts, head starts and the cos/sin halves.
+bool rotary_vec(const RotaryArgs<T>& a) {
   bool vec = (a.head_dim / 2) % 8 == 0 && a.q_stride % 8 == 0 && a.k_stride % 8 == 0 && aligned16(a.query) &&
              aligned16(a.key) && aligned16(a.cos_sin);
   if (a.key_cache != nullptr) {
     vec = vec && a.v_stride % 8 == 0 && aligned16(a.value) && aligned16(a.key_cache) && aligned16(a.value_cache);
   }
+  return vec;
+}
+
+template <typename T>
+void launch_rotary(const RotaryArgs<T>& a, int64_t n) {
   const unsigned grid = static_cast<unsigned>(n);
-  launch_pdl("rotary_kernel", vec ? rotary_kernel<T, 8> : rotary_kernel<T, 1>, grid, kThreads, a);
+  launch_pdl("rotary_kernel", rotary_vec(a) ? rotary_kernel<T, T, 8, false> : rotary_kernel<T, T, 1, false>, grid,
+             kThreads, a, HeadNorm<T>{});
 }
 
 template <typename T>
@@ -148,6 +190,20 @@ RotaryArgs<T> rotary_args(const Tensor& positions, Tensor& query, Tensor& key, i
   a.head_dim = static_cast<int>(head_dim);
   a.cos_sin = cos_sin_cache.data<float>();
   a.max_position = cos_sin_cache.size(0);
+  return a;
+}
+
+template <typename T>
+RotaryArgs<T> rotary_and_cache_args(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                    int64_t head_dim, const Tensor& cos_sin_cache, Tensor& key_cache,
+                                    Tensor& value_cache, const Tensor& slot_mapping) {
+  RotaryArgs<T> a = rotary_args<T>(positions, query, key, head_dim, cos_sin_cache);
+  a.value = value.data<T>();
+  a.v_stride = value.stride(0);
+  a.key_cache = key_cache.data<T>();
+  a.value_cache = value_cache.data<T>();
+  a.slot_mapping = slot_mapping.data<int64_t>();
+  a.num_slots = key_cache.size(0) * key_cache.size(1);
   return a;
 }
 
@@ -214,15 +270,40 @@ void rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& 
   if (n == 0) return;
   dispatch_float(query.dtype(), "rotary_embedding_and_cache", [&](auto t) {
     using T = decltype(t);
-    RotaryArgs<T> a = rotary_args<T>(positions, query, key, head_dim, cos_sin_cache);
-    a.value = value.data<T>();
-    a.v_stride = value.stride(0);
-    a.key_cache = key_cache.data<T>();
-    a.value_cache = value_cache.data<T>();
-    a.slot_mapping = slot_mapping.data<int64_t>();
-    a.num_slots = key_cache.size(0) * key_cache.size(1);
-    launch_rotary(a, n);
+    launch_rotary(rotary_and_cache_args<T>(positions, query, key, value, head_dim, cos_sin_cache, key_cache,
+                                           value_cache, slot_mapping),
+                  n);
   });
+}
+
+// One launch where the norms' form matches (see rotary_kernel); otherwise the three ops, which give the same bits.
+void qk_norm_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, Tensor& key, const Tensor& value,
+                                        int64_t head_dim, const Tensor& cos_sin_cache, const Tensor& q_weight,
+                                        const Tensor& k_weight, float eps, Tensor& key_cache, Tensor& value_cache,
+                                        const Tensor& slot_mapping) {
+  const int64_t n = positions.size(0);
+  if (n == 0) return;
+  const int64_t chunks = head_dim / 8;
+  bool fused = head_dim % 8 == 0 && chunks >= 2 && chunks <= 32 && (chunks & (chunks - 1)) == 0 &&
+               q_weight.dtype() == k_weight.dtype() && aligned16(q_weight.raw_data()) &&
+               aligned16(k_weight.raw_data());
+  dispatch_float(query.dtype(), "qk_norm_rotary_embedding_and_cache", [&](auto t) {
+    using T = decltype(t);
+    const RotaryArgs<T> a = rotary_and_cache_args<T>(positions, query, key, value, head_dim, cos_sin_cache, key_cache,
+                                                     value_cache, slot_mapping);
+    fused = fused && rotary_vec(a);
+    if (!fused) return;
+    dispatch_float(q_weight.dtype(), "qk_norm_rotary_embedding_and_cache", [&](auto w) {
+      using W = decltype(w);
+      launch_pdl("rotary_kernel", rotary_kernel<T, W, 8, true>, static_cast<unsigned>(n), kThreads, a,
+                 HeadNorm<W>{q_weight.data<W>(), k_weight.data<W>(), eps});
+    });
+  });
+  if (fused) return;
+  ops::rms_norm(query, query, q_weight, eps);
+  ops::rms_norm(key, key, k_weight, eps);
+  rotary_embedding_and_cache(positions, query, key, value, head_dim, cos_sin_cache, key_cache, value_cache,
+                             slot_mapping);
 }
 
 void register_embedding_rotary_kernels() {
@@ -230,6 +311,7 @@ void register_embedding_rotary_kernels() {
   ops::masked_embedding.register_kernel(DeviceType::kCUDA, masked_embedding);
   ops::rotary_embedding.register_kernel(DeviceType::kCUDA, rotary_embedding);
   ops::rotary_embedding_and_cache.register_kernel(DeviceType::kCUDA, rotary_embedding_and_cache);
+  ops::qk_norm_rotary_embedding_and_cache.register_kernel(DeviceType::kCUDA, qk_norm_rotary_embedding_and_cache);
 }
 
 }  // namespace llmserve::cuda

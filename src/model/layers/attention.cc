@@ -66,14 +66,20 @@ void Attention::forward(const ForwardBatch& batch, const Tensor& key_cache, cons
   // [T, heads, D] views that keep the row stride of the fused output.
   auto heads = [T, D](const Tensor& t, int64_t n) { return t.as_strided({T, n, D}, {t.stride(0), D, 1}); };
   Tensor qh = heads(q, nh), kh = heads(k, nkv);
-  if (q_norm_) {  // per-head rows, in place
-    q_norm_->forward(qh, qh);
-    k_norm_->forward(kh, kh);
-  }
-  // Rotary in place, then K and V into the cache: one pass.
+  // (Per-head q/k norms,) rotary in place, then K and V into the cache.
   Tensor key = key_cache, value = value_cache;
-  ops::rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache, key, value,
-                                  batch.attention.slot_mapping);
+  if (q_norm_ && options_.fuse_qk_norm_rope) {
+    ops::qk_norm_rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache,
+                                            q_norm_->weight(), k_norm_->weight(), q_norm_->eps(), key, value,
+                                            batch.attention.slot_mapping);
+  } else {
+    if (q_norm_) {  // per-head rows, in place
+      q_norm_->forward(qh, qh);
+      k_norm_->forward(kh, kh);
+    }
+    ops::rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache, key, value,
+                                    batch.attention.slot_mapping);
+  }
   Tensor attn = arena.view(act.out, T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   ops::paged_attention(attn, qh, key, value, batch.attention, scale, options_.sliding_window.value_or(0));

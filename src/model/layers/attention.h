@@ -1,6 +1,6 @@
 // Attention: the paged self-attention block of a decoder layer — QKV projection (one fused GEMM, or three when
-// fuse_qkv is off: the CPU), optional per-head q/k RMSNorm (on the heads' strided views), rotary +
-// K/V cache write in one op, paged attention (GQA, optional sliding window), output projection.
+// fuse_qkv is off: the CPU), optional per-head q/k RMSNorm (on the heads' strided views; with the rotary when
+// fuse_qk_norm_rope), rotary + K/V cache write in one op, paged attention (GQA, sliding window), output projection.
 #pragma once
 
 #include <memory>
@@ -19,6 +19,7 @@ struct AttentionOptions {
   float rms_norm_eps = 1e-6f;
   std::optional<int64_t> sliding_window;  // tokens; nullopt: full attention
   bool fuse_qkv = false;                  // one [T, (nh + 2 nkv) D] GEMM instead of three
+  bool fuse_qk_norm_rope = false;         // q/k norms through ops::qk_norm_rotary_embedding_and_cache
 };
 
 class Attention {

@@ -21,6 +21,9 @@ class RMSNorm {
   // linear layer's forward_quantized; x is only read.
   void forward_quantized(QuantizedActivation& out, const Tensor& x) const;
   void forward_with_residual_quantized(QuantizedActivation& out, const Tensor& x, Tensor& residual) const;
+  // For ops that fuse the norm into a neighbour (Attention's q/k norms into the rotary).
+  const Tensor& weight() const { return weight_.data; }
+  float eps() const { return eps_; }
   void named_parameters(const std::string& prefix, NamedParameters& out) {
     out.emplace_back(prefix + ".weight", &weight_);
   }
