@@ -313,7 +313,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 // f32 and bf16 norm weights (the models keep them f32).
 TEST_P(CudaKernelsTest, QkNormRotaryAndCacheMatchesTheUnfusedOps) {
   const DType dtype = GetParam();
-  const RotaryCase cases[] = {{1, 4, 2, 64},  {37, 32, 4, 128}, {13, 8, 8, 16}, {300, 6, 1, 32},
+  const RotaryCase cases[] = {{1, 4, 2, 64},   {37, 32, 4, 128}, {13, 8, 8, 16}, {300, 6, 1, 32},
                               {7, 16, 2, 256}, {9, 3, 1, 96},    {5, 4, 2, 6}};
   uint32_t seed = 800;
   for (const RotaryCase& c : cases) {

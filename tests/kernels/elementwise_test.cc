@@ -275,10 +275,9 @@ TEST(QkNormRotaryAndCache, NormsRotatesAndCachesEachHead) {
     std::copy_n(want_k.begin() + t * kv_width, kv_width, want_kc.begin() + slots[t] * kv_width);
     std::copy_n(v_before.begin() + t * kv_width, kv_width, want_vc.begin() + slots[t] * kv_width);
   }
-  ops::qk_norm_rotary_embedding_and_cache(Tensor::from_i64(pos, {n}), q, k, v, head_dim,
-                                          make_cos_sin_cache(256, head_dim, theta), q_weight, k_weight,
-                                          static_cast<float>(eps), key_cache, value_cache,
-                                          Tensor::from_i64(slots, {n}));
+  ops::qk_norm_rotary_embedding_and_cache(
+      Tensor::from_i64(pos, {n}), q, k, v, head_dim, make_cos_sin_cache(256, head_dim, theta), q_weight, k_weight,
+      static_cast<float>(eps), key_cache, value_cache, Tensor::from_i64(slots, {n}));
   expect_close(q, want_q, 2e-5, 2e-5, "q");
   expect_close(k, want_k, 2e-5, 2e-5, "k");
   expect_close(v, v_before, 0, 0, "v untouched");

@@ -285,8 +285,7 @@ void qk_norm_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, 
   if (n == 0) return;
   const int64_t chunks = head_dim / 8;
   bool fused = head_dim % 8 == 0 && chunks >= 2 && chunks <= 32 && (chunks & (chunks - 1)) == 0 &&
-               q_weight.dtype() == k_weight.dtype() && aligned16(q_weight.raw_data()) &&
-               aligned16(k_weight.raw_data());
+               q_weight.dtype() == k_weight.dtype() && aligned16(q_weight.raw_data()) && aligned16(k_weight.raw_data());
   dispatch_float(query.dtype(), "qk_norm_rotary_embedding_and_cache", [&](auto t) {
     using T = decltype(t);
     const RotaryArgs<T> a = rotary_and_cache_args<T>(positions, query, key, value, head_dim, cos_sin_cache, key_cache,

@@ -69,8 +69,8 @@ void Attention::forward(const ForwardBatch& batch, const Tensor& key_cache, cons
   // (Per-head q/k norms,) rotary in place, then K and V into the cache.
   Tensor key = key_cache, value = value_cache;
   if (q_norm_ && options_.fuse_qk_norm_rope) {
-    ops::qk_norm_rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache,
-                                            q_norm_->weight(), k_norm_->weight(), q_norm_->eps(), key, value,
+    ops::qk_norm_rotary_embedding_and_cache(batch.positions, qh, kh, heads(v, nkv), D, cos_sin_cache, q_norm_->weight(),
+                                            k_norm_->weight(), q_norm_->eps(), key, value,
                                             batch.attention.slot_mapping);
   } else {
     if (q_norm_) {  // per-head rows, in place
