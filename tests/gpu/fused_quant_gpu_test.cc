@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@ namespace {
 
 using gpu_testing::poisoned_device;
 using gpu_testing::poisoned_strided;
+using gpu_testing::same_bytes;
 using gpu_testing::to_device;
 using gpu_testing::to_device_strided;
 using gpu_testing::to_host;
@@ -45,12 +45,6 @@ std::vector<int64_t> group_counts(int64_t d) {
   if (d % 128 == 0 && d > 128) return {1, d / 128};
   if (d == 100 || d == 1000) return {1, d == 100 ? 50 : 8};
   return {1};
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.device().is_cpu() ? a.contiguous() : to_host(a);
-  const Tensor hb = b.device().is_cpu() ? b.contiguous() : to_host(b);
-  return ha.shape() == hb.shape() && std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
 }
 
 void expect_same(const DeviceQuantized& fused, const DeviceQuantized& unfused, const std::string& what) {

@@ -1,11 +1,12 @@
-// Helpers for the GPU tests: host <-> device copies, NaN-poisoned outputs, row-strided device views, and the
-// per-dtype tolerance of an output rounded to that dtype. Tests compare CUDA ops with the CPU ops or with
-// double-precision references computed here.
+// Helpers for the GPU tests: host <-> device copies, NaN-poisoned outputs, row-strided device views, bitwise
+// comparison, and the per-dtype tolerance of an output rounded to that dtype. Tests compare CUDA ops with the CPU ops
+// or with double-precision references computed here.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -81,6 +82,13 @@ inline Tensor to_device_strided(const Tensor& host, int64_t pad) {
   CHECK(cudaMemcpy2D(dev.raw_data(), dev.stride(0) * elem, c.raw_data(), row, row, host.size(0),
                      cudaMemcpyHostToDevice) == cudaSuccess);
   return dev;
+}
+
+// Whether a and b (either on the host or the device) hold the same shape and the same bytes.
+inline bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ha = a.device().is_cpu() ? a.contiguous() : to_host(a);
+  const Tensor hb = b.device().is_cpu() ? b.contiguous() : to_host(b);
+  return ha.shape() == hb.shape() && std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
 }
 
 // Relative tolerance of a value rounded once to `dtype` (plus a little for f32 math).

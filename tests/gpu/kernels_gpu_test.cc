@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <tuple>
 
@@ -26,6 +25,7 @@ using testing::to_doubles;
 
 using gpu_testing::have_cuda_device;
 using gpu_testing::poisoned_device;
+using gpu_testing::same_bytes;
 using gpu_testing::to_device;
 using gpu_testing::to_host;
 
@@ -244,6 +244,23 @@ Tensor random_positions(int64_t n, uint32_t seed) {
   return Tensor::from_i64(positions, {n});
 }
 
+// [n, n_heads, head_dim] view of columns [col, col + n_heads * head_dim) of a fused [n, q + k + v] buffer.
+Tensor head_view(const Tensor& t, int64_t col, int64_t n_heads, int64_t head_dim) {
+  Tensor cols = t.slice(1, col, col + n_heads * head_dim);
+  return cols.as_strided({t.size(0), n_heads, head_dim}, {cols.stride(0), head_dim, 1});
+}
+
+// n distinct slots of [0, num_slots) in shuffled order, token n / 2 a padding token (-1).
+Tensor cache_slots(int64_t n, int64_t num_slots, uint32_t seed) {
+  std::vector<int64_t> slots(static_cast<size_t>(num_slots));
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int64_t>(i);
+  std::mt19937 rng(seed);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(static_cast<size_t>(n));
+  slots[n / 2] = -1;
+  return Tensor::from_i64(slots, {n});
+}
+
 TEST_P(CudaKernelsTest, RotaryMatchesCpu) {
   const DType dtype = GetParam();
   uint32_t seed = 600;
@@ -276,17 +293,8 @@ TEST_P(CudaKernelsTest, RotaryAndCacheMatchesCpu) {
     const Shape cache_shape = {num_blocks, block_size, c.num_kv_heads, c.head_dim};
     Tensor key_cache = random_tensor(cache_shape, seed++, dtype);
     Tensor value_cache = random_tensor(cache_shape, seed++, dtype);
-    std::vector<int64_t> all_slots(static_cast<size_t>(num_blocks * block_size));
-    for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
-    std::mt19937 rng(seed++);
-    std::shuffle(all_slots.begin(), all_slots.end(), rng);
-    std::vector<int64_t> slots(all_slots.begin(), all_slots.begin() + c.n);
-    slots[c.n / 2] = -1;  // a padding token
-    Tensor slot_t = Tensor::from_i64(slots, {c.n});
-    auto heads = [&c](const Tensor& t, int64_t col, int64_t n_heads) {
-      Tensor cols = t.slice(1, col, col + n_heads * c.head_dim);
-      return cols.as_strided({c.n, n_heads, c.head_dim}, {cols.stride(0), c.head_dim, 1});
-    };
+    Tensor slot_t = cache_slots(c.n, num_blocks * block_size, seed++);
+    auto heads = [&c](const Tensor& t, int64_t col, int64_t n_heads) { return head_view(t, col, n_heads, c.head_dim); };
     Tensor ref = qkv.to(DType::kF32), kc_ref = key_cache.to(DType::kF32), vc_ref = value_cache.to(DType::kF32);
     Tensor q_ref = heads(ref, 0, c.num_heads), k_ref = heads(ref, q_cols, c.num_kv_heads);
     ops::rotary_embedding(pos, q_ref, k_ref, c.head_dim, cache_t);
@@ -300,11 +308,6 @@ TEST_P(CudaKernelsTest, RotaryAndCacheMatchesCpu) {
     expect_matches(to_host(kc_dev), kc_ref, dtype, what + " key cache");
     expect_matches(to_host(vc_dev), vc_ref, dtype, what + " value cache");
   }
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor ha = to_host(a), hb = to_host(b);
-  return ha.shape() == hb.shape() && std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
 }
 
 // The fused q/k norm + rotary + cache write: bit-identical to the unfused CUDA ops (rms_norm on the q and k head
@@ -327,15 +330,9 @@ TEST_P(CudaKernelsTest, QkNormRotaryAndCacheMatchesTheUnfusedOps) {
       const Shape cache_shape = {num_blocks, block_size, c.num_kv_heads, c.head_dim};
       Tensor key_cache = random_tensor(cache_shape, seed++, dtype);
       Tensor value_cache = random_tensor(cache_shape, seed++, dtype);
-      std::vector<int64_t> slots(static_cast<size_t>(num_blocks * block_size));  // distinct, shuffled
-      for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<int64_t>(i);
-      std::shuffle(slots.begin(), slots.end(), std::mt19937(seed++));
-      slots.resize(static_cast<size_t>(c.n));
-      if (c.n > 1) slots[c.n / 2] = -1;  // a padding token
-      Tensor slot_t = Tensor::from_i64(slots, {c.n});
+      Tensor slot_t = cache_slots(c.n, num_blocks * block_size, seed++);
       auto heads = [&c](const Tensor& t, int64_t col, int64_t n_heads) {
-        Tensor cols = t.slice(1, col, col + n_heads * c.head_dim);
-        return cols.as_strided({c.n, n_heads, c.head_dim}, {cols.stride(0), c.head_dim, 1});
+        return head_view(t, col, n_heads, c.head_dim);
       };
       const float eps = 1e-6f;
       // CPU reference in f32 on the dtype-rounded inputs.
@@ -357,9 +354,9 @@ TEST_P(CudaKernelsTest, QkNormRotaryAndCacheMatchesTheUnfusedOps) {
       ops::qk_norm_rotary_embedding_and_cache(pos_d, q_b, k_b, heads(qkv_b, q_cols + k_cols, c.num_kv_heads),
                                               c.head_dim, cache_d, qw_d, kw_d, eps, kc_b, vc_b, slot_d);
       const std::string what = label("qk_norm_rotary_and_cache", c.n, c.head_dim, dtype, weight_dtype);
-      EXPECT_TRUE(same_bits(qkv_b, qkv_a)) << what << ": q/k/v differ from the unfused ops";
-      EXPECT_TRUE(same_bits(kc_b, kc_a)) << what << ": key cache differs from the unfused ops";
-      EXPECT_TRUE(same_bits(vc_b, vc_a)) << what << ": value cache differs from the unfused ops";
+      EXPECT_TRUE(same_bytes(qkv_b, qkv_a)) << what << ": q/k/v differ from the unfused ops";
+      EXPECT_TRUE(same_bytes(kc_b, kc_a)) << what << ": key cache differs from the unfused ops";
+      EXPECT_TRUE(same_bytes(vc_b, vc_a)) << what << ": value cache differs from the unfused ops";
       // Against the CPU, whose normed heads are not rounded to the dtype before the rotation: a 16-bit rounding of
       // values up to ~3.5 (|x| / rms <= sqrt(3) for uniform inputs, weights <= 2) on each of the two rotated terms.
       const double atol = dtype == DType::kF32 ? 1e-4 : dtype == DType::kF16 ? 1e-2 : 6e-2;
