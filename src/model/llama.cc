@@ -61,7 +61,7 @@ std::string moe_module(const ModelConfig& c) {
 }
 
 bool fused_qk_norm_rope_on_cuda() {
-  static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_QK_NORM_ROPE", false);
+  static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_QK_NORM_ROPE", true);
   return enabled;
 }
 
@@ -80,8 +80,8 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions&
     // One GEMM launch instead of three on CUDA (decode at small batch is launch-bound; per-head q/k norms run on
     // the fused output's strided heads). The CPU runs three: that is the numerics its outputs are pinned to.
     a.fuse_qkv = !device_.is_cpu();
-    // Qwen3's q/k norms inside the rotary kernel: the same bits as the three ops (on the CPU the op is those three).
-    // Off on CUDA unless LLMSERVE_FUSED_QK_NORM_ROPE=1, until a GPU run has checked and timed the fused kernel.
+    // Qwen3's q/k norms inside the rotary kernel: the same bits as the three ops (on the CPU the op is those three),
+    // one launch for three (bench/RESULTS.md, 2026-12-07); LLMSERVE_FUSED_QK_NORM_ROPE=0 runs the three on CUDA (A/B).
     a.fuse_qk_norm_rope = device_.is_cpu() || fused_qk_norm_rope_on_cuda();
     if (c.moe && c.moe->is_sparse_layer(i)) {
       layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, moe_options(c, act_), moe_module(c)));
