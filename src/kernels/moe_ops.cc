@@ -105,6 +105,16 @@ void check_moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_off
   }
 }
 
+void check_moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
+                               int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
+                               Tensor& experts_touched, int64_t block) {
+  check_moe_route(topk_weights, topk_ids, router_logits, scoring, renormalize);
+  check_moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
+  CHECK_EQ(expert_offsets.size(0), router_logits.size(1) + 1)
+      << "moe_route_and_align: expert_offsets " << expert_offsets.to_string() << " for router_logits "
+      << router_logits.to_string();
+}
+
 void check_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
                     const Tensor& expert_offsets, int64_t gather_top_k, int64_t block) {
   constexpr const char* op = "moe_gemm";
@@ -201,6 +211,11 @@ decltype(moe_align) moe_align(
     "moe_align(Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor! experts_touched, "
     "Tensor topk_ids, int block) -> ()",
     check_moe_align);
+decltype(moe_route_and_align) moe_route_and_align(
+    "moe_route_and_align",
+    "moe_route_and_align(Tensor! topk_weights, Tensor! topk_ids, Tensor router_logits, int scoring, int renormalize, "
+    "Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor! experts_touched, int block) -> ()",
+    check_moe_route_and_align);
 decltype(moe_gemm) moe_gemm(
     "moe_gemm",
     "moe_gemm(Tensor! out, Tensor x, Tensor weight, Tensor sorted_pairs, Tensor expert_offsets, "

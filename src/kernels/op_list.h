@@ -31,6 +31,7 @@ void for_each_op(F&& f) {
   f(moe_route);
   f(moe_route_grouped);
   f(moe_align);
+  f(moe_route_and_align);
   f(moe_gemm);
   f(moe_gemm_silu);
   f(moe_combine);

@@ -152,10 +152,11 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor&
     w4a16_gemm;
 
 // ---- mixture of experts (checks: kernels/moe_ops.cc; kernels/cpu/moe.cc, kernels/cuda/moe.cu + moe_gemm.cu) ----
-// The path of a FusedMoE block (model/layers/fused_moe.h): router logits (ops::linear) -> moe_route -> moe_align ->
-// moe_gemm (gate/up, gathering token rows) -> moe_gemm_silu (silu_and_mul -> down) -> moe_combine. Token t's j-th
-// choice is the pair p = t * top_k + j. Experts' weights are stacked [num_experts, n, k] (HF [out, in] per expert).
-// Limits (model_config.cc refuses configs past them): num_experts <= kMaxMoeExperts, top_k <= kMaxMoeTopK.
+// The path of a FusedMoE block (model/layers/fused_moe.h): router logits (ops::linear) -> moe_route -> moe_align (or
+// the two in one call, moe_route_and_align) -> moe_gemm (gate/up, gathering token rows) -> moe_gemm_silu (silu_and_mul
+// -> down) -> moe_combine. Token t's j-th choice is the pair p = t * top_k + j. Experts' weights are stacked
+// [num_experts, n, k] (HF [out, in] per expert). Limits (model_config.cc refuses configs past them): num_experts <=
+// kMaxMoeExperts, top_k <= kMaxMoeTopK.
 inline constexpr int64_t kMaxMoeExperts = 1024;
 inline constexpr int64_t kMaxMoeTopK = 32;
 // moe_route's scoring argument.
@@ -205,6 +206,15 @@ extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logi
 extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, Tensor& experts_touched,
                const Tensor& topk_ids, int64_t block)>
     moe_align;
+
+// moe_route then moe_align on its ids, in one call (arguments as theirs; the same outputs): on CUDA one kernel for
+// decode batches of up to kMoeRouteAlignMaxTokens tokens (one block routes each token in turn, then groups the
+// pairs: one launch a layer less), else the two kernels; the CPU runs the two ops.
+inline constexpr int64_t kMoeRouteAlignMaxTokens = 4;
+extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
+               int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
+               Tensor& experts_touched, int64_t block)>
+    moe_route_and_align;
 
 // The grouped GEMM: for every row r < expert_offsets[E] of expert e with pair p = sorted_pairs[r] >= 0,
 // out[r] = x_r @ weight[e]^T, where x_r = x[p / gather_top_k] (gather_top_k > 0: x [T, K], the tokens) or x[r]

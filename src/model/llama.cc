@@ -37,7 +37,12 @@ class LlamaForCausalLM final : public DecoderOnlyLM {
 };
 
 // The sparse layers' block (Mixtral, Qwen2-MoE, Qwen3-MoE) and its checkpoint names.
-FusedMoEOptions moe_options(const ModelConfig& c, DType activation_dtype) {
+bool fused_moe_route_align_on_cuda() {
+  static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_MOE_ROUTE_ALIGN", false);
+  return enabled;
+}
+
+FusedMoEOptions moe_options(const ModelConfig& c, DType activation_dtype, Device device) {
   const MoeConfig& m = *c.moe;
   FusedMoEOptions o;
   o.hidden_size = c.hidden_size;
@@ -48,6 +53,9 @@ FusedMoEOptions moe_options(const ModelConfig& c, DType activation_dtype) {
   o.shared_expert_intermediate_size = m.shared_expert_intermediate_size;
   o.shared_expert_gate = m.shared_expert_intermediate_size > 0;  // Qwen2-MoE's shared expert is always gated
   o.router_dtype = activation_dtype;
+  // On the CPU the fused op is the two ops (the reference); on CUDA its one-block kernel is off unless
+  // LLMSERVE_FUSED_MOE_ROUTE_ALIGN=1, until a GPU run has checked and timed it in the model.
+  o.fuse_route_align = device.is_cpu() || fused_moe_route_align_on_cuda();
   if (c.architecture == "MixtralForCausalLM") {
     o.gate_proj_name = "w1";
     o.up_proj_name = "w3";
@@ -84,7 +92,7 @@ LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions&
     // one launch for three (bench/RESULTS.md, 2026-12-07); LLMSERVE_FUSED_QK_NORM_ROPE=0 runs the three on CUDA (A/B).
     a.fuse_qk_norm_rope = device_.is_cpu() || fused_qk_norm_rope_on_cuda();
     if (c.moe && c.moe->is_sparse_layer(i)) {
-      layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, moe_options(c, act_), moe_module(c)));
+      layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, moe_options(c, act_, device_), moe_module(c)));
     } else {
       layers_.push_back(std::make_unique<DecoderLayer>(linear_, a, c.intermediate_size, c.mlp_bias));
     }

@@ -3,7 +3,8 @@
 // must be equal), the stable grouping with and without tile padding, every grouped-GEMM kernel (weight streaming and
 // row-wise: block 1; WMMA tiles: blocks of 16 and 64 rows; the CUTLASS grouped GEMM: blocks of 64, also replayed in
 // a CUDA graph) over 1 to 3000 tokens, the down projection with the activation fused (moe_gemm_silu), the combine,
-// and the whole chain. Outputs are NaN-poisoned before each run.
+// routing and grouping in one kernel (moe_route_and_align), and the whole chain. Outputs are NaN-poisoned before each
+// run.
 // `--bench` prints the grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -183,6 +184,53 @@ TEST_F(MoeGpuTest, AlignMatchesCpuAndLeavesTheTailAlone) {
         for (int64_t r = used; r < sorted.numel(); ++r) ASSERT_EQ(sorted.data<int32_t>()[r], 0x7f7f7f7f) << what;
         ASSERT_EQ(to_host(g.experts_touched).data<int64_t>()[0], c.experts_touched.data<int64_t>()[0]) << what;
         ASSERT_GT(c.experts_touched.data<int64_t>()[0], kTouchedStart) << what;
+      }
+    }
+  }
+}
+
+// moe_route_and_align (one kernel up to kMoeRouteAlignMaxTokens tokens, the two kernels past it) against moe_route
+// then moe_align on CUDA: every output bit-equal, the rows past the used ones untouched, and the running count of
+// touched experts added to, not set. Grid logits (ties), 8 to 1024 experts, both scorings, blocks 1 and 16.
+TEST_F(MoeGpuTest, RouteAndAlignMatchesTheTwoOps) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (auto [E, k] : {std::pair<int64_t, int64_t>{8, 2}, {128, 8}, {1024, 32}}) {
+      for (int64_t T = 1; T <= ops::kMoeRouteAlignMaxTokens + 2; ++T) {
+        for (int64_t scoring : {ops::kMoeScoringSoftmax, ops::kMoeScoringSigmoid}) {
+          for (int64_t block : {int64_t{1}, ops::kMoeGemmSmallTileRows}) {
+            const std::string what = std::string(dtype_name(dtype)) + " E " + std::to_string(E) + " k " +
+                                     std::to_string(k) + " T " + std::to_string(T) + " scoring " +
+                                     std::to_string(scoring) + " block " + std::to_string(block);
+            Tensor logits = to_device(grid_logits(T, E, static_cast<uint32_t>(T * 5 + E)).to(dtype));
+            const int64_t capacity = ops::moe_align_capacity(T * k, E, block);
+            auto run = [&](bool fused) {
+              Aligned a = {Tensor::empty({capacity}, DType::kI32, Device::cuda()),
+                           poisoned_device({T * k}, DType::kI32), poisoned_device({E + 1}, DType::kI32),
+                           to_device(Tensor::from_i64({kTouchedStart}, {1}))};
+              CHECK(cudaMemset(a.sorted_pairs.raw_data(), 0x7f, a.sorted_pairs.nbytes()) == cudaSuccess);
+              Tensor w = poisoned_device({T, k}, DType::kF32), ids = poisoned_device({T, k}, DType::kI32);
+              if (fused) {
+                ops::moe_route_and_align(w, ids, logits, scoring, 1, a.sorted_pairs, a.pair_rows, a.expert_offsets,
+                                         a.experts_touched, block);
+              } else {
+                ops::moe_route(w, ids, logits, scoring, 1);
+                ops::moe_align(a.sorted_pairs, a.pair_rows, a.expert_offsets, a.experts_touched, ids, block);
+              }
+              return std::vector<Tensor>{to_host(w),
+                                         to_host(ids),
+                                         to_host(a.sorted_pairs),
+                                         to_host(a.pair_rows),
+                                         to_host(a.expert_offsets),
+                                         to_host(a.experts_touched)};
+            };
+            const std::vector<Tensor> got = run(true), want = run(false);
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_EQ(std::memcmp(got[i].raw_data(), want[i].raw_data(), got[i].nbytes()), 0)
+                  << what << ", output " << i;
+            }
+            ASSERT_GT(got[5].data<int64_t>()[0], kTouchedStart) << what;
+          }
+        }
       }
     }
   }

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <set>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "test_util.h"
@@ -384,6 +386,32 @@ TEST(MoeChain, MatchesPerTokenDenseLoop) {
   }
 }
 
+// The fused op's outputs against the two ops' on the same logits (the CPU runs the two; CUDA's one-block kernel is
+// held to the same bits in tests/gpu/moe_gpu_test.cc).
+TEST(MoeRouteAndAlign, SameOutputsAsRouteThenAlign) {
+  const int64_t T = 5, E = 16, k = 4, block = 16;
+  Tensor logits = random_tensor({T, E}, 21);
+  const int64_t capacity = ops::moe_align_capacity(T * k, E, block);
+  auto run = [&](bool fused) {
+    Tensor w = Tensor::empty({T, k}, DType::kF32), ids = Tensor::empty({T, k}, DType::kI32);
+    Tensor sorted = Tensor::from_i32(std::vector<int32_t>(capacity, -5), {capacity});
+    Tensor rows = Tensor::empty({T * k}, DType::kI32);
+    Tensor offsets = Tensor::empty({E + 1}, DType::kI32), touched = Tensor::from_i64({kTouchedStart}, {1});
+    if (fused) {
+      ops::moe_route_and_align(w, ids, logits, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched, block);
+    } else {
+      ops::moe_route(w, ids, logits, ops::kMoeScoringSoftmax, 1);
+      ops::moe_align(sorted, rows, offsets, touched, ids, block);
+    }
+    return std::vector<Tensor>{w, ids, sorted, rows, offsets, touched};
+  };
+  const std::vector<Tensor> got = run(true), want = run(false);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::memcmp(got[i].raw_data(), want[i].raw_data(), got[i].nbytes()), 0) << "output " << i;
+  }
+  EXPECT_GT(got[5].data<int64_t>()[0], kTouchedStart);
+}
+
 TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   Tensor logits = random_tensor({3, 4}, 1);
   Tensor w = Tensor::empty({3, 5}, DType::kF32), ids = Tensor::empty({3, 5}, DType::kI32);
@@ -400,6 +428,12 @@ TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   Tensor w2 = random_tensor({4, 8, 6}, 2), down = Tensor::empty({2, 8}, DType::kF32);
   Tensor gate_up = random_tensor({2, 10}, 3), act = Tensor::empty({2, 6}, DType::kF32);
   EXPECT_DEATH(ops::moe_gemm_silu(down, act, gate_up, w2, sorted, offsets, 1), "moe_gemm_silu: act");
+  // Offsets for 4 experts beside logits over 6: every id the router picks fits [0, 6), not the grouping's [0, 4).
+  Tensor logits6 = random_tensor({1, 6}, 4), w6 = Tensor::empty({1, 2}, DType::kF32);
+  Tensor ids6 = Tensor::empty({1, 2}, DType::kI32);
+  EXPECT_DEATH(
+      ops::moe_route_and_align(w6, ids6, logits6, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched, 1),
+      "moe_route_and_align: expert_offsets");
 }
 
 }  // namespace

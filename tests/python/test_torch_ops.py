@@ -393,6 +393,21 @@ def test_moe_ops_match_torch(device):
     assert torch.equal(offsets.long().cpu(), torch.cat([torch.zeros(1, dtype=torch.long),
                                                         torch.bincount(flat, minlength=E).cumsum(0).cpu()]))
     assert torch.equal(sorted_pairs.long(), torch.sort(flat, stable=True).indices)
+    # Routing and grouping in one op (CUDA: one kernel at up to 4 tokens): the same outputs as the two above.
+    for tokens in (1, T):
+        w2, ids2 = torch.empty(tokens, k, device=device), torch.empty(tokens, k, dtype=torch.int32, device=device)
+        sorted2 = torch.full((tokens * k,), -7, dtype=torch.int32, device=device)
+        rows2, offsets2 = torch.empty(tokens * k, dtype=torch.int32, device=device), torch.empty_like(offsets)
+        touched2 = torch.full((1,), 5, dtype=torch.int64, device=device)
+        L.moe_route_and_align(w2, ids2, logits[:tokens], 0, 1, sorted2, rows2, offsets2, touched2, block)
+        w1, ids1 = torch.empty_like(w2), torch.empty_like(ids2)
+        L.moe_route(w1, ids1, logits[:tokens], 0, 1)
+        sorted1, rows1 = torch.full_like(sorted2, -7), torch.empty_like(rows2)
+        offsets1, touched1 = torch.empty_like(offsets2), torch.full_like(touched2, 5)
+        L.moe_align(sorted1, rows1, offsets1, touched1, ids1, block)
+        for a, b in ((w2, w1), (ids2, ids1), (sorted2, sorted1), (rows2, rows1), (offsets2, offsets1),
+                     (touched2, touched1)):
+            assert torch.equal(a, b)
     gate_up, act = torch.empty(cap, 2 * I, device=device), torch.empty(cap, I, device=device)
     down, out = torch.empty(cap, H, device=device), torch.empty(T, H, device=device)
     L.moe_gemm(gate_up, x, w13, sorted_pairs, offsets, k, block)

@@ -216,12 +216,21 @@ void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weigh
   });
 }
 
+// The two ops in turn: the reference the fused CUDA kernel matches.
+void moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
+                         int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
+                         Tensor& experts_touched, int64_t block) {
+  moe_route(topk_weights, topk_ids, router_logits, scoring, renormalize);
+  moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
+}
+
 }  // namespace
 
 void register_moe_kernels() {
   ops::moe_route.register_kernel(DeviceType::kCPU, moe_route);
   ops::moe_route_grouped.register_kernel(DeviceType::kCPU, moe_route_grouped);
   ops::moe_align.register_kernel(DeviceType::kCPU, moe_align);
+  ops::moe_route_and_align.register_kernel(DeviceType::kCPU, moe_route_and_align);
   ops::moe_gemm.register_kernel(DeviceType::kCPU, moe_gemm);
   ops::moe_gemm_silu.register_kernel(DeviceType::kCPU, moe_gemm_silu);
   ops::moe_combine.register_kernel(DeviceType::kCPU, moe_combine);

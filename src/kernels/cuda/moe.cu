@@ -1,8 +1,9 @@
 // The mixture-of-experts ops on CUDA around the grouped GEMM (ops.h; its kernels are in moe_gemm.cu), matching
 // kernels/cpu/moe.cc: the router (one warp per token), the stable grouping by expert (one block: shared-memory
-// counts, a block scan of the padded counts, then one warp places pairs in ascending order with __match_any_sync) and
-// the weighted combine. No host synchronisation, no allocation (graph-safe); launched with programmatic dependent
-// launch: each kernel waits for its inputs before reading or writing anything, so only launch gaps overlap.
+// counts, a block scan of the padded counts, then one warp places pairs in ascending order with __match_any_sync), both
+// in one block for decode batches (moe_route_and_align), and the weighted combine. No host synchronisation, no
+// allocation (graph-safe); launched with programmatic dependent launch: each kernel waits for its inputs before
+// reading or writing anything, so only launch gaps overlap.
 #include <algorithm>
 #include <type_traits>
 
@@ -80,19 +81,18 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
 // experts that rank above its own (the same (value, id) keys), so the top-k takes one pass over the scores instead of
 // k dependent warp reductions (Nsight Compute, 128 experts, top-8, one token: moe_route_kernel ran ~2,100 dependent
 // instructions per warp, 7.2 us). Warp 0 reduces the softmax exactly as moe_route_kernel's warp does and the
-// renormalising sum runs in rank order as there: both kernels give the same bits, whatever the batch.
+// renormalising sum runs in rank order as there: both kernels give the same bits, whatever the batch. Here: token t
+// by the whole block (blockDim.x >= max(num_experts, 32)), its shared memory free again on return (several tokens in
+// turn: moe_route_align_kernel).
 template <typename T>
-__global__ void __launch_bounds__(ops::kMaxMoeExperts)
-    moe_route_rank_kernel(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride, const T* logits,
-                          int64_t logits_stride, int num_experts, int k, int scoring, int renormalize) {
+__device__ void route_rank_token(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride,
+                                 const T* logits, int64_t logits_stride, int num_experts, int k, int scoring,
+                                 int renormalize, int64_t t) {
   __shared__ float s[ops::kMaxMoeExperts];
   __shared__ uint64_t keys[ops::kMaxMoeExperts];
   __shared__ float chosen[ops::kMaxMoeTopK];
   __shared__ float softmax_max, softmax_sum;
-  pdl_wait();  // the logits come from the router's linear
-  pdl_trigger();
   const int e = threadIdx.x, lane = e % 32;
-  const int64_t t = blockIdx.x;
   const T* l = logits + t * logits_stride;
   float value = 0.f;
   if (scoring == ops::kMoeScoringSoftmax) {
@@ -132,6 +132,17 @@ __global__ void __launch_bounds__(ops::kMaxMoeExperts)
     for (int j = 0; j < k; ++j) total += chosen[j];
     weights[t * weights_stride + e] = renormalize != 0 ? chosen[e] / total : chosen[e];
   }
+  __syncthreads();  // chosen, keys and s are read above: the next token may overwrite them after this
+}
+
+template <typename T>
+__global__ void __launch_bounds__(ops::kMaxMoeExperts)
+    moe_route_rank_kernel(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride, const T* logits,
+                          int64_t logits_stride, int num_experts, int k, int scoring, int renormalize) {
+  pdl_wait();  // the logits come from the router's linear
+  pdl_trigger();
+  route_rank_token(weights, weights_stride, ids, ids_stride, logits, logits_stride, num_experts, k, scoring,
+                   renormalize, blockIdx.x);
 }
 
 // Tokens up to which moe_route runs one block per token (decode batches); larger batches one warp per token.
@@ -282,12 +293,10 @@ constexpr int kAlignTableInts = 8 * 1024;
 // order twice: first counting its pairs per expert, then, from its own cursor per expert (the expert's offset plus
 // the earlier chunks' counts), placing them. Rows therefore keep ascending pair order within each expert, and each
 // warp's serial walk is num_pairs / chunks long (one warp over every pair took ~150 us at 2048 tokens x 8).
-__global__ void __launch_bounds__(kAlignThreads)
-    moe_align_kernel(int32_t* sorted_pairs, int32_t* pair_rows, int32_t* expert_offsets, int64_t* experts_touched,
-                     const int32_t* topk_ids, int num_pairs, int num_experts, int block, int chunks) {
-  extern __shared__ int chunk_table[];  // [chunks][num_experts]: counts, then cursors
-  pdl_wait();                           // the ids come from the router
-  pdl_trigger();
+// chunk_table: [chunks][num_experts] ints of shared memory (counts, then cursors).
+__device__ void align_pairs(int32_t* sorted_pairs, int32_t* pair_rows, int32_t* expert_offsets,
+                            int64_t* experts_touched, const int32_t* topk_ids, int num_pairs, int num_experts,
+                            int block, int chunks, int* chunk_table) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (int i = tid; i < chunks * num_experts; i += blockDim.x) chunk_table[i] = 0;
   __syncthreads();
@@ -338,17 +347,78 @@ __global__ void __launch_bounds__(kAlignThreads)
   });
 }
 
+__global__ void __launch_bounds__(kAlignThreads)
+    moe_align_kernel(int32_t* sorted_pairs, int32_t* pair_rows, int32_t* expert_offsets, int64_t* experts_touched,
+                     const int32_t* topk_ids, int num_pairs, int num_experts, int block, int chunks) {
+  extern __shared__ int chunk_table[];
+  pdl_wait();  // the ids come from the router
+  pdl_trigger();
+  align_pairs(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, num_pairs, num_experts, block, chunks,
+              chunk_table);
+}
+
+// moe_route_and_align for a few tokens: the block routes them one after another (route_rank_token), then groups
+// their pairs (align_pairs) once the ids it wrote are visible to all of its threads (__syncthreads orders global
+// memory within a block). blockDim.x: a multiple of 32 >= max(num_experts, num_pairs, 32).
+template <typename T>
+__global__ void __launch_bounds__(kAlignThreads)
+    moe_route_align_kernel(float* weights, int64_t weights_stride, int32_t* ids, const T* logits, int64_t logits_stride,
+                           int num_tokens, int num_experts, int k, int scoring, int renormalize, int32_t* sorted_pairs,
+                           int32_t* pair_rows, int32_t* expert_offsets, int64_t* experts_touched, int block,
+                           int chunks) {
+  extern __shared__ int chunk_table[];
+  pdl_wait();  // the logits come from the router's linear
+  pdl_trigger();
+  for (int t = 0; t < num_tokens; ++t) {  // ids: contiguous [T, k] (moe_align's check)
+    route_rank_token(weights, weights_stride, ids, k, logits, logits_stride, num_experts, k, scoring, renormalize, t);
+  }
+  align_pairs(sorted_pairs, pair_rows, expert_offsets, experts_touched, ids, num_tokens * k, num_experts, block, chunks,
+              chunk_table);
+}
+
 // As few threads as the experts and pairs use (decode: barriers over 128 threads, not 1024).
+int64_t align_threads(int64_t num_pairs, int64_t num_experts) {
+  return std::min<int64_t>(kAlignThreads, (std::max({num_pairs, num_experts, int64_t{32}}) + 31) / 32 * 32);
+}
+// Chunks of align_pairs' table for `threads` threads, the table at most table_ints ints.
+int64_t align_chunks(int64_t threads, int64_t num_experts, int64_t table_ints) {
+  return std::max<int64_t>(1, std::min<int64_t>(threads / 32, table_ints / num_experts));
+}
+
 void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, Tensor& experts_touched,
                const Tensor& topk_ids, int64_t block) {
   const int64_t num_pairs = topk_ids.numel(), num_experts = expert_offsets.size(0) - 1;
-  const int64_t threads = std::min<int64_t>(kAlignThreads, (std::max(num_pairs, num_experts) + 31) / 32 * 32);
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads / 32, kAlignTableInts / num_experts));
+  const int64_t threads = align_threads(num_pairs, num_experts);
+  const int64_t chunks = align_chunks(threads, num_experts, kAlignTableInts);
   launch_pdl_smem("moe_align_kernel", moe_align_kernel, 1, static_cast<unsigned>(threads),
                   static_cast<size_t>(chunks * num_experts) * sizeof(int), sorted_pairs.data<int32_t>(),
                   pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), experts_touched.data<int64_t>(),
                   topk_ids.data<int32_t>(), static_cast<int>(num_pairs), static_cast<int>(num_experts),
                   static_cast<int>(block), static_cast<int>(chunks));
+}
+
+void moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
+                         int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
+                         Tensor& experts_touched, int64_t block) {
+  const int64_t num_tokens = router_logits.size(0), num_experts = router_logits.size(1), k = topk_ids.size(1);
+  if (num_tokens == 0 || num_tokens > ops::kMoeRouteAlignMaxTokens) {
+    moe_route(topk_weights, topk_ids, router_logits, scoring, renormalize);
+    moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
+    return;
+  }
+  const int64_t num_pairs = num_tokens * k, threads = align_threads(num_pairs, num_experts);
+  // The routing's static shared memory (12 KB at 1024 experts) beside the table: within the 48 KB of a plain launch.
+  const int64_t chunks = align_chunks(threads, num_experts, kAlignTableInts / 2);
+  dispatch_float(router_logits.dtype(), "moe_route_and_align", [&](auto tag) {
+    using T = decltype(tag);
+    launch_pdl_smem("moe_route_align_kernel", moe_route_align_kernel<T>, 1, static_cast<unsigned>(threads),
+                    static_cast<size_t>(chunks * num_experts) * sizeof(int), topk_weights.data<float>(),
+                    topk_weights.stride(0), topk_ids.data<int32_t>(), router_logits.data<T>(), router_logits.stride(0),
+                    static_cast<int>(num_tokens), static_cast<int>(num_experts), static_cast<int>(k),
+                    static_cast<int>(scoring), static_cast<int>(renormalize), sorted_pairs.data<int32_t>(),
+                    pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), experts_touched.data<int64_t>(),
+                    static_cast<int>(block), static_cast<int>(chunks));
+  });
 }
 
 // ---- combine ----
@@ -442,6 +512,7 @@ void register_moe_kernels() {
   ops::moe_route.register_kernel(DeviceType::kCUDA, moe_route);
   ops::moe_route_grouped.register_kernel(DeviceType::kCUDA, moe_route_grouped);
   ops::moe_align.register_kernel(DeviceType::kCUDA, moe_align);
+  ops::moe_route_and_align.register_kernel(DeviceType::kCUDA, moe_route_and_align);
   ops::moe_combine.register_kernel(DeviceType::kCUDA, moe_combine);
 }
 

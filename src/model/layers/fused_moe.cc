@@ -107,18 +107,21 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) co
   Tensor logits = arena.view(act.router_logits, T);
   ops::linear(logits, x, router_.data, nullptr);
   Tensor topk_weights = arena.view(act.topk_weights, T), topk_ids = arena.view(act.topk_ids, T);
-  if (options_.grouped_routing) {
-    ops::moe_route_grouped(topk_weights, topk_ids, logits, correction_bias_.data, options_.num_groups,
-                           options_.topk_groups, options_.renormalize ? 1 : 0, options_.routed_scaling_factor);
-  } else {
-    ops::moe_route(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0);
-  }
-
   const int64_t num_pairs = T * k, block = ops::moe_align_block(x.device(), num_pairs, E);
   const int64_t capacity = ops::moe_align_capacity(num_pairs, E, block);
   Tensor sorted_pairs = arena.view(act.sorted_pairs, capacity), pair_rows = arena.view(act.pair_rows, num_pairs);
   Tensor expert_offsets = arena.view(act.expert_offsets, E + 1), experts_touched = arena.view(act.experts_touched, 1);
-  ops::moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
+  if (options_.grouped_routing) {
+    ops::moe_route_grouped(topk_weights, topk_ids, logits, correction_bias_.data, options_.num_groups,
+                           options_.topk_groups, options_.renormalize ? 1 : 0, options_.routed_scaling_factor);
+    ops::moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
+  } else if (options_.fuse_route_align) {
+    ops::moe_route_and_align(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0,
+                             sorted_pairs, pair_rows, expert_offsets, experts_touched, block);
+  } else {
+    ops::moe_route(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0);
+    ops::moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
+  }
 
   Tensor gate_up = arena.view(act.gate_up, capacity), activated = arena.view(act.act, capacity);
   Tensor down = arena.view(act.down, capacity);

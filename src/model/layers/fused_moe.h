@@ -34,6 +34,9 @@ struct FusedMoEOptions {
   // CPU even over bf16 experts (a bf16-rounded router input flips near-tied choices: a discrete error the continuous
   // tolerance of the bf16 GEMM path cannot absorb); on CUDA the activation dtype too (ops::linear wants one dtype).
   DType router_dtype = DType::kF32;
+  // Routing and grouping in one call (ops::moe_route_and_align: one kernel for decode batches on CUDA) where
+  // grouped_routing is off; else ops::moe_route then ops::moe_align.
+  bool fuse_route_align = false;
   // Checkpoint names under the block's prefix: `<router>.weight`, `experts.<e>.<gate|up|down>.weight`,
   // `shared_expert.*`, `shared_expert_gate.weight` (Qwen: gate / gate_proj, up_proj, down_proj; Mixtral: gate / w1,
   // w3, w2). A checkpoint holding the stacked tensors themselves (`experts.gate_up_proj` [E, 2 I, H],
