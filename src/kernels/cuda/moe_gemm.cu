@@ -108,6 +108,13 @@ constexpr int kStreamMaxSplits = 8;
 constexpr int kStreamMaxRows = 8;
 constexpr int64_t kStreamStageBytes = 64 * 1024;  // staged input rows per block, at most
 static_assert(kStreamMaxRows * kStreamCols <= 32, "one output per lane after the warp reduction");
+// Short rows (k <= kStreamShortRow, one staged row: decode) compile for kStreamShortRowBlocks blocks per SM (at most
+// 64 registers a thread; the general form takes 77 and fits 3): a task there is one or two rounds of loads behind
+// the block's fixed latency (offsets, staging, reduction), so more of them at once win -- Qwen3-30B-A3B's down
+// projection (k 768, 8 experts x 512 column groups) runs in one wave instead of three, 15.1 -> 12.0 us a layer at
+// batch 1, where its gate/up projection (k 2048, four rounds) lost 1.9 us a layer on 64 registers (bench/RESULTS.md).
+constexpr int64_t kStreamShortRow = 1024;
+constexpr int kStreamShortRowBlocks = 4;
 
 // The slot-th expert (ascending ids) owning at least one row: its id and rows [*begin, *end); false when fewer
 // experts have rows. Warp-cooperative (every lane gets the answer): lane l counts the experts with rows in its
@@ -173,8 +180,8 @@ __device__ __forceinline__ float warp_reduce_scatter(float (&v)[N]) {
   return sum;
 }
 
-template <typename T, int kRows, bool kSilu>
-__global__ void __launch_bounds__(kStreamWarps * 32)
+template <typename T, int kRows, bool kSilu, int kMinBlocks>
+__global__ void __launch_bounds__(kStreamWarps * 32, kMinBlocks)
     moe_gemm_stream_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight,
                            const int32_t* sorted_pairs, const int32_t* expert_offsets, int num_experts, int64_t n,
                            int64_t k, int gather_top_k, int splits) {
@@ -309,12 +316,12 @@ int stream_splits(int64_t tasks, int64_t row_words, int64_t resident) {
   return best;
 }
 
-template <typename T, int kRows, bool kSilu>
+template <typename T, int kRows, bool kSilu, int kMinBlocks = 1>
 void launch_stream_rows(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
                         const Tensor& expert_offsets, int64_t gather_top_k) {
   const int64_t capacity = out.size(0), n = weight.size(1), k = weight.size(2);
   const size_t smem = static_cast<size_t>(kRows) * k * sizeof(T);
-  auto kernel = moe_gemm_stream_kernel<T, kRows, kSilu>;
+  auto kernel = moe_gemm_stream_kernel<T, kRows, kSilu, kMinBlocks>;
   if (smem > 48 * 1024) {
     const bool ok = once_per_device([&] {
       return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -340,6 +347,10 @@ void launch_stream(Tensor& out, const Tensor& x, const Tensor& weight, const Ten
   const int64_t capacity = out.size(0), slots = std::min(capacity, weight.size(0));
   switch (stream_rows(capacity, slots, weight.size(2), sizeof(T))) {
     case 1:
+      if (weight.size(2) <= kStreamShortRow) {
+        return launch_stream_rows<T, 1, kSilu, kStreamShortRowBlocks>(out, x, weight, sorted_pairs, expert_offsets,
+                                                                      gather_top_k);
+      }
       return launch_stream_rows<T, 1, kSilu>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
     case 2:
       return launch_stream_rows<T, 2, kSilu>(out, x, weight, sorted_pairs, expert_offsets, gather_top_k);
