@@ -36,12 +36,12 @@ class LlamaForCausalLM final : public DecoderOnlyLM {
   DecoderLayer::Activations layer_act_;
 };
 
-// The sparse layers' block (Mixtral, Qwen2-MoE, Qwen3-MoE) and its checkpoint names.
 bool fused_moe_route_align_on_cuda() {
   static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_MOE_ROUTE_ALIGN", false);
   return enabled;
 }
 
+// The sparse layers' block (Mixtral, Qwen2-MoE, Qwen3-MoE) and its checkpoint names.
 FusedMoEOptions moe_options(const ModelConfig& c, DType activation_dtype, Device device) {
   const MoeConfig& m = *c.moe;
   FusedMoEOptions o;
