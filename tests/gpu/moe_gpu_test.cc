@@ -5,7 +5,8 @@
 // a CUDA graph) over 1 to 3000 tokens, the down projection with the activation fused (moe_gemm_silu), the combine,
 // routing and grouping in one kernel (moe_route_and_align), and the whole chain. Outputs are NaN-poisoned before each
 // run.
-// `--bench` prints the grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes).
+// `--bench` prints the grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes), and routing + grouping
+// as two launches and as one.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -617,6 +618,32 @@ int run_bench() {
                   bytes / 1e6, floor_us, 100.0 * floor_us / us, flops / us / 1e6,
                   100.0 * flops / (us * 1e-6) / peak_flops, taken ? "<-" : "");
     }
+  }
+  // Routing and grouping at decode sizes: moe_route then moe_align (two launches) against moe_route_and_align (one
+  // block up to kMoeRouteAlignMaxTokens tokens, the same two launches past it), block 1 as the streaming path takes.
+  std::printf("\nrouting + grouping, %lld experts, top-%lld (us per call, mean of repeated calls)\n%7s %12s %12s\n",
+              static_cast<long long>(E), static_cast<long long>(k), "tokens", "two ops", "one op");
+  for (int64_t T : {1, 2, 4, 8}) {
+    const int64_t P = T * k;
+    Tensor logits = to_device(random_tensor({T, E}, 4).to(dtype));
+    Tensor w = Tensor::empty({T, k}, DType::kF32, Device::cuda()),
+           ids = Tensor::empty({T, k}, DType::kI32, Device::cuda());
+    Tensor sorted = Tensor::empty({P}, DType::kI32, Device::cuda()),
+           rows = Tensor::empty({P}, DType::kI32, Device::cuda());
+    Tensor off = Tensor::empty({E + 1}, DType::kI32, Device::cuda());
+    Tensor touched = Tensor::zeros({1}, DType::kI64, Device::cuda());
+    const double two = gpu_testing::mean_call_us(
+        [&](int) {
+          ops::moe_route(w, ids, logits, ops::kMoeScoringSoftmax, 1);
+          ops::moe_align(sorted, rows, off, touched, ids, 1);
+        },
+        50);
+    const double one = gpu_testing::mean_call_us(
+        [&](int) {
+          ops::moe_route_and_align(w, ids, logits, ops::kMoeScoringSoftmax, 1, sorted, rows, off, touched, 1);
+        },
+        50);
+    std::printf("%7lld %12.2f %12.2f\n", static_cast<long long>(T), two, one);
   }
   return 0;
 }
