@@ -395,18 +395,18 @@ def test_moe_ops_match_torch(device):
     assert torch.equal(sorted_pairs.long(), torch.sort(flat, stable=True).indices)
     # Routing and grouping in one op (CUDA: one kernel at up to 4 tokens): the same outputs as the two above.
     for tokens in (1, T):
-        w2, ids2 = torch.empty(tokens, k, device=device), torch.empty(tokens, k, dtype=torch.int32, device=device)
-        sorted2 = torch.full((tokens * k,), -7, dtype=torch.int32, device=device)
-        rows2, offsets2 = torch.empty(tokens * k, dtype=torch.int32, device=device), torch.empty_like(offsets)
-        touched2 = torch.full((1,), 5, dtype=torch.int64, device=device)
-        L.moe_route_and_align(w2, ids2, logits[:tokens], 0, 1, sorted2, rows2, offsets2, touched2, block)
-        w1, ids1 = torch.empty_like(w2), torch.empty_like(ids2)
-        L.moe_route(w1, ids1, logits[:tokens], 0, 1)
-        sorted1, rows1 = torch.full_like(sorted2, -7), torch.empty_like(rows2)
-        offsets1, touched1 = torch.empty_like(offsets2), torch.full_like(touched2, 5)
-        L.moe_align(sorted1, rows1, offsets1, touched1, ids1, block)
-        for a, b in ((w2, w1), (ids2, ids1), (sorted2, sorted1), (rows2, rows1), (offsets2, offsets1),
-                     (touched2, touched1)):
+        fw, fids = torch.empty(tokens, k, device=device), torch.empty(tokens, k, dtype=torch.int32, device=device)
+        fsorted = torch.full((tokens * k,), -7, dtype=torch.int32, device=device)
+        frows, foffsets = torch.empty(tokens * k, dtype=torch.int32, device=device), torch.empty_like(offsets)
+        ftouched = torch.full((1,), 5, dtype=torch.int64, device=device)
+        L.moe_route_and_align(fw, fids, logits[:tokens], 0, 1, fsorted, frows, foffsets, ftouched, block)
+        sw, sids = torch.empty_like(fw), torch.empty_like(fids)
+        L.moe_route(sw, sids, logits[:tokens], 0, 1)
+        ssorted, srows = torch.full_like(fsorted, -7), torch.empty_like(frows)
+        soffsets, stouched = torch.empty_like(foffsets), torch.full_like(ftouched, 5)
+        L.moe_align(ssorted, srows, soffsets, stouched, sids, block)
+        for a, b in ((fw, sw), (fids, sids), (fsorted, ssorted), (frows, srows), (foffsets, soffsets),
+                     (ftouched, stouched)):
             assert torch.equal(a, b)
     gate_up, act = torch.empty(cap, 2 * I, device=device), torch.empty(cap, I, device=device)
     down, out = torch.empty(cap, H, device=device), torch.empty(T, H, device=device)
