@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
 // k dependent warp reductions (Nsight Compute, 128 experts, top-8, one token: moe_route_kernel ran ~2,100 dependent
 // instructions per warp, 7.2 us). Warp 0 reduces the softmax exactly as moe_route_kernel's warp does and the
 // renormalising sum runs in rank order as there: both kernels give the same bits, whatever the batch. Here: token t
-// by the whole block (blockDim.x >= max(num_experts, 32)), its shared memory free again on return (several tokens in
-// turn: moe_route_align_kernel).
+// by the whole block (blockDim.x >= max(num_experts, 32)); a caller routing several tokens in turn puts a barrier
+// between them (the last reads of s, keys and chosen are at the end).
 template <typename T>
 __device__ void route_rank_token(float* weights, int64_t weights_stride, int32_t* ids, int64_t ids_stride,
                                  const T* logits, int64_t logits_stride, int num_experts, int k, int scoring,
@@ -132,7 +132,6 @@ __device__ void route_rank_token(float* weights, int64_t weights_stride, int32_t
     for (int j = 0; j < k; ++j) total += chosen[j];
     weights[t * weights_stride + e] = renormalize != 0 ? chosen[e] / total : chosen[e];
   }
-  __syncthreads();  // chosen, keys and s are read above: the next token may overwrite them after this
 }
 
 template <typename T>
@@ -371,6 +370,7 @@ __global__ void __launch_bounds__(kAlignThreads)
   pdl_trigger();
   for (int t = 0; t < num_tokens; ++t) {  // ids: contiguous [T, k] (moe_align's check)
     route_rank_token(weights, weights_stride, ids, k, logits, logits_stride, num_experts, k, scoring, renormalize, t);
+    __syncthreads();  // the next token's routing reuses the shared scores; align_pairs reads every token's ids
   }
   align_pairs(sorted_pairs, pair_rows, expert_offsets, experts_touched, ids, num_tokens * k, num_experts, block, chunks,
               chunk_table);
