@@ -162,9 +162,8 @@ void check_moe_gemm_silu(Tensor& out, Tensor& act, const Tensor& gate_up, const 
   check_moe_gemm(out, act, weight, sorted_pairs, expert_offsets, /*gather_top_k=*/0, block);
 }
 
-void check_moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights, const Tensor& pair_rows,
-                       const Tensor* shared_out, const Tensor* shared_gate) {
-  constexpr const char* op = "moe_combine";
+void check_combine_operands(const char* op, const Tensor& out, const Tensor& expert_out, const Tensor& topk_weights,
+                            const Tensor& pair_rows, const Tensor* shared_out, const Tensor* shared_gate) {
   check_2d_rows(out, op, "out");
   check_2d_rows(expert_out, op, "expert_out");
   check_2d_rows(topk_weights, op, "topk_weights");
@@ -193,6 +192,31 @@ void check_moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk
         << op << ": shared_gate " << shared_gate->to_string() << " (want [" << num_tokens << ", 1] in out's dtype)";
     check_same_device(out, *shared_gate, op);
   }
+}
+
+void check_moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights, const Tensor& pair_rows,
+                       const Tensor* shared_out, const Tensor* shared_gate) {
+  check_combine_operands("moe_combine", out, expert_out, topk_weights, pair_rows, shared_out, shared_gate);
+}
+
+// moe_combine's operands with x as out, then fused_add_rms_norm's (residual like x; weight [H], f32 or bf16 on CPU,
+// f32, f16 or bf16 on CUDA): everything either op would refuse, before anything is written.
+void check_moe_combine_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& expert_out, const Tensor& topk_weights,
+                                    const Tensor& pair_rows, const Tensor* shared_out, const Tensor* shared_gate,
+                                    const Tensor& weight, float /*eps*/) {
+  constexpr const char* op = "moe_combine_add_rms_norm";
+  check_combine_operands(op, x, expert_out, topk_weights, pair_rows, shared_out, shared_gate);
+  check_2d_rows(residual, op, "residual");
+  CHECK(residual.shape() == x.shape() && residual.dtype() == x.dtype())
+      << op << ": residual " << residual.to_string() << " vs x " << x.to_string();
+  CHECK(residual.raw_data() != x.raw_data() || x.numel() == 0) << op << ": residual must not alias x";
+  check_same_device(x, residual, op);
+  CHECK(weight.defined() && weight.dim() == 1 && weight.is_contiguous() && weight.size(0) == x.size(1))
+      << op << ": weight " << (weight.defined() ? weight.to_string() : "undefined") << " for x " << x.to_string();
+  check_same_device(x, weight, op);
+  const bool weight_dtype = weight.dtype() == DType::kF32 || weight.dtype() == DType::kBF16 ||
+                            (!weight.device().is_cpu() && weight.dtype() == DType::kF16);
+  CHECK(weight_dtype) << op << ": weight " << weight.to_string() << " must be f32 or bf16 (f16 too on cuda)";
 }
 
 }  // namespace
@@ -230,6 +254,11 @@ decltype(moe_combine) moe_combine("moe_combine",
                                   "moe_combine(Tensor! out, Tensor expert_out, Tensor topk_weights, Tensor pair_rows, "
                                   "Tensor? shared_out, Tensor? shared_gate) -> ()",
                                   check_moe_combine);
+decltype(moe_combine_add_rms_norm) moe_combine_add_rms_norm(
+    "moe_combine_add_rms_norm",
+    "moe_combine_add_rms_norm(Tensor! x, Tensor! residual, Tensor expert_out, Tensor topk_weights, Tensor pair_rows, "
+    "Tensor? shared_out, Tensor? shared_gate, Tensor weight, float eps) -> ()",
+    check_moe_combine_add_rms_norm);
 
 int64_t moe_align_block(Device device, int64_t num_pairs, int64_t num_experts) {
   if (device.is_cpu() || num_pairs <= kMoeStreamMaxRowsPerExpert * std::min(num_pairs, num_experts)) return 1;

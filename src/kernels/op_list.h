@@ -35,6 +35,7 @@ void for_each_op(F&& f) {
   f(moe_gemm);
   f(moe_gemm_silu);
   f(moe_combine);
+  f(moe_combine_add_rms_norm);
   f(reshape_and_cache);
   f(rotary_embedding_and_cache);
   f(qk_norm_rotary_embedding_and_cache);

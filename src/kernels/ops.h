@@ -154,9 +154,9 @@ extern Op<void(Tensor& out, const Tensor& x, const Tensor& packed, const Tensor&
 // ---- mixture of experts (checks: kernels/moe_ops.cc; kernels/cpu/moe.cc, kernels/cuda/moe.cu + moe_gemm.cu) ----
 // The path of a FusedMoE block (model/layers/fused_moe.h): router logits (ops::linear) -> moe_route -> moe_align (or
 // the two in one call, moe_route_and_align) -> moe_gemm (gate/up, gathering token rows) -> moe_gemm_silu (silu_and_mul
-// -> down) -> moe_combine. Token t's j-th choice is the pair p = t * top_k + j. Experts' weights are stacked
-// [num_experts, n, k] (HF [out, in] per expert). Limits (model_config.cc refuses configs past them): num_experts <=
-// kMaxMoeExperts, top_k <= kMaxMoeTopK.
+// -> down) -> moe_combine (or moe_combine_add_rms_norm, the next norm with it). Token t's j-th choice is the pair p = t
+// * top_k + j. Experts' weights are stacked [num_experts, n, k] (HF [out, in] per expert). Limits (model_config.cc
+// refuses configs past them): num_experts <= kMaxMoeExperts, top_k <= kMaxMoeTopK.
 inline constexpr int64_t kMaxMoeExperts = 1024;
 inline constexpr int64_t kMaxMoeTopK = 32;
 // moe_route's scoring argument.
@@ -245,6 +245,15 @@ extern Op<void(Tensor& out, Tensor& act, const Tensor& gate_up, const Tensor& we
 extern Op<void(Tensor& out, const Tensor& expert_out, const Tensor& topk_weights, const Tensor& pair_rows,
                const Tensor* shared_out, const Tensor* shared_gate)>
     moe_combine;
+
+// moe_combine into x, then fused_add_rms_norm(x, residual, weight, eps): an MoE block's output folded into the next
+// pre-norm step (the next layer's input_layernorm, or the final norm), the same results as the two ops. CUDA: one
+// kernel where the two would take their vectorised forms (hidden % 8 == 0, 256 < hidden <= 8192, 16-byte-aligned
+// rows), else the two; the CPU runs the two. x's old contents are not read. Arguments as the two ops'.
+extern Op<void(Tensor& x, Tensor& residual, const Tensor& expert_out, const Tensor& topk_weights,
+               const Tensor& pair_rows, const Tensor* shared_out, const Tensor* shared_gate, const Tensor& weight,
+               float eps)>
+    moe_combine_add_rms_norm;
 
 // moe_align's block for num_pairs pairs over num_experts experts on `device`: 1 on CPU and on CUDA while the touched
 // experts average at most kMoeStreamMaxRowsPerExpert pairs (the weight-streaming kernel); kMoeGemmSmallTileRows while

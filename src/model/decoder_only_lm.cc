@@ -59,12 +59,13 @@ std::pair<Tensor, Tensor> DecoderOnlyLM::embed(const ForwardBatch& batch) const 
   return {x, residual};
 }
 
-void DecoderOnlyLM::compute_logits(const ForwardBatch& batch, Tensor& x, Tensor& residual, Tensor& logits) const {
+void DecoderOnlyLM::compute_logits(const ForwardBatch& batch, Tensor& x, Tensor& residual, Tensor& logits,
+                                   bool normed) const {
   const int64_t num_logits = batch.logits_indices.size(0);
   CHECK(!logits.defined() || logits.shape() == (Shape{num_logits, config_.vocab_size}))
       << "logits " << logits.to_string();
   if (num_logits == 0) return;  // a step of partial prefill chunks only
-  norm_.forward_with_residual(x, residual);
+  if (!normed) norm_.forward_with_residual(x, residual);
   // Only the requested rows go through the (large) vocabulary projection. The row gather is an embedding lookup
   // with x as the table (on the device, from the device's index buffer: no host round trip).
   Tensor selected = arena_->view(selected_, num_logits);

@@ -37,8 +37,11 @@ class DecoderOnlyLM : public CausalLM {
   // The start of a forward: the step's running output x and residual sum, the embeddings written into the residual
   // (each architecture's first layer normalises them from there into x).
   std::pair<Tensor, Tensor> embed(const ForwardBatch& batch) const;
-  // The end: the final norm (adding the last block's output), then the LM head on the requested rows only.
-  void compute_logits(const ForwardBatch& batch, Tensor& x, Tensor& residual, Tensor& logits) const;
+  // The end: the final norm (adding the last block's output; `normed`: the last layer folded it into its MoE
+  // combine, x holds its result), then the LM head on the requested rows only.
+  void compute_logits(const ForwardBatch& batch, Tensor& x, Tensor& residual, Tensor& logits,
+                      bool normed = false) const;
+  const RMSNorm& final_norm() const { return norm_; }
   const Arena& arena() const { return *arena_; }
   // moe_experts_touched() for the layers' shared MoE buffers (undefined when none were planned or no arena is bound).
   Tensor experts_touched_of(const FusedMoE::Activations& moe) const {

@@ -2,8 +2,9 @@
 // tests/kernels/moe_test.cc): router ids and weights (logits on a 1/8 grid: many exact ties, no near ties, so ids
 // must be equal), the stable grouping with and without tile padding, every grouped-GEMM kernel (weight streaming and
 // row-wise: block 1; WMMA tiles: blocks of 16 and 64 rows; the CUTLASS grouped GEMM: blocks of 64, also replayed in
-// a CUDA graph) over 1 to 3000 tokens, the down projection with the activation fused (moe_gemm_silu), the combine,
-// routing and grouping in one kernel (moe_route_and_align), and the whole chain. Outputs are NaN-poisoned before each
+// a CUDA graph) over 1 to 3000 tokens, the down projection with the activation fused (moe_gemm_silu), the combine
+// (alone and folded into the next residual norm), routing and grouping in one kernel (moe_route_and_align), and the
+// whole chain. Outputs are NaN-poisoned before each
 // run.
 // `--bench` prints the grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes), and routing + grouping
 // as two launches and as one.
@@ -504,6 +505,87 @@ TEST_F(MoeGpuTest, CombineMatchesCpu) {
       }
     }
   }
+}
+
+// The combine folded into the next residual add + RMSNorm: on CUDA the same bits as moe_combine then
+// fused_add_rms_norm (x and residual), for the one-kernel form (hidden 264 .. 8192 in 16-byte rows) and the two-op
+// fallback (hidden 100, 256; a misaligned residual view), with routed-only and gated-shared combines, f32 and bf16
+// weights; and the CPU op within rounding.
+TEST_F(MoeGpuTest, CombineAddRmsNormMatchesTheTwoOps) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (DType wdtype : {DType::kF32, DType::kBF16}) {
+      for (auto [T, H] :
+           {std::pair<int64_t, int64_t>{1, 2048}, {3, 264}, {64, 2048}, {5, 7168}, {9, 100}, {2, 256}, {200, 4096}}) {
+        for (int variant = 0; variant < 3; ++variant) {  // routed only; + shared; + gated shared
+          const int64_t k = 8, E = 32;
+          const std::string what = std::string(dtype_name(dtype)) + " weight " + std::string(dtype_name(wdtype)) +
+                                   " T " + std::to_string(T) + " H " + std::to_string(H) + " variant " +
+                                   std::to_string(variant);
+          Tensor ids = random_ids(T, k, E, static_cast<uint32_t>(T + H));
+          const Aligned c = align_on(ids, E, 1, Device::cpu());
+          Tensor expert_out = random_tensor({T * k, H}, 40).to(dtype).to(DType::kF32);
+          Tensor weights = random_tensor({T, k}, 41, DType::kF32, 0.f, 0.3f);
+          Tensor shared = random_tensor({T, H}, 42).to(dtype).to(DType::kF32);
+          Tensor gate = random_tensor({T, 1}, 43, DType::kF32, -3.f, 3.f).to(dtype).to(DType::kF32);
+          Tensor residual0 = random_tensor({T, H}, 44, DType::kF32, -2.f, 2.f).to(dtype).to(DType::kF32);
+          Tensor norm_weight = random_tensor({H}, 45, DType::kF32, 0.5f, 1.5f).to(wdtype);
+          const Tensor* cpu_shared = variant >= 1 ? &shared : nullptr;
+          const Tensor* cpu_gate = variant == 2 ? &gate : nullptr;
+          Tensor dexpert = to_device(expert_out.to(dtype)), dweights = to_device(weights);
+          Tensor drows = to_device(c.pair_rows), dshared = to_device(shared.to(dtype)),
+                 dgate = to_device(gate.to(dtype));
+          Tensor dnorm = to_device(norm_weight);
+          const Tensor* gpu_shared = variant >= 1 ? &dshared : nullptr;
+          const Tensor* gpu_gate = variant == 2 ? &dgate : nullptr;
+          auto run = [&](bool fused) {
+            Tensor x = poisoned_device({T, H}, dtype), residual = to_device(residual0.to(dtype));
+            if (fused) {
+              ops::moe_combine_add_rms_norm(x, residual, dexpert, dweights, drows, gpu_shared, gpu_gate, dnorm, 1e-6f);
+            } else {
+              ops::moe_combine(x, dexpert, dweights, drows, gpu_shared, gpu_gate);
+              ops::fused_add_rms_norm(x, residual, dnorm, 1e-6f);
+            }
+            return std::pair<Tensor, Tensor>{to_host(x), to_host(residual)};
+          };
+          const auto [x, residual] = run(true);
+          const auto [want_x, want_residual] = run(false);
+          ASSERT_EQ(std::memcmp(x.raw_data(), want_x.raw_data(), x.nbytes()), 0) << what << ": x";
+          ASSERT_EQ(std::memcmp(residual.raw_data(), want_residual.raw_data(), residual.nbytes()), 0)
+              << what << ": residual";
+          Tensor ref_x = Tensor::empty({T, H}, DType::kF32), ref_residual = residual0.clone();
+          ops::moe_combine_add_rms_norm(ref_x, ref_residual, expert_out, weights, c.pair_rows, cpu_shared, cpu_gate,
+                                        norm_weight.to(DType::kF32), 1e-6f);
+          expect_close(residual, to_doubles(ref_residual), gpu_testing::rounding_atol(dtype),
+                       gpu_testing::rounding_rtol(dtype), what + ": residual vs cpu");
+          expect_close(x, to_doubles(ref_x), 2 * gpu_testing::rounding_atol(dtype),
+                       2 * gpu_testing::rounding_rtol(dtype), what + ": x vs cpu");
+        }
+      }
+    }
+  }
+  // A residual view whose rows start 8 bytes off 16: the fallback (two ops), still the same bits.
+  const int64_t T = 4, H = 512, k = 2, E = 4;
+  Tensor ids = random_ids(T, k, E, 50);
+  const Aligned c = align_on(ids, E, 1, Device::cpu());
+  Tensor dexpert = to_device(random_tensor({T * k, H}, 51).to(DType::kBF16)), drows = to_device(c.pair_rows);
+  Tensor dweights = to_device(random_tensor({T, k}, 52, DType::kF32, 0.f, 1.f));
+  Tensor dnorm = to_device(random_tensor({H}, 53, DType::kF32, 0.5f, 1.5f));
+  Tensor wide = to_device(random_tensor({T, H + 4}, 54).to(DType::kBF16));
+  auto run = [&](bool fused) {
+    Tensor x = poisoned_device({T, H}, DType::kBF16), base = wide.clone();
+    Tensor residual = base.slice(1, 4, H + 4);
+    if (fused) {
+      ops::moe_combine_add_rms_norm(x, residual, dexpert, dweights, drows, nullptr, nullptr, dnorm, 1e-6f);
+    } else {
+      ops::moe_combine(x, dexpert, dweights, drows, nullptr, nullptr);
+      ops::fused_add_rms_norm(x, residual, dnorm, 1e-6f);
+    }
+    return std::pair<Tensor, Tensor>{to_host(x), to_host(base)};
+  };
+  const auto [x, base] = run(true);
+  const auto [want_x, want_base] = run(false);
+  EXPECT_EQ(std::memcmp(x.raw_data(), want_x.raw_data(), x.nbytes()), 0) << "offset residual rows: x";
+  EXPECT_EQ(std::memcmp(base.raw_data(), want_base.raw_data(), base.nbytes()), 0) << "offset residual rows: residual";
 }
 
 // The FusedMoE chain (route -> align -> gate/up -> silu_and_mul + down -> combine) on CUDA in bf16 vs the CPU in f32

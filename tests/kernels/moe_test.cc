@@ -412,6 +412,45 @@ TEST(MoeRouteAndAlign, SameOutputsAsRouteThenAlign) {
   EXPECT_GT(got[5].data<int64_t>()[0], kTouchedStart);
 }
 
+// The combine folded into the next pre-norm step: residual += the combined row, x = rms_norm(residual) * weight,
+// against the three steps written as loops (with and without a gated shared expert).
+TEST(MoeCombineAddRmsNorm, MatchesCombineThenResidualNormLoops) {
+  const int64_t T = 6, k = 3, E = 5, H = 24;
+  const float eps = 1e-5f;
+  Tensor ids = random_ids(T, k, E, 31);
+  const Aligned a = align(ids, E, 1);
+  Tensor expert_out = random_tensor({T * k, H}, 32), weights = random_tensor({T, k}, 33, DType::kF32, 0.f, 1.f);
+  Tensor shared = random_tensor({T, H}, 34), gate = random_tensor({T, 1}, 35, DType::kF32, -3.f, 3.f);
+  Tensor norm_weight = random_tensor({H}, 36, DType::kF32, 0.5f, 1.5f), residual0 = random_tensor({T, H}, 37);
+  for (bool gated_shared : {false, true}) {
+    Tensor x = Tensor::empty({T, H}, DType::kF32), residual = residual0.clone();
+    x.fill(NAN);  // never read
+    ops::moe_combine_add_rms_norm(x, residual, expert_out, weights, a.pair_rows, gated_shared ? &shared : nullptr,
+                                  gated_shared ? &gate : nullptr, norm_weight, eps);
+    std::vector<double> want_residual(static_cast<size_t>(T * H)), want_x(static_cast<size_t>(T * H));
+    for (int64_t t = 0; t < T; ++t) {
+      const double g = gated_shared ? 1.0 / (1.0 + std::exp(-gate.data<float>()[t])) : 0.0;
+      double ss = 0.0;
+      for (int64_t h = 0; h < H; ++h) {
+        double acc = g * shared.data<float>()[t * H + h];
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t row = a.pair_rows.data<int32_t>()[t * k + j];
+          acc += weights.data<float>()[t * k + j] * expert_out.data<float>()[row * H + h];
+        }
+        const double r = residual0.data<float>()[t * H + h] + acc;
+        want_residual[t * H + h] = r;
+        ss += r * r;
+      }
+      const double scale = 1.0 / std::sqrt(ss / static_cast<double>(H) + eps);
+      for (int64_t h = 0; h < H; ++h)
+        want_x[t * H + h] = want_residual[t * H + h] * scale * norm_weight.data<float>()[h];
+    }
+    const std::string what = gated_shared ? "gated shared expert" : "routed only";
+    expect_close(residual, want_residual, 1e-5, 1e-5, "residual, " + what);
+    expect_close(x, want_x, 1e-5, 1e-4, "x, " + what);
+  }
+}
+
 TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   Tensor logits = random_tensor({3, 4}, 1);
   Tensor w = Tensor::empty({3, 5}, DType::kF32), ids = Tensor::empty({3, 5}, DType::kI32);
@@ -434,6 +473,20 @@ TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   EXPECT_DEATH(
       ops::moe_route_and_align(w6, ids6, logits6, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched, 1),
       "moe_route_and_align: expert_offsets");
+  // The fused combine + norm refuses what either op would, before it writes x.
+  Tensor expert_out = random_tensor({2, 8}, 5), weights = random_tensor({1, 2}, 6, DType::kF32, 0.f, 1.f);
+  Tensor pair_rows = Tensor::from_i32({0, 1}, {2}), x = random_tensor({1, 8}, 7), norm_weight = random_tensor({8}, 8);
+  Tensor short_residual = random_tensor({1, 4}, 9), residual = random_tensor({1, 8}, 10);
+  Tensor short_weight = random_tensor({4}, 11);
+  EXPECT_DEATH(ops::moe_combine_add_rms_norm(x, short_residual, expert_out, weights, pair_rows, nullptr, nullptr,
+                                             norm_weight, 1e-6f),
+               "moe_combine_add_rms_norm: residual");
+  EXPECT_DEATH(
+      ops::moe_combine_add_rms_norm(x, residual, expert_out, weights, pair_rows, nullptr, nullptr, short_weight, 1e-6f),
+      "moe_combine_add_rms_norm: weight");
+  EXPECT_DEATH(
+      ops::moe_combine_add_rms_norm(x, x, expert_out, weights, pair_rows, nullptr, nullptr, norm_weight, 1e-6f),
+      "moe_combine_add_rms_norm: residual must not alias x");
 }
 
 }  // namespace

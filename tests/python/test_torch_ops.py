@@ -425,6 +425,22 @@ def test_moe_ops_match_torch(device):
             g, u = (w13[e] @ x[t]).chunk(2)
             want[t] += tv[t, j] * (w2[e] @ (torch.nn.functional.silu(g) * u))
     torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+    # The combine folded into the next residual add + RMSNorm.
+    res0, nw = rand(T, H, device=device), rand(H, device=device)
+    summed = res0 + want
+    check(L.moe_combine_add_rms_norm, [torch.empty(T, H, device=device), res0.clone(), down, weights, pair_rows, None,
+                                       None, nw, 1e-6],
+          lambda a: [(a[1], summed), (a[0], rms(summed, nw, 1e-6))])
+    if device == "cuda":  # its one-kernel form (hidden > 256, 16-byte rows): the same bits as the two ops
+        hb = 512
+        eb, rb = rand(cap, hb, device=device, dtype=torch.bfloat16), rand(T, hb, device=device, dtype=torch.bfloat16)
+        nb = rand(hb, device=device)
+        x1, r1 = torch.empty(T, hb, device=device, dtype=torch.bfloat16), rb.clone()
+        L.moe_combine_add_rms_norm(x1, r1, eb, weights, pair_rows, None, None, nb, 1e-6)
+        x2, r2 = torch.empty_like(x1), rb.clone()
+        L.moe_combine(x2, eb, weights, pair_rows, None, None)
+        L.fused_add_rms_norm(x2, r2, nb, 1e-6)
+        assert torch.equal(x1, x2) and torch.equal(r1, r2)
 
 
 @pytest.mark.parametrize("device", DEVICES)

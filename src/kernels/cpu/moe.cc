@@ -224,6 +224,14 @@ void moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& r
   moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
 }
 
+// The two ops in turn: the reference the fused CUDA kernel matches.
+void moe_combine_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& expert_out, const Tensor& topk_weights,
+                              const Tensor& pair_rows, const Tensor* shared_out, const Tensor* shared_gate,
+                              const Tensor& weight, float eps) {
+  moe_combine(x, expert_out, topk_weights, pair_rows, shared_out, shared_gate);
+  ops::fused_add_rms_norm(x, residual, weight, eps);
+}
+
 }  // namespace
 
 void register_moe_kernels() {
@@ -234,6 +242,7 @@ void register_moe_kernels() {
   ops::moe_gemm.register_kernel(DeviceType::kCPU, moe_gemm);
   ops::moe_gemm_silu.register_kernel(DeviceType::kCPU, moe_gemm_silu);
   ops::moe_combine.register_kernel(DeviceType::kCPU, moe_combine);
+  ops::moe_combine_add_rms_norm.register_kernel(DeviceType::kCPU, moe_combine_add_rms_norm);
 }
 
 }  // namespace llmserve::cpu

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/moe_combine.cuh"
 
 namespace llmserve::cuda {
 namespace {
@@ -428,15 +429,6 @@ constexpr int kCombineThreads = 256;
 // V adjacent columns per thread: 8 (16-byte loads of 16-bit rows) where every row is aligned, else 1. The 2-byte
 // scalar form ran a 2048-token Qwen3-MoE combine at ~50% of the copy bandwidth. Same sums in the same order.
 template <int V, typename T>
-__device__ __forceinline__ void load_cols(const T* p, float (&f)[V]) {
-  if constexpr (V == 8) {
-    load8(p, f);
-  } else {
-    f[0] = load_f(p);
-  }
-}
-
-template <int V, typename T>
 __device__ __forceinline__ void store_cols(T* p, const float (&f)[V]) {
   if constexpr (V == 8) {
     store8(p, f);
@@ -460,21 +452,12 @@ __global__ void __launch_bounds__(kCombineThreads)
     rows[threadIdx.x] = pair_rows[t * k + threadIdx.x];
   }
   __syncthreads();
-  float shared_scale = 1.f;
-  if (shared_gate != nullptr) shared_scale = 1.f / (1.f + expf(-load_f(shared_gate + t * gate_stride)));
+  const float shared_scale = moe_shared_scale(shared_gate != nullptr ? shared_gate + t * gate_stride : nullptr);
+  const T* shared_row = shared_out != nullptr ? shared_out + t * shared_stride : nullptr;
   for (int64_t h = (static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x) * V; h < hidden;
        h += static_cast<int64_t>(gridDim.y) * kCombineThreads * V) {
-    float acc[V] = {}, v[V];
-    for (int j = 0; j < k; ++j) {
-      load_cols<V>(expert_out + rows[j] * expert_stride + h, v);
-#pragma unroll
-      for (int e = 0; e < V; ++e) acc[e] += w[j] * v[e];
-    }
-    if (shared_out != nullptr) {
-      load_cols<V>(shared_out + t * shared_stride + h, v);
-#pragma unroll
-      for (int e = 0; e < V; ++e) acc[e] += shared_scale * v[e];
-    }
+    float acc[V];
+    moe_combine_cols<V>(acc, expert_out, expert_stride, w, rows, k, shared_row, shared_scale, h);
     store_cols<V>(out + t * out_stride + h, acc);
   }
 }

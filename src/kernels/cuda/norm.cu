@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/moe_combine.cuh"
 #include "kernels/cuda/quant_traits.cuh"
 
 namespace llmserve::cuda {
@@ -63,13 +64,46 @@ constexpr int kVecMaxThreads = 256;
 template <typename T, typename Q>
 using NormOut = std::conditional_t<std::is_void_v<Q>, T, Q>;
 
-template <typename T, typename W, int N, bool kResidual, typename Q>
+// Where rms_norm_vec_kernel's rows come from: x itself, or the MoE combine of the row's token
+// (ops::moe_combine_add_rms_norm), rounded to T as moe_combine stores it: the fused kernel reads what the unfused
+// pair would have written and read back.
+template <typename T>
+struct RowsIn {
+  const T* x;
+  int64_t stride;
+  __device__ __forceinline__ void load(int64_t row, int chunk, float (&v)[8]) const {
+    load8(x + row * stride + chunk * 8, v);
+  }
+};
+
+template <typename T>
+struct MoeCombineIn {
+  const T* expert_out;
+  int64_t expert_stride;
+  const float* weights;
+  int64_t weights_stride;
+  const int32_t* pair_rows;
+  int k;
+  const T* shared_out;  // nullptr: none
+  int64_t shared_stride;
+  const T* shared_gate;  // nullptr: none
+  int64_t gate_stride;
+  __device__ __forceinline__ void load(int64_t t, int chunk, float (&v)[8]) const {
+    const float shared_scale = moe_shared_scale(shared_gate != nullptr ? shared_gate + t * gate_stride : nullptr);
+    moe_combine_cols<8>(v, expert_out, expert_stride, weights + t * weights_stride, pair_rows + t * k, k,
+                        shared_out != nullptr ? shared_out + t * shared_stride : nullptr, shared_scale,
+                        int64_t{chunk} * 8);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = round_to<T>(v[e]);
+  }
+};
+
+template <typename T, typename W, int N, bool kResidual, typename Q, typename In>
 __global__ void __launch_bounds__(kVecMaxThreads)
-    rms_norm_vec_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const T* x, int64_t x_stride,
-                        T* residual, int64_t res_stride, const W* weight, int d, float eps) {
-  pdl_wait();  // x and the residual come from the previous kernel
+    rms_norm_vec_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const In in, T* residual,
+                        int64_t res_stride, const W* weight, int d, float eps) {
+  pdl_wait();  // x (or the expert outputs) and the residual come from the previous kernel
   const int chunks = d / 8;
-  const T* xr = x + blockIdx.x * x_stride;
   T* rr = kResidual ? residual + blockIdx.x * res_stride : nullptr;
   float v[N][8];
   float ss = 0.f;
@@ -77,7 +111,7 @@ __global__ void __launch_bounds__(kVecMaxThreads)
   for (int c = 0; c < N; ++c) {
     const int chunk = threadIdx.x + c * blockDim.x;
     if (chunk >= chunks) break;
-    load8(xr + chunk * 8, v[c]);
+    in.load(blockIdx.x, chunk, v[c]);
     if constexpr (kResidual) {
       float r[8];
       load8(rr + chunk * 8, r);
@@ -195,6 +229,32 @@ void launch_rows(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, f
              res_stride, weight, n, static_cast<int>(d), eps, heads);
 }
 
+// rms_norm_vec_kernel over n rows of d (d % 8 == 0, d / 8 <= kVecMaxThreads * kVecMaxChunks; the caller has checked
+// alignment): as few chunks per thread as the row allows.
+template <typename T, typename W, bool kResidual, typename Q, typename In>
+void launch_vec_rows(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups,
+                     const In& in, T* residual, int64_t res_stride, const W* weight, float eps) {
+  const int64_t chunks = d / 8;
+  const int per_thread = static_cast<int>((chunks + kVecMaxThreads - 1) / kVecMaxThreads);
+  const int threads = static_cast<int>(std::max<int64_t>(32, (chunks + per_thread - 1) / per_thread + 31) / 32 * 32);
+  const unsigned grid = static_cast<unsigned>(n);
+  const int di = static_cast<int>(d);
+  switch (per_thread) {
+    case 1:
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 1, kResidual, Q, In>, grid, threads, out, out_stride,
+                 scales, groups, in, residual, res_stride, weight, di, eps);
+      break;
+    case 2:
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 2, kResidual, Q, In>, grid, threads, out, out_stride,
+                 scales, groups, in, residual, res_stride, weight, di, eps);
+      break;
+    default:
+      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual, Q, In>, grid, threads, out,
+                 out_stride, scales, groups, in, residual, res_stride, weight, di, eps);
+      break;
+  }
+}
+
 // Launches the vectorised kernel when the row fits and every row start is aligned (16 bytes; a quantized out 8);
 // false otherwise. heads > 1 (rms_norm's per-head rows, no residual): the short-row kernel only.
 template <typename T, typename W, bool kResidual, typename Q = void>
@@ -226,24 +286,8 @@ bool launch_vec(int64_t n, int64_t d, NormOut<T, Q>* out, int64_t out_stride, fl
     }
     return true;
   }
-  const int per_thread = static_cast<int>((chunks + kVecMaxThreads - 1) / kVecMaxThreads);
-  const int threads = static_cast<int>(std::max<int64_t>(32, (chunks + per_thread - 1) / per_thread + 31) / 32 * 32);
-  const unsigned grid = static_cast<unsigned>(n);
-  const int di = static_cast<int>(d);
-  switch (per_thread) {
-    case 1:
-      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 1, kResidual, Q>, grid, threads, out, out_stride,
-                 scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
-      break;
-    case 2:
-      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, 2, kResidual, Q>, grid, threads, out, out_stride,
-                 scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
-      break;
-    default:
-      launch_pdl("rms_norm_vec_kernel", rms_norm_vec_kernel<T, W, kVecMaxChunks, kResidual, Q>, grid, threads, out,
-                 out_stride, scales, groups, x, x_stride, residual, res_stride, weight, di, eps);
-      break;
-  }
+  launch_vec_rows<T, W, kResidual, Q>(n, d, out, out_stride, scales, groups, RowsIn<T>{x, x_stride}, residual,
+                                      res_stride, weight, eps);
   return true;
 }
 
@@ -355,11 +399,49 @@ void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float
   });
 }
 
+// One rms_norm_vec_kernel reading the combine (MoeCombineIn) where the unfused pair would run moe_combine's and
+// fused_add_rms_norm's vectorised kernels (the same sums in the same order, so the same bits), else the two ops.
+void moe_combine_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& expert_out, const Tensor& topk_weights,
+                              const Tensor& pair_rows, const Tensor* shared_out, const Tensor* shared_gate,
+                              const Tensor& weight, float eps) {
+  const int64_t n = x.size(0), d = x.size(1), chunks = d / 8;
+  if (n == 0) return;
+  const bool fits = d % 8 == 0 && chunks > 32 && chunks <= kVecMaxThreads * kVecMaxChunks && x.stride(0) % 8 == 0 &&
+                    residual.stride(0) % 8 == 0 && expert_out.stride(0) % 8 == 0 && aligned16(x.raw_data()) &&
+                    aligned16(residual.raw_data()) && aligned16(expert_out.raw_data()) &&
+                    aligned16(weight.raw_data()) &&
+                    (shared_out == nullptr || (shared_out->stride(0) % 8 == 0 && aligned16(shared_out->raw_data())));
+  if (!fits) {
+    ops::moe_combine(x, expert_out, topk_weights, pair_rows, shared_out, shared_gate);
+    ops::fused_add_rms_norm(x, residual, weight, eps);
+    return;
+  }
+  dispatch_float(x.dtype(), "moe_combine_add_rms_norm", [&](auto t) {
+    dispatch_float(weight.dtype(), "moe_combine_add_rms_norm", [&](auto w) {
+      using T = decltype(t);
+      using W = decltype(w);
+      const MoeCombineIn<T> in{expert_out.data<T>(),
+                               expert_out.stride(0),
+                               topk_weights.data<float>(),
+                               topk_weights.stride(0),
+                               pair_rows.data<int32_t>(),
+                               static_cast<int>(topk_weights.size(1)),
+                               shared_out != nullptr ? shared_out->data<T>() : nullptr,
+                               shared_out != nullptr ? shared_out->stride(0) : 0,
+                               shared_gate != nullptr ? shared_gate->data<T>() : nullptr,
+                               shared_gate != nullptr ? shared_gate->stride(0) : 0};
+      launch_vec_rows<T, W, true, void>(n, d, x.data<T>(), x.stride(0), nullptr, 1, in, residual.data<T>(),
+                                        residual.stride(0), weight.data<W>(), eps);
+    });
+  });
+}
+
 void register_norm_kernels() {
   ops::rms_norm.register_kernel(DeviceType::kCUDA, rms_norm);
   ops::fused_add_rms_norm.register_kernel(DeviceType::kCUDA, fused_add_rms_norm);
   ops::rms_norm_quant.register_kernel(DeviceType::kCUDA, rms_norm_quant);
   ops::fused_add_rms_norm_quant.register_kernel(DeviceType::kCUDA, fused_add_rms_norm_quant);
+  ops::moe_combine_add_rms_norm.register_kernel(DeviceType::kCUDA, moe_combine_add_rms_norm);
 }
 
 }  // namespace llmserve::cuda

@@ -65,20 +65,22 @@ DecoderLayer::Activations plan_decoder_activations(const std::vector<std::unique
   return a;
 }
 
-void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
-                           const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, bool first_layer,
-                           Tensor& x, Tensor& residual) const {
+DecoderLayer::Input DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
+                                          const Tensor& cos_sin_cache, const Arena& arena, const Activations& act,
+                                          Input input, const RMSNorm* next_norm, Tensor& x, Tensor& residual) const {
   // Where the consumer of a norm takes quantized input, the norm quantizes in its kernel and x keeps its old
   // contents (the consumer only writes it).
   const int64_t T = x.size(0);
   QuantizedActivation attn_in = quantized_normed(arena, act, T, self_attn_.quantized_input());
-  if (attn_in.q.defined()) {
-    if (first_layer) {
+  if (input == Input::kNormed) {
+    CHECK(!attn_in.q.defined()) << "DecoderLayer: a normed input for a layer whose attention takes quantized input";
+  } else if (attn_in.q.defined()) {
+    if (input == Input::kEmbeddings) {
       input_layernorm_.forward_quantized(attn_in, residual);
     } else {
       input_layernorm_.forward_with_residual_quantized(attn_in, x, residual);
     }
-  } else if (first_layer) {
+  } else if (input == Input::kEmbeddings) {
     input_layernorm_.forward(x, residual);
   } else {
     input_layernorm_.forward_with_residual(x, residual);
@@ -87,8 +89,8 @@ void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, c
                      attn_in.q.defined() ? &attn_in : nullptr);
   if (moe_) {
     post_attention_layernorm_.forward_with_residual(x, residual);
-    moe_->forward(arena, act.moe, x);
-    return;
+    moe_->forward(arena, act.moe, x, next_norm, next_norm != nullptr ? &residual : nullptr);
+    return next_norm != nullptr ? Input::kNormed : Input::kBlockOutput;
   }
   QuantizedActivation mlp_in = quantized_normed(arena, act, T, mlp_->quantized_input());
   if (mlp_in.q.defined()) {
@@ -97,6 +99,7 @@ void DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, c
     post_attention_layernorm_.forward_with_residual(x, residual);
   }
   mlp_->forward(arena, act.mlp, x, mlp_in.q.defined() ? &mlp_in : nullptr);
+  return Input::kBlockOutput;
 }
 
 void DecoderLayer::named_parameters(const std::string& prefix, NamedParameters& out) {

@@ -101,7 +101,9 @@ FusedMoE::Activations FusedMoE::plan_activations(int64_t max_num_tokens, DType d
   return a;
 }
 
-void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) const {
+void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x, const RMSNorm* next_norm,
+                       Tensor* residual) const {
+  CHECK((next_norm == nullptr) == (residual == nullptr)) << "FusedMoE::forward: next_norm and residual go together";
   const int64_t T = x.size(0), k = options_.top_k, E = options_.num_experts;
   if (T == 0) return;
   Tensor logits = arena.view(act.router_logits, T);
@@ -138,8 +140,14 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x) co
       ops::linear(shared_gate, x, shared_gate_.data, nullptr);
     }
   }
-  ops::moe_combine(x, down, topk_weights, pair_rows, shared_out.defined() ? &shared_out : nullptr,
-                   shared_gate.defined() ? &shared_gate : nullptr);
+  const Tensor* shared = shared_out.defined() ? &shared_out : nullptr;
+  const Tensor* gate = shared_gate.defined() ? &shared_gate : nullptr;
+  if (next_norm != nullptr) {
+    ops::moe_combine_add_rms_norm(x, *residual, down, topk_weights, pair_rows, shared, gate, next_norm->weight(),
+                                  next_norm->eps());
+  } else {
+    ops::moe_combine(x, down, topk_weights, pair_rows, shared, gate);
+  }
 }
 
 void FusedMoE::named_parameters(const std::string& prefix, NamedParameters& out) {

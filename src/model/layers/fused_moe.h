@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/linear.h"
+#include "model/layers/rms_norm.h"
 
 namespace llmserve {
 
@@ -73,7 +74,10 @@ class FusedMoE {
     GatedMLP::Activations shared;
   };
   Activations plan_activations(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner) const;
-  void forward(const Arena& arena, const Activations& act, Tensor& x) const;
+  // x: the block's input in, its output out; or, with next_norm, the next pre-norm step folded into the combine
+  // (ops::moe_combine_add_rms_norm): residual += the block's output, x = next_norm(residual).
+  void forward(const Arena& arena, const Activations& act, Tensor& x, const RMSNorm* next_norm = nullptr,
+               Tensor* residual = nullptr) const;
   void named_parameters(const std::string& prefix, NamedParameters& out);
   Status process_weights_after_loading();
 
