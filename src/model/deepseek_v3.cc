@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "model/decoder_only_lm.h"
+#include "model/layers/decoder_layer.h"
 #include "model/layers/fused_moe.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/mla_attention.h"
@@ -87,21 +88,27 @@ class DeepseekV3DecoderLayer {
   }
   bool is_sparse() const { return moe_ != nullptr; }
 
-  void forward(const ForwardBatch& batch, const Tensor& latent_cache, const Tensor& cos_sin_cache, const Arena& arena,
-               const Activations& act, bool first_layer, Tensor& x, Tensor& residual) const {
-    if (first_layer) {  // the embeddings are in residual (DecoderLayer's convention)
+  // DecoderLayer::forward's convention: `input` says what x holds; a sparse layer given next_norm folds it into its
+  // combine and returns kNormed.
+  LayerInput forward(const ForwardBatch& batch, const Tensor& latent_cache, const Tensor& cos_sin_cache,
+                     const Arena& arena, const Activations& act, LayerInput input, const RMSNorm* next_norm, Tensor& x,
+                     Tensor& residual) const {
+    if (input == LayerInput::kEmbeddings) {  // the embeddings are in residual
       input_layernorm_.forward(x, residual);
-    } else {
+    } else if (input == LayerInput::kBlockOutput) {
       input_layernorm_.forward_with_residual(x, residual);
     }
     self_attn_.forward(batch, latent_cache, cos_sin_cache, arena, act.attention, x);
     post_attention_layernorm_.forward_with_residual(x, residual);
     if (moe_) {
-      moe_->forward(arena, act.moe, x);
-    } else {
-      mlp_->forward(arena, act.mlp, x);
+      moe_->forward(arena, act.moe, x, next_norm, next_norm != nullptr ? &residual : nullptr);
+      return next_norm != nullptr ? LayerInput::kNormed : LayerInput::kBlockOutput;
     }
+    mlp_->forward(arena, act.mlp, x);
+    return LayerInput::kBlockOutput;
   }
+  // The input norm, for the layer before to fold into its MoE combine (MLA takes unquantized input).
+  const RMSNorm* fusable_input_norm() const { return &input_layernorm_; }
 
   void named_parameters(const std::string& prefix, NamedParameters& out) {
     input_layernorm_.named_parameters(prefix + ".input_layernorm", out);
@@ -144,6 +151,7 @@ class DeepseekV3ForCausalLM final : public DecoderOnlyLM {
 
  private:
   std::vector<std::unique_ptr<DeepseekV3DecoderLayer>> layers_;
+  bool fuse_moe_combine_norm_ = false;  // fold_norm_into_moe_combine
   DeepseekV3DecoderLayer::Activations layer_act_;
 };
 
@@ -152,6 +160,7 @@ DeepseekV3ForCausalLM::DeepseekV3ForCausalLM(const ModelConfig& c, const ModelLo
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_.push_back(std::make_unique<DeepseekV3DecoderLayer>(linear_, c, act_, c.moe->is_sparse_layer(i)));
   }
+  fuse_moe_combine_norm_ = fold_norm_into_moe_combine(device_);
 }
 
 Status DeepseekV3ForCausalLM::load_weights(WeightSource& weights) {
@@ -181,10 +190,16 @@ void DeepseekV3ForCausalLM::plan_activations(const ActivationLimits& limits, Are
 void DeepseekV3ForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) {
   CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), config_.num_hidden_layers);
   auto [x, residual] = embed(batch);
+  LayerInput input = LayerInput::kEmbeddings;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    layers_[i]->forward(batch, kv_cache.key[i], cos_sin_cache_, arena(), layer_act_, i == 0, x, residual);
+    const RMSNorm* next_norm = nullptr;
+    if (fuse_moe_combine_norm_) {
+      next_norm = i + 1 < config_.num_hidden_layers ? layers_[i + 1]->fusable_input_norm() : &final_norm();
+    }
+    input =
+        layers_[i]->forward(batch, kv_cache.key[i], cos_sin_cache_, arena(), layer_act_, input, next_norm, x, residual);
   }
-  compute_logits(batch, x, residual, logits);
+  compute_logits(batch, x, residual, logits, input == LayerInput::kNormed);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ class LlamaForCausalLM final : public DecoderOnlyLM {
  private:
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
   DecoderLayer::Activations layer_act_;
-  // MoE layers end with the next pre-norm step folded into their combine (ops::moe_combine_add_rms_norm).
+  // MoE layers end with the next pre-norm step folded into their combine (fold_norm_into_moe_combine).
   bool fuse_moe_combine_norm_ = false;
 };
 
@@ -70,20 +70,13 @@ std::string moe_module(const ModelConfig& c) {
   return c.architecture == "MixtralForCausalLM" ? "block_sparse_moe" : "mlp";
 }
 
-bool fused_moe_combine_norm_on_cuda() {
-  static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_MOE_COMBINE_NORM", false);
-  return enabled;
-}
-
 bool fused_qk_norm_rope_on_cuda() {
   static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_QK_NORM_ROPE", true);
   return enabled;
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options) : DecoderOnlyLM(c, options) {
-  // The MoE combine and the next pre-norm step as one op: on the CPU that op is the two (the reference); on CUDA one
-  // kernel, used only with LLMSERVE_FUSED_MOE_COMBINE_NORM=1 until a GPU run has checked and timed it in the model.
-  fuse_moe_combine_norm_ = c.moe && (device_.is_cpu() || fused_moe_combine_norm_on_cuda());
+  fuse_moe_combine_norm_ = c.moe && fold_norm_into_moe_combine(device_);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     AttentionOptions a;
     a.hidden_size = c.hidden_size;
@@ -125,7 +118,7 @@ void LlamaForCausalLM::plan_activations(const ActivationLimits& limits, ArenaPla
 void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cache, Tensor& logits) {
   CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), config_.num_hidden_layers);
   auto [x, residual] = embed(batch);
-  DecoderLayer::Input input = DecoderLayer::Input::kEmbeddings;
+  LayerInput input = LayerInput::kEmbeddings;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const RMSNorm* next_norm = nullptr;
     if (fuse_moe_combine_norm_) {
@@ -134,7 +127,7 @@ void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cac
     input = layers_[i]->forward(batch, kv_cache.key[i], kv_cache.value[i], cos_sin_cache_, arena(), layer_act_, input,
                                 next_norm, x, residual);
   }
-  compute_logits(batch, x, residual, logits, input == DecoderLayer::Input::kNormed);
+  compute_logits(batch, x, residual, logits, input == LayerInput::kNormed);
 }
 
 }  // namespace

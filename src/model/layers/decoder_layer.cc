@@ -65,22 +65,22 @@ DecoderLayer::Activations plan_decoder_activations(const std::vector<std::unique
   return a;
 }
 
-DecoderLayer::Input DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
-                                          const Tensor& cos_sin_cache, const Arena& arena, const Activations& act,
-                                          Input input, const RMSNorm* next_norm, Tensor& x, Tensor& residual) const {
+LayerInput DecoderLayer::forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
+                                 const Tensor& cos_sin_cache, const Arena& arena, const Activations& act,
+                                 LayerInput input, const RMSNorm* next_norm, Tensor& x, Tensor& residual) const {
   // Where the consumer of a norm takes quantized input, the norm quantizes in its kernel and x keeps its old
   // contents (the consumer only writes it).
   const int64_t T = x.size(0);
   QuantizedActivation attn_in = quantized_normed(arena, act, T, self_attn_.quantized_input());
-  if (input == Input::kNormed) {
+  if (input == LayerInput::kNormed) {
     CHECK(!attn_in.q.defined()) << "DecoderLayer: a normed input for a layer whose attention takes quantized input";
   } else if (attn_in.q.defined()) {
-    if (input == Input::kEmbeddings) {
+    if (input == LayerInput::kEmbeddings) {
       input_layernorm_.forward_quantized(attn_in, residual);
     } else {
       input_layernorm_.forward_with_residual_quantized(attn_in, x, residual);
     }
-  } else if (input == Input::kEmbeddings) {
+  } else if (input == LayerInput::kEmbeddings) {
     input_layernorm_.forward(x, residual);
   } else {
     input_layernorm_.forward_with_residual(x, residual);
@@ -90,7 +90,7 @@ DecoderLayer::Input DecoderLayer::forward(const ForwardBatch& batch, const Tenso
   if (moe_) {
     post_attention_layernorm_.forward_with_residual(x, residual);
     moe_->forward(arena, act.moe, x, next_norm, next_norm != nullptr ? &residual : nullptr);
-    return next_norm != nullptr ? Input::kNormed : Input::kBlockOutput;
+    return next_norm != nullptr ? LayerInput::kNormed : LayerInput::kBlockOutput;
   }
   QuantizedActivation mlp_in = quantized_normed(arena, act, T, mlp_->quantized_input());
   if (mlp_in.q.defined()) {
@@ -99,7 +99,7 @@ DecoderLayer::Input DecoderLayer::forward(const ForwardBatch& batch, const Tenso
     post_attention_layernorm_.forward_with_residual(x, residual);
   }
   mlp_->forward(arena, act.mlp, x, mlp_in.q.defined() ? &mlp_in : nullptr);
-  return Input::kBlockOutput;
+  return LayerInput::kBlockOutput;
 }
 
 void DecoderLayer::named_parameters(const std::string& prefix, NamedParameters& out) {

@@ -2,7 +2,7 @@
 // block; Mixtral / Qwen-MoE put a FusedMoE where the MLP was).
 // x [T, hidden] is the running block output, residual [T, hidden] the running sum; the first layer finds the
 // embeddings in residual (the model embeds into it: no copy) and normalises them into x. A sparse layer may end with
-// the next layer's input norm (or the final norm) folded into its combine: see Input.
+// the next layer's input norm (or the final norm) folded into its combine: see LayerInput.
 #pragma once
 
 #include <memory>
@@ -14,6 +14,11 @@
 #include "model/layers/rms_norm.h"
 
 namespace llmserve {
+
+// What x holds when a pre-norm layer starts (this one, DeepSeek-V3's): nothing yet (the first layer: the embeddings
+// are in residual), the previous layer's block output (its residual add and this layer's input norm still to do), or
+// this layer's normed input (the previous MoE layer folded both into its combine).
+enum class LayerInput { kEmbeddings, kBlockOutput, kNormed };
 
 class DecoderLayer {
  public:
@@ -37,15 +42,11 @@ class DecoderLayer {
   Activations plan_activations(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner) const;
   // Plans only this layer's feed-forward part (the MLP or the MoE block) into `a`.
   void plan_feed_forward(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner, Activations& a) const;
-  // What x holds when a layer starts: nothing yet (the first layer: the embeddings are in residual), the previous
-  // layer's block output (its residual add and this layer's input norm still to do), or this layer's normed input
-  // (the previous MoE layer folded both into its combine).
-  enum class Input { kEmbeddings, kBlockOutput, kNormed };
   // Returns what x holds for the next layer: kNormed where this layer is sparse and was given next_norm (the next
   // layer's fusable_input_norm(), or the final norm; nullptr: no folding), else kBlockOutput.
-  Input forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
-                const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, Input input,
-                const RMSNorm* next_norm, Tensor& x, Tensor& residual) const;
+  LayerInput forward(const ForwardBatch& batch, const Tensor& key_cache, const Tensor& value_cache,
+                     const Tensor& cos_sin_cache, const Arena& arena, const Activations& act, LayerInput input,
+                     const RMSNorm* next_norm, Tensor& x, Tensor& residual) const;
   // This layer's input norm where the layer before may apply it (its output unquantized), else nullptr.
   const RMSNorm* fusable_input_norm() const { return self_attn_.quantized_input() ? nullptr : &input_layernorm_; }
   void named_parameters(const std::string& prefix, NamedParameters& out);

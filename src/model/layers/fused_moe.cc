@@ -1,6 +1,7 @@
 // FusedMoE: expert stacking at load and the routed forward (see fused_moe.h).
 #include "model/layers/fused_moe.h"
 
+#include "core/env.h"
 #include "core/logging.h"
 
 namespace llmserve {
@@ -73,6 +74,11 @@ Status FusedMoE::load_experts(Parameter& p, WeightSource& weights, const std::st
     }
   }
   return ok_status();
+}
+
+bool fold_norm_into_moe_combine(Device device) {
+  static const bool on_cuda = switch_from_env_or_die("LLMSERVE_FUSED_MOE_COMBINE_NORM", false);
+  return device.is_cpu() || on_cuda;
 }
 
 FusedMoE::Activations FusedMoE::plan_activations(int64_t max_num_tokens, DType dtype, ArenaPlanner& planner) const {

@@ -47,6 +47,11 @@ struct FusedMoEOptions {
   std::string shared_expert_name = "shared_expert";  // DeepSeek: "shared_experts" (n_shared_experts merged in one)
 };
 
+// Whether a model on `device` folds the pre-norm step after each MoE block into its combine (FusedMoE::forward's
+// next_norm): on the CPU always (the op is the two ops there); on CUDA (one kernel) only with
+// LLMSERVE_FUSED_MOE_COMBINE_NORM=1 until a GPU run has checked and timed it in the model.
+bool fold_norm_into_moe_combine(Device device);
+
 class FusedMoE {
  public:
   // Expert parallelism plugs in through ctx.comm (each rank keeping a slice of the experts, the combine all-reduced);
