@@ -6,6 +6,7 @@
 // step, adjacent) takes the short-row kernel or the scalar one.
 // rms_norm_quant / fused_add_rms_norm_quant are the same kernels ending in the per-token fp8 / int8 quantization of
 // the normed row (bit-identical to rms_norm then dynamic_scaled_quantize when both take the same kernel form).
+// moe_combine_add_rms_norm is the vectorised fused-residual kernel reading an MoE combine instead of x (MoeCombineIn).
 #include <algorithm>
 #include <type_traits>
 
@@ -67,11 +68,15 @@ using NormOut = std::conditional_t<std::is_void_v<Q>, T, Q>;
 // Where rms_norm_vec_kernel's rows come from: x itself, or the MoE combine of the row's token
 // (ops::moe_combine_add_rms_norm), rounded to T as moe_combine stores it: the fused kernel reads what the unfused
 // pair would have written and read back.
+// prepare() runs once per row before any load(), staging what the loads share in the block's Shared scratch (syncing
+// the block where it writes there).
 template <typename T>
 struct RowsIn {
   const T* x;
   int64_t stride;
-  __device__ __forceinline__ void load(int64_t row, int chunk, float (&v)[8]) const {
+  struct Shared {};
+  __device__ __forceinline__ void prepare(int64_t, Shared&) const {}
+  __device__ __forceinline__ void load(int64_t row, int chunk, float (&v)[8], const Shared&) const {
     load8(x + row * stride + chunk * 8, v);
   }
 };
@@ -88,9 +93,22 @@ struct MoeCombineIn {
   int64_t shared_stride;
   const T* shared_gate;  // nullptr: none
   int64_t gate_stride;
-  __device__ __forceinline__ void load(int64_t t, int chunk, float (&v)[8]) const {
+  // Token t's weights and rows in shared memory (as moe_combine_kernel stages them): the expert rows' loads then
+  // wait on one round trip, not one per choice.
+  struct Shared {
+    float w[ops::kMaxMoeTopK];
+    int32_t rows[ops::kMaxMoeTopK];
+  };
+  __device__ __forceinline__ void prepare(int64_t t, Shared& s) const {
+    if (threadIdx.x < k) {
+      s.w[threadIdx.x] = weights[t * weights_stride + threadIdx.x];
+      s.rows[threadIdx.x] = pair_rows[t * k + threadIdx.x];
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ void load(int64_t t, int chunk, float (&v)[8], const Shared& s) const {
     const float shared_scale = moe_shared_scale(shared_gate != nullptr ? shared_gate + t * gate_stride : nullptr);
-    moe_combine_cols<8>(v, expert_out, expert_stride, weights + t * weights_stride, pair_rows + t * k, k,
+    moe_combine_cols<8>(v, expert_out, expert_stride, s.w, s.rows, k,
                         shared_out != nullptr ? shared_out + t * shared_stride : nullptr, shared_scale,
                         int64_t{chunk} * 8);
 #pragma unroll
@@ -103,6 +121,8 @@ __global__ void __launch_bounds__(kVecMaxThreads)
     rms_norm_vec_kernel(NormOut<T, Q>* out, int64_t out_stride, float* scales, int groups, const In in, T* residual,
                         int64_t res_stride, const W* weight, int d, float eps) {
   pdl_wait();  // x (or the expert outputs) and the residual come from the previous kernel
+  __shared__ typename In::Shared staged;
+  in.prepare(blockIdx.x, staged);
   const int chunks = d / 8;
   T* rr = kResidual ? residual + blockIdx.x * res_stride : nullptr;
   float v[N][8];
@@ -111,7 +131,7 @@ __global__ void __launch_bounds__(kVecMaxThreads)
   for (int c = 0; c < N; ++c) {
     const int chunk = threadIdx.x + c * blockDim.x;
     if (chunk >= chunks) break;
-    in.load(blockIdx.x, chunk, v[c]);
+    in.load(blockIdx.x, chunk, v[c], staged);
     if constexpr (kResidual) {
       float r[8];
       load8(rr + chunk * 8, r);
