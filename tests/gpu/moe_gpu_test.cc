@@ -6,8 +6,8 @@
 // (alone and folded into the next residual norm), routing and grouping in one kernel (moe_route_and_align), and the
 // whole chain. Outputs are NaN-poisoned before each
 // run.
-// `--bench` prints the grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes), and routing + grouping
-// as two launches and as one.
+// `--bench` prints the grouped-GEMM paths' times beside their floors (Qwen3-30B-A3B shapes), and routing + grouping,
+// and the combine + residual norm, each as two launches and as one.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -725,6 +725,27 @@ int run_bench() {
           ops::moe_route_and_align(w, ids, logits, ops::kMoeScoringSoftmax, 1, sorted, rows, off, touched, 1);
         },
         50);
+    std::printf("%7lld %12.2f %12.2f\n", static_cast<long long>(T), two, one);
+  }
+  // The combine and the next residual add + RMSNorm: moe_combine then fused_add_rms_norm (two launches) against
+  // moe_combine_add_rms_norm (one), hidden 2048, f32 norm weight.
+  std::printf("\ncombine + residual norm, hidden %lld, top-%lld (us per call)\n%7s %12s %12s\n",
+              static_cast<long long>(H), static_cast<long long>(k), "tokens", "two ops", "one op");
+  for (int64_t T : {1, 4, 8, 64, 2048}) {
+    const int64_t P = T * k;
+    Tensor down = to_device(random_tensor({P, H}, 5).to(dtype));
+    Tensor w = to_device(random_tensor({T, k}, 6, DType::kF32, 0.f, 0.3f));
+    Tensor rows = to_device(random_ids(T, k, P, 7).view({P}));  // k distinct rows of down per token
+    Tensor x = Tensor::empty({T, H}, dtype, Device::cuda());
+    Tensor residual = to_device(random_tensor({T, H}, 8).to(dtype)), norm_w = to_device(random_tensor({H}, 9));
+    const double two = gpu_testing::mean_call_us(
+        [&](int) {
+          ops::moe_combine(x, down, w, rows, nullptr, nullptr);
+          ops::fused_add_rms_norm(x, residual, norm_w, 1e-6f);
+        },
+        50);
+    const double one = gpu_testing::mean_call_us(
+        [&](int) { ops::moe_combine_add_rms_norm(x, residual, down, w, rows, nullptr, nullptr, norm_w, 1e-6f); }, 50);
     std::printf("%7lld %12.2f %12.2f\n", static_cast<long long>(T), two, one);
   }
   return 0;
