@@ -193,7 +193,8 @@ TEST_F(MoeGpuTest, AlignMatchesCpuAndLeavesTheTailAlone) {
 
 // moe_route_and_align (one kernel up to kMoeRouteAlignMaxTokens tokens, the two kernels past it) against moe_route
 // then moe_align on CUDA: every output bit-equal, the rows past the used ones untouched, and the running count of
-// touched experts added to, not set. Grid logits (ties), 8 to 1024 experts, both scorings, blocks 1 and 16.
+// touched experts added to, not set, with and without the L2 prefetch hint. Grid logits (ties), 8 to 1024 experts,
+// both scorings, blocks 1 and 16.
 TEST_F(MoeGpuTest, RouteAndAlignMatchesTheTwoOps) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (auto [E, k] : {std::pair<int64_t, int64_t>{8, 2}, {128, 8}, {1024, 32}}) {
@@ -204,6 +205,7 @@ TEST_F(MoeGpuTest, RouteAndAlignMatchesTheTwoOps) {
                                      std::to_string(k) + " T " + std::to_string(T) + " scoring " +
                                      std::to_string(scoring) + " block " + std::to_string(block);
             Tensor logits = to_device(grid_logits(T, E, static_cast<uint32_t>(T * 5 + E)).to(dtype));
+            Tensor prefetch_weight = Tensor::zeros({E, 16, 64}, DType::kBF16, Device::cuda());  // 2 KB an expert
             const int64_t capacity = ops::moe_align_capacity(T * k, E, block);
             auto run = [&](bool fused) {
               Aligned a = {Tensor::empty({capacity}, DType::kI32, Device::cuda()),
@@ -211,9 +213,10 @@ TEST_F(MoeGpuTest, RouteAndAlignMatchesTheTwoOps) {
                            to_device(Tensor::from_i64({kTouchedStart}, {1}))};
               CHECK(cudaMemset(a.sorted_pairs.raw_data(), 0x7f, a.sorted_pairs.nbytes()) == cudaSuccess);
               Tensor w = poisoned_device({T, k}, DType::kF32), ids = poisoned_device({T, k}, DType::kI32);
-              if (fused) {
+              if (fused) {  // odd T with the L2 prefetch hint on a stand-in expert weight: outputs unchanged
                 ops::moe_route_and_align(w, ids, logits, scoring, 1, a.sorted_pairs, a.pair_rows, a.expert_offsets,
-                                         a.experts_touched, block);
+                                         a.experts_touched, block, T % 2 == 1 ? &prefetch_weight : nullptr,
+                                         T % 2 == 1 ? 2048 : 0);
               } else {
                 ops::moe_route(w, ids, logits, scoring, 1);
                 ops::moe_align(a.sorted_pairs, a.pair_rows, a.expert_offsets, a.experts_touched, ids, block);
@@ -722,7 +725,8 @@ int run_bench() {
         50);
     const double one = gpu_testing::mean_call_us(
         [&](int) {
-          ops::moe_route_and_align(w, ids, logits, ops::kMoeScoringSoftmax, 1, sorted, rows, off, touched, 1);
+          ops::moe_route_and_align(w, ids, logits, ops::kMoeScoringSoftmax, 1, sorted, rows, off, touched, 1, nullptr,
+                                   0);
         },
         50);
     std::printf("%7lld %12.2f %12.2f\n", static_cast<long long>(T), two, one);
