@@ -183,6 +183,8 @@ void check_combine_operands(const char* op, const Tensor& out, const Tensor& exp
   CHECK(expert_out.dtype() == out.dtype())
       << op << ": expert_out " << expert_out.to_string() << " vs out " << out.to_string();
   CHECK(topk_weights.dtype() == DType::kF32) << op << ": topk_weights " << topk_weights.to_string() << " must be f32";
+  CHECK(topk_weights.size(1) <= kMaxMoeTopK)  // the CUDA kernels stage a token's choices in kMaxMoeTopK slots
+      << op << ": topk_weights " << topk_weights.to_string() << ": top_k past " << kMaxMoeTopK;
   const int64_t num_tokens = out.size(0);
   CHECK(expert_out.size(1) == out.size(1) && topk_weights.size(0) == num_tokens &&
         pair_rows.size(0) == topk_weights.numel())

@@ -487,6 +487,10 @@ TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   EXPECT_DEATH(ops::moe_route_and_align(w4, ids4, logits4, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched,
                                         1, &three_experts, 16),
                "moe_route_and_align: prefetch_weight");
+  Tensor wide_weights = random_tensor({1, 33}, 15, DType::kF32, 0.f, 1.f), out1 = Tensor::empty({1, 8}, DType::kF32);
+  Tensor rows33 = Tensor::from_i32(std::vector<int32_t>(33, 0), {33});
+  EXPECT_DEATH(ops::moe_combine(out1, random_tensor({1, 8}, 16), wide_weights, rows33, nullptr, nullptr),
+               "moe_combine: topk_weights .*top_k past 32");
   // The fused combine + norm refuses what either op would, before it writes x.
   Tensor expert_out = random_tensor({2, 8}, 5), weights = random_tensor({1, 2}, 6, DType::kF32, 0.f, 1.f);
   Tensor pair_rows = Tensor::from_i32({0, 1}, {2}), x = random_tensor({1, 8}, 7), norm_weight = random_tensor({8}, 8);
