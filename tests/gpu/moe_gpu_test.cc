@@ -510,6 +510,17 @@ TEST_F(MoeGpuTest, CombineMatchesCpu) {
   }
 }
 
+// The fused op, or the two it stands for (eps 1e-6).
+void combine_add_rms_norm(bool fused, Tensor& x, Tensor& residual, const Tensor& expert_out, const Tensor& weights,
+                          const Tensor& pair_rows, const Tensor* shared, const Tensor* gate, const Tensor& norm) {
+  if (fused) {
+    ops::moe_combine_add_rms_norm(x, residual, expert_out, weights, pair_rows, shared, gate, norm, 1e-6f);
+  } else {
+    ops::moe_combine(x, expert_out, weights, pair_rows, shared, gate);
+    ops::fused_add_rms_norm(x, residual, norm, 1e-6f);
+  }
+}
+
 // The combine folded into the next residual add + RMSNorm: on CUDA the same bits as moe_combine then
 // fused_add_rms_norm (x and residual), for the one-kernel form (hidden 264 .. 8192 in 16-byte rows) and the two-op
 // fallback (hidden 100, 256; a misaligned residual view), with routed-only and gated-shared combines, f32 and bf16
@@ -542,12 +553,7 @@ TEST_F(MoeGpuTest, CombineAddRmsNormMatchesTheTwoOps) {
           const Tensor* gpu_gate = variant == 2 ? &dgate : nullptr;
           auto run = [&](bool fused) {
             Tensor x = poisoned_device({T, H}, dtype), residual = to_device(residual0.to(dtype));
-            if (fused) {
-              ops::moe_combine_add_rms_norm(x, residual, dexpert, dweights, drows, gpu_shared, gpu_gate, dnorm, 1e-6f);
-            } else {
-              ops::moe_combine(x, dexpert, dweights, drows, gpu_shared, gpu_gate);
-              ops::fused_add_rms_norm(x, residual, dnorm, 1e-6f);
-            }
+            combine_add_rms_norm(fused, x, residual, dexpert, dweights, drows, gpu_shared, gpu_gate, dnorm);
             return std::pair<Tensor, Tensor>{to_host(x), to_host(residual)};
           };
           const auto [x, residual] = run(true);
@@ -577,12 +583,7 @@ TEST_F(MoeGpuTest, CombineAddRmsNormMatchesTheTwoOps) {
   auto run = [&](bool fused) {
     Tensor x = poisoned_device({T, H}, DType::kBF16), base = wide.clone();
     Tensor residual = base.slice(1, 4, H + 4);
-    if (fused) {
-      ops::moe_combine_add_rms_norm(x, residual, dexpert, dweights, drows, nullptr, nullptr, dnorm, 1e-6f);
-    } else {
-      ops::moe_combine(x, dexpert, dweights, drows, nullptr, nullptr);
-      ops::fused_add_rms_norm(x, residual, dnorm, 1e-6f);
-    }
+    combine_add_rms_norm(fused, x, residual, dexpert, dweights, drows, nullptr, nullptr, dnorm);
     return std::pair<Tensor, Tensor>{to_host(x), to_host(base)};
   };
   const auto [x, base] = run(true);
@@ -743,13 +744,9 @@ int run_bench() {
     Tensor x = Tensor::empty({T, H}, dtype, Device::cuda());
     Tensor residual = to_device(random_tensor({T, H}, 8).to(dtype)), norm_w = to_device(random_tensor({H}, 9));
     const double two = gpu_testing::mean_call_us(
-        [&](int) {
-          ops::moe_combine(x, down, w, rows, nullptr, nullptr);
-          ops::fused_add_rms_norm(x, residual, norm_w, 1e-6f);
-        },
-        50);
+        [&](int) { combine_add_rms_norm(false, x, residual, down, w, rows, nullptr, nullptr, norm_w); }, 50);
     const double one = gpu_testing::mean_call_us(
-        [&](int) { ops::moe_combine_add_rms_norm(x, residual, down, w, rows, nullptr, nullptr, norm_w, 1e-6f); }, 50);
+        [&](int) { combine_add_rms_norm(true, x, residual, down, w, rows, nullptr, nullptr, norm_w); }, 50);
     std::printf("%7lld %12.2f %12.2f\n", static_cast<long long>(T), two, one);
   }
   return 0;
