@@ -23,6 +23,7 @@ DecoderOnlyLM::DecoderOnlyLM(const ModelConfig& c, const ModelLoadOptions& optio
       linear_(linear_context(c, options, linear_method_.get())),
       embed_tokens_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype),
       norm_(c.hidden_size, static_cast<float>(c.rms_norm_eps)),
+      fold_moe_norms_(c.moe && fold_norm_into_moe_combine(options.device)),
       lm_head_(*linear_.comm, c.vocab_size, c.hidden_size, linear_.params_dtype) {}
 
 Status DecoderOnlyLM::load_parameters_with(NamedParameters params, WeightSource& weights,

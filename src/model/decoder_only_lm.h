@@ -41,7 +41,14 @@ class DecoderOnlyLM : public CausalLM {
   // combine, x holds its result), then the LM head on the requested rows only.
   void compute_logits(const ForwardBatch& batch, Tensor& x, Tensor& residual, Tensor& logits,
                       bool normed = false) const;
-  const RMSNorm& final_norm() const { return norm_; }
+  // The norm MoE layer i folds into its combine (FusedMoE::forward's next_norm): the next layer's
+  // fusable_input_norm(), the final norm after the last layer; nullptr where this model does not fold
+  // (fold_norm_into_moe_combine).
+  template <typename Layer>
+  const RMSNorm* norm_to_fold_after(const std::vector<std::unique_ptr<Layer>>& layers, size_t i) const {
+    if (!fold_moe_norms_) return nullptr;
+    return i + 1 < layers.size() ? layers[i + 1]->fusable_input_norm() : &norm_;
+  }
   const Arena& arena() const { return *arena_; }
   // moe_experts_touched() for the layers' shared MoE buffers (undefined when none were planned or no arena is bound).
   Tensor experts_touched_of(const FusedMoE::Activations& moe) const {
@@ -58,6 +65,7 @@ class DecoderOnlyLM : public CausalLM {
  private:
   VocabParallelEmbedding embed_tokens_;
   RMSNorm norm_;
+  bool fold_moe_norms_;  // config_.moe && fold_norm_into_moe_combine(device_)
   ParallelLMHead lm_head_;
   ArenaRegion hidden_, residual_, selected_;
   ParallelLMHead::Activations lm_head_act_;

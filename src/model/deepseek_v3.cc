@@ -151,7 +151,6 @@ class DeepseekV3ForCausalLM final : public DecoderOnlyLM {
 
  private:
   std::vector<std::unique_ptr<DeepseekV3DecoderLayer>> layers_;
-  bool fuse_moe_combine_norm_ = false;  // fold_norm_into_moe_combine
   DeepseekV3DecoderLayer::Activations layer_act_;
 };
 
@@ -160,7 +159,6 @@ DeepseekV3ForCausalLM::DeepseekV3ForCausalLM(const ModelConfig& c, const ModelLo
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     layers_.push_back(std::make_unique<DeepseekV3DecoderLayer>(linear_, c, act_, c.moe->is_sparse_layer(i)));
   }
-  fuse_moe_combine_norm_ = fold_norm_into_moe_combine(device_);
 }
 
 Status DeepseekV3ForCausalLM::load_weights(WeightSource& weights) {
@@ -191,13 +189,9 @@ void DeepseekV3ForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& k
   CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), config_.num_hidden_layers);
   auto [x, residual] = embed(batch);
   LayerInput input = LayerInput::kEmbeddings;
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const RMSNorm* next_norm = nullptr;
-    if (fuse_moe_combine_norm_) {
-      next_norm = i + 1 < config_.num_hidden_layers ? layers_[i + 1]->fusable_input_norm() : &final_norm();
-    }
-    input =
-        layers_[i]->forward(batch, kv_cache.key[i], cos_sin_cache_, arena(), layer_act_, input, next_norm, x, residual);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    input = layers_[i]->forward(batch, kv_cache.key[i], cos_sin_cache_, arena(), layer_act_, input,
+                                norm_to_fold_after(layers_, i), x, residual);
   }
   compute_logits(batch, x, residual, logits, input == LayerInput::kNormed);
 }

@@ -34,8 +34,6 @@ class LlamaForCausalLM final : public DecoderOnlyLM {
  private:
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
   DecoderLayer::Activations layer_act_;
-  // MoE layers end with the next pre-norm step folded into their combine (fold_norm_into_moe_combine).
-  bool fuse_moe_combine_norm_ = false;
 };
 
 bool fused_moe_route_align_on_cuda() {
@@ -76,7 +74,6 @@ bool fused_qk_norm_rope_on_cuda() {
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const ModelConfig& c, const ModelLoadOptions& options) : DecoderOnlyLM(c, options) {
-  fuse_moe_combine_norm_ = c.moe && fold_norm_into_moe_combine(device_);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     AttentionOptions a;
     a.hidden_size = c.hidden_size;
@@ -119,13 +116,9 @@ void LlamaForCausalLM::forward(const ForwardBatch& batch, KVCacheTensors& kv_cac
   CHECK_EQ(static_cast<int64_t>(kv_cache.key.size()), config_.num_hidden_layers);
   auto [x, residual] = embed(batch);
   LayerInput input = LayerInput::kEmbeddings;
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const RMSNorm* next_norm = nullptr;
-    if (fuse_moe_combine_norm_) {
-      next_norm = i + 1 < config_.num_hidden_layers ? layers_[i + 1]->fusable_input_norm() : &final_norm();
-    }
+  for (size_t i = 0; i < layers_.size(); ++i) {
     input = layers_[i]->forward(batch, kv_cache.key[i], kv_cache.value[i], cos_sin_cache_, arena(), layer_act_, input,
-                                next_norm, x, residual);
+                                norm_to_fold_after(layers_, i), x, residual);
   }
   compute_logits(batch, x, residual, logits, input == LayerInput::kNormed);
 }

@@ -93,23 +93,26 @@ struct MoeCombineIn {
   int64_t shared_stride;
   const T* shared_gate;  // nullptr: none
   int64_t gate_stride;
-  // Token t's weights and rows in shared memory (as moe_combine_kernel stages them): the expert rows' loads then
-  // wait on one round trip, not one per choice.
+  // Token t's weights, rows and shared-expert scale in shared memory (as moe_combine_kernel stages the first two):
+  // the expert rows' loads then wait on one round trip, not one per choice, and each chunk reuses them.
   struct Shared {
     float w[ops::kMaxMoeTopK];
     int32_t rows[ops::kMaxMoeTopK];
+    float shared_scale;
   };
   __device__ __forceinline__ void prepare(int64_t t, Shared& s) const {
     if (threadIdx.x < k) {
       s.w[threadIdx.x] = weights[t * weights_stride + threadIdx.x];
       s.rows[threadIdx.x] = pair_rows[t * k + threadIdx.x];
     }
+    if (threadIdx.x == 0) {
+      s.shared_scale = moe_shared_scale(shared_gate != nullptr ? shared_gate + t * gate_stride : nullptr);
+    }
     __syncthreads();
   }
   __device__ __forceinline__ void load(int64_t t, int chunk, float (&v)[8], const Shared& s) const {
-    const float shared_scale = moe_shared_scale(shared_gate != nullptr ? shared_gate + t * gate_stride : nullptr);
     moe_combine_cols<8>(v, expert_out, expert_stride, s.w, s.rows, k,
-                        shared_out != nullptr ? shared_out + t * shared_stride : nullptr, shared_scale,
+                        shared_out != nullptr ? shared_out + t * shared_stride : nullptr, s.shared_scale,
                         int64_t{chunk} * 8);
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = round_to<T>(v[e]);

@@ -12,6 +12,14 @@ namespace {
 constexpr const char* kGateUpSuffix = "gate_up_proj";
 constexpr const char* kDownSuffix = "down_proj";
 
+// The gate/up experts' bytes moe_route_and_align starts toward L2 for each chosen expert (its prefetch hint):
+// LLMSERVE_MOE_L2_PREFETCH_KB, default 0 (off) until a GPU run has timed it, capped at one expert's slice.
+int64_t gate_up_prefetch_bytes(const Tensor& w13) {
+  static const int64_t kb = int_from_env_or_die("LLMSERVE_MOE_L2_PREFETCH_KB", 0, int64_t{1} << 20, 0);
+  const int64_t expert_bytes = w13.size(1) * w13.size(2) * static_cast<int64_t>(dtype_size(w13.dtype()));
+  return std::min(kb * 1024, expert_bytes) / 16 * 16;
+}
+
 }  // namespace
 
 FusedMoE::FusedMoE(const LinearContext& ctx, const FusedMoEOptions& o) : options_(o), comm_(ctx.comm) {
@@ -76,14 +84,6 @@ Status FusedMoE::load_experts(Parameter& p, WeightSource& weights, const std::st
     }
   }
   return ok_status();
-}
-
-// The gate/up experts' bytes moe_route_and_align starts toward L2 for each chosen expert (its prefetch hint):
-// LLMSERVE_MOE_L2_PREFETCH_KB, default 0 (off) until a GPU run has timed it, capped at one expert's slice.
-int64_t gate_up_prefetch_bytes(const Tensor& w13) {
-  static const int64_t kb = int_from_env_or_die("LLMSERVE_MOE_L2_PREFETCH_KB", 0, int64_t{1} << 20, 0);
-  const int64_t expert_bytes = w13.size(1) * w13.size(2) * static_cast<int64_t>(dtype_size(w13.dtype()));
-  return std::min(kb * 1024, expert_bytes) / 16 * 16;
 }
 
 bool fold_norm_into_moe_combine(Device device) {
