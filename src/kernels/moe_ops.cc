@@ -107,23 +107,12 @@ void check_moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_off
 
 void check_moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
                                int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
-                               Tensor& experts_touched, int64_t block, const Tensor* prefetch_weight,
-                               int64_t prefetch_bytes) {
-  constexpr const char* op = "moe_route_and_align";
+                               Tensor& experts_touched, int64_t block) {
   check_moe_route(topk_weights, topk_ids, router_logits, scoring, renormalize);
   check_moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
   CHECK_EQ(expert_offsets.size(0), router_logits.size(1) + 1)
-      << op << ": expert_offsets " << expert_offsets.to_string() << " for router_logits " << router_logits.to_string();
-  CHECK(prefetch_bytes >= 0 && prefetch_bytes % 16 == 0)
-      << op << ": prefetch_bytes " << prefetch_bytes << " (want a multiple of 16, >= 0)";
-  if (prefetch_weight == nullptr) return;
-  const Tensor& w = *prefetch_weight;
-  CHECK(w.defined() && w.dim() == 3 && w.is_contiguous() && w.size(0) == router_logits.size(1))
-      << op << ": prefetch_weight " << (w.defined() ? w.to_string() : "undefined") << " (want contiguous ["
-      << router_logits.size(1) << ", n, k])";
-  CHECK(prefetch_bytes <= w.size(1) * w.size(2) * static_cast<int64_t>(dtype_size(w.dtype())))
-      << op << ": prefetch_bytes " << prefetch_bytes << " past one expert of " << w.to_string();
-  check_same_device(router_logits, w, op);
+      << "moe_route_and_align: expert_offsets " << expert_offsets.to_string() << " for router_logits "
+      << router_logits.to_string();
 }
 
 void check_moe_gemm(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& sorted_pairs,
@@ -251,8 +240,7 @@ decltype(moe_align) moe_align(
 decltype(moe_route_and_align) moe_route_and_align(
     "moe_route_and_align",
     "moe_route_and_align(Tensor! topk_weights, Tensor! topk_ids, Tensor router_logits, int scoring, int renormalize, "
-    "Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor! experts_touched, int block, "
-    "Tensor? prefetch_weight, int prefetch_bytes) -> ()",
+    "Tensor! sorted_pairs, Tensor! pair_rows, Tensor! expert_offsets, Tensor! experts_touched, int block) -> ()",
     check_moe_route_and_align);
 decltype(moe_gemm) moe_gemm(
     "moe_gemm",

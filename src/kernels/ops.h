@@ -210,14 +210,10 @@ extern Op<void(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, 
 // moe_route then moe_align on its ids, in one call (arguments as theirs; the same outputs): on CUDA one kernel for
 // decode batches of up to kMoeRouteAlignMaxTokens tokens (one block routes each token in turn, then groups the
 // pairs: one launch a layer less), else the two kernels; the CPU runs the two ops.
-// prefetch_weight (optional; [E, N, K], the experts the grouped GEMM reads next): the one-kernel form starts pulling
-// the first prefetch_bytes (>= 0, a multiple of 16, at most one expert's slice) of each chosen expert's slice into
-// the GPU's L2 once the ids are known, while the memory is otherwise idle -- a cache hint, no output changes; the
-// CPU and the two-kernel form have nothing to warm.
 inline constexpr int64_t kMoeRouteAlignMaxTokens = 4;
 extern Op<void(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
                int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
-               Tensor& experts_touched, int64_t block, const Tensor* prefetch_weight, int64_t prefetch_bytes)>
+               Tensor& experts_touched, int64_t block)>
     moe_route_and_align;
 
 // The grouped GEMM: for every row r < expert_offsets[E] of expert e with pair p = sorted_pairs[r] >= 0,

@@ -37,7 +37,7 @@ class LlamaForCausalLM final : public DecoderOnlyLM {
 };
 
 bool fused_moe_route_align_on_cuda() {
-  static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_MOE_ROUTE_ALIGN", false);
+  static const bool enabled = switch_from_env_or_die("LLMSERVE_FUSED_MOE_ROUTE_ALIGN", true);
   return enabled;
 }
 
@@ -53,8 +53,8 @@ FusedMoEOptions moe_options(const ModelConfig& c, DType activation_dtype, Device
   o.shared_expert_intermediate_size = m.shared_expert_intermediate_size;
   o.shared_expert_gate = m.shared_expert_intermediate_size > 0;  // Qwen2-MoE's shared expert is always gated
   o.router_dtype = activation_dtype;
-  // On the CPU the fused op is the two ops (the reference); on CUDA its one-block kernel is off unless
-  // LLMSERVE_FUSED_MOE_ROUTE_ALIGN=1, until a GPU run has checked and timed it in the model.
+  // On the CPU the fused op is the two ops (the reference); on CUDA its one-block kernel unless
+  // LLMSERVE_FUSED_MOE_ROUTE_ALIGN=0 (the A/B switch; bench/RESULTS.md, eighteenth session).
   o.fuse_route_align = device.is_cpu() || fused_moe_route_align_on_cuda();
   if (c.architecture == "MixtralForCausalLM") {
     o.gate_proj_name = "w1";

@@ -398,8 +398,7 @@ TEST(MoeRouteAndAlign, SameOutputsAsRouteThenAlign) {
     Tensor rows = Tensor::empty({T * k}, DType::kI32);
     Tensor offsets = Tensor::empty({E + 1}, DType::kI32), touched = Tensor::from_i64({kTouchedStart}, {1});
     if (fused) {
-      ops::moe_route_and_align(w, ids, logits, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched, block,
-                               nullptr, 0);
+      ops::moe_route_and_align(w, ids, logits, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched, block);
     } else {
       ops::moe_route(w, ids, logits, ops::kMoeScoringSoftmax, 1);
       ops::moe_align(sorted, rows, offsets, touched, ids, block);
@@ -471,22 +470,9 @@ TEST(MoeOpsDeathTest, BadArgumentsAbortNamingTheOp) {
   // Offsets for 4 experts beside logits over 6: every id the router picks fits [0, 6), not the grouping's [0, 4).
   Tensor logits6 = random_tensor({1, 6}, 4), w6 = Tensor::empty({1, 2}, DType::kF32);
   Tensor ids6 = Tensor::empty({1, 2}, DType::kI32);
-  EXPECT_DEATH(ops::moe_route_and_align(w6, ids6, logits6, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched,
-                                        1, nullptr, 0),
-               "moe_route_and_align: expert_offsets");
-  // The prefetch hint's bytes: a multiple of 16 within one expert's slice of a weight stacked per router expert.
-  Tensor logits4 = random_tensor({1, 4}, 12), w4 = Tensor::empty({1, 2}, DType::kF32);
-  Tensor ids4 = Tensor::empty({1, 2}, DType::kI32), experts = random_tensor({4, 2, 8}, 13);
-  Tensor three_experts = random_tensor({3, 2, 8}, 14);
-  EXPECT_DEATH(ops::moe_route_and_align(w4, ids4, logits4, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched,
-                                        1, &experts, 24),
-               "moe_route_and_align: prefetch_bytes 24");
-  EXPECT_DEATH(ops::moe_route_and_align(w4, ids4, logits4, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched,
-                                        1, &experts, 128),
-               "moe_route_and_align: prefetch_bytes 128 past one expert");
-  EXPECT_DEATH(ops::moe_route_and_align(w4, ids4, logits4, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched,
-                                        1, &three_experts, 16),
-               "moe_route_and_align: prefetch_weight");
+  EXPECT_DEATH(
+      ops::moe_route_and_align(w6, ids6, logits6, ops::kMoeScoringSoftmax, 1, sorted, rows, offsets, touched, 1),
+      "moe_route_and_align: expert_offsets");
   Tensor wide_weights = random_tensor({1, 33}, 15, DType::kF32, 0.f, 1.f), out1 = Tensor::empty({1, 8}, DType::kF32);
   Tensor rows33 = Tensor::from_i32(std::vector<int32_t>(33, 0), {33});
   EXPECT_DEATH(ops::moe_combine(out1, random_tensor({1, 8}, 16), wide_weights, rows33, nullptr, nullptr),

@@ -399,7 +399,7 @@ def test_moe_ops_match_torch(device):
         fsorted = torch.full((tokens * k,), -7, dtype=torch.int32, device=device)
         frows, foffsets = torch.empty(tokens * k, dtype=torch.int32, device=device), torch.empty_like(offsets)
         ftouched = torch.full((1,), 5, dtype=torch.int64, device=device)
-        L.moe_route_and_align(fw, fids, logits[:tokens], 0, 1, fsorted, frows, foffsets, ftouched, block, w13, 64)
+        L.moe_route_and_align(fw, fids, logits[:tokens], 0, 1, fsorted, frows, foffsets, ftouched, block)
         sw, sids = torch.empty_like(fw), torch.empty_like(fids)
         L.moe_route(sw, sids, logits[:tokens], 0, 1)
         ssorted, srows = torch.full_like(fsorted, -7), torch.empty_like(frows)

@@ -216,11 +216,10 @@ void moe_combine(Tensor& out, const Tensor& expert_out, const Tensor& topk_weigh
   });
 }
 
-// The two ops in turn: the reference the fused CUDA kernel matches (no L2 to warm: the prefetch hint is moot here).
+// The two ops in turn: the reference the fused CUDA kernel matches.
 void moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
                          int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
-                         Tensor& experts_touched, int64_t block, const Tensor* /*prefetch_weight*/,
-                         int64_t /*prefetch_bytes*/) {
+                         Tensor& experts_touched, int64_t block) {
   moe_route(topk_weights, topk_ids, router_logits, scoring, renormalize);
   moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
 }

@@ -357,40 +357,21 @@ __global__ void __launch_bounds__(kAlignThreads)
               chunk_table);
 }
 
-// The L2 prefetch hint's bulk size per instruction (cp.async.bulk.prefetch.L2 takes any multiple of 16 bytes; chunks
-// keep each request a size the memory system splits evenly).
-constexpr int64_t kPrefetchChunkBytes = 64 * 1024;
-
-// Starts pulling [p, p + bytes) into L2 (16-byte aligned, bytes a multiple of 16); no completion to wait for.
-__device__ __forceinline__ void prefetch_l2(const char* p, int64_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  for (int64_t off = 0; off < bytes; off += kPrefetchChunkBytes) {
-    const uint32_t size = static_cast<uint32_t>(min(kPrefetchChunkBytes, bytes - off));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(size) : "memory");
-  }
-#endif
-}
-
 // moe_route_and_align for a few tokens: the block routes them one after another (route_rank_token), then groups
 // their pairs (align_pairs) once the ids it wrote are visible to all of its threads (__syncthreads orders global
-// memory within a block). blockDim.x: a multiple of 32 >= max(num_experts, num_pairs, 32). prefetch (nullptr:
-// none): each pair's thread starts its expert's first prefetch_bytes at prefetch + id * prefetch_stride toward L2
-// (an expert chosen by two tokens twice: a repeated hint is free), before the grouping, while the memory is idle.
+// memory within a block). blockDim.x: a multiple of 32 >= max(num_experts, num_pairs, 32).
 template <typename T>
 __global__ void __launch_bounds__(kAlignThreads)
     moe_route_align_kernel(float* weights, int64_t weights_stride, int32_t* ids, const T* logits, int64_t logits_stride,
                            int num_tokens, int num_experts, int k, int scoring, int renormalize, int32_t* sorted_pairs,
-                           int32_t* pair_rows, int32_t* expert_offsets, int64_t* experts_touched, int block, int chunks,
-                           const char* prefetch, int64_t prefetch_stride, int64_t prefetch_bytes) {
+                           int32_t* pair_rows, int32_t* expert_offsets, int64_t* experts_touched, int block,
+                           int chunks) {
   extern __shared__ int chunk_table[];
   pdl_wait();  // the logits come from the router's linear
   pdl_trigger();
   for (int t = 0; t < num_tokens; ++t) {  // ids: contiguous [T, k] (moe_align's check)
     route_rank_token(weights, weights_stride, ids, k, logits, logits_stride, num_experts, k, scoring, renormalize, t);
     __syncthreads();  // the next token's routing reuses the shared scores; align_pairs reads every token's ids
-  }
-  if (prefetch != nullptr && static_cast<int>(threadIdx.x) < num_tokens * k) {
-    prefetch_l2(prefetch + static_cast<int64_t>(ids[threadIdx.x]) * prefetch_stride, prefetch_bytes);
   }
   align_pairs(sorted_pairs, pair_rows, expert_offsets, experts_touched, ids, num_tokens * k, num_experts, block, chunks,
               chunk_table);
@@ -419,8 +400,7 @@ void moe_align(Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets, 
 
 void moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& router_logits, int64_t scoring,
                          int64_t renormalize, Tensor& sorted_pairs, Tensor& pair_rows, Tensor& expert_offsets,
-                         Tensor& experts_touched, int64_t block, const Tensor* prefetch_weight,
-                         int64_t prefetch_bytes) {
+                         Tensor& experts_touched, int64_t block) {
   const int64_t num_tokens = router_logits.size(0), num_experts = router_logits.size(1), k = topk_ids.size(1);
   if (num_tokens == 0 || num_tokens > ops::kMoeRouteAlignMaxTokens) {
     moe_route(topk_weights, topk_ids, router_logits, scoring, renormalize);
@@ -430,16 +410,6 @@ void moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& r
   const int64_t num_pairs = num_tokens * k, threads = align_threads(num_pairs, num_experts);
   // The routing's static shared memory (12 KB at 1024 experts) beside the table: within the 48 KB of a plain launch.
   const int64_t chunks = align_chunks(threads, num_experts, kAlignTableInts / 2);
-  // The hint goes out only where every expert's slice starts 16-byte aligned (the instruction's rule).
-  const char* prefetch = nullptr;
-  int64_t prefetch_stride = 0;
-  if (prefetch_weight != nullptr && prefetch_bytes > 0) {
-    prefetch_stride = prefetch_weight->size(1) * prefetch_weight->size(2) *
-                      static_cast<int64_t>(dtype_size(prefetch_weight->dtype()));
-    if (aligned16(prefetch_weight->raw_data()) && prefetch_stride % 16 == 0) {
-      prefetch = static_cast<const char*>(prefetch_weight->raw_data());
-    }
-  }
   dispatch_float(router_logits.dtype(), "moe_route_and_align", [&](auto tag) {
     using T = decltype(tag);
     launch_pdl_smem("moe_route_align_kernel", moe_route_align_kernel<T>, 1, static_cast<unsigned>(threads),
@@ -448,7 +418,7 @@ void moe_route_and_align(Tensor& topk_weights, Tensor& topk_ids, const Tensor& r
                     static_cast<int>(num_tokens), static_cast<int>(num_experts), static_cast<int>(k),
                     static_cast<int>(scoring), static_cast<int>(renormalize), sorted_pairs.data<int32_t>(),
                     pair_rows.data<int32_t>(), expert_offsets.data<int32_t>(), experts_touched.data<int64_t>(),
-                    static_cast<int>(block), static_cast<int>(chunks), prefetch, prefetch_stride, prefetch_bytes);
+                    static_cast<int>(block), static_cast<int>(chunks));
   });
 }
 

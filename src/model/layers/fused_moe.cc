@@ -1,8 +1,6 @@
 // FusedMoE: expert stacking at load and the routed forward (see fused_moe.h).
 #include "model/layers/fused_moe.h"
 
-#include <algorithm>
-
 #include "core/env.h"
 #include "core/logging.h"
 
@@ -11,14 +9,6 @@ namespace {
 
 constexpr const char* kGateUpSuffix = "gate_up_proj";
 constexpr const char* kDownSuffix = "down_proj";
-
-// The gate/up experts' bytes moe_route_and_align starts toward L2 for each chosen expert (its prefetch hint):
-// LLMSERVE_MOE_L2_PREFETCH_KB, default 0 (off) until a GPU run has timed it, capped at one expert's slice.
-int64_t gate_up_prefetch_bytes(const Tensor& w13) {
-  static const int64_t kb = int_from_env_or_die("LLMSERVE_MOE_L2_PREFETCH_KB", 0, int64_t{1} << 20, 0);
-  const int64_t expert_bytes = w13.size(1) * w13.size(2) * static_cast<int64_t>(dtype_size(w13.dtype()));
-  return std::min(kb * 1024, expert_bytes) / 16 * 16;
-}
 
 }  // namespace
 
@@ -87,7 +77,7 @@ Status FusedMoE::load_experts(Parameter& p, WeightSource& weights, const std::st
 }
 
 bool fold_norm_into_moe_combine(Device device) {
-  static const bool on_cuda = switch_from_env_or_die("LLMSERVE_FUSED_MOE_COMBINE_NORM", false);
+  static const bool on_cuda = switch_from_env_or_die("LLMSERVE_FUSED_MOE_COMBINE_NORM", true);
   return device.is_cpu() || on_cuda;
 }
 
@@ -134,10 +124,8 @@ void FusedMoE::forward(const Arena& arena, const Activations& act, Tensor& x, co
                            options_.topk_groups, options_.renormalize ? 1 : 0, options_.routed_scaling_factor);
     ops::moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);
   } else if (options_.fuse_route_align) {
-    const int64_t prefetch_bytes = gate_up_prefetch_bytes(w13_.data);
     ops::moe_route_and_align(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0,
-                             sorted_pairs, pair_rows, expert_offsets, experts_touched, block,
-                             prefetch_bytes > 0 ? &w13_.data : nullptr, prefetch_bytes);
+                             sorted_pairs, pair_rows, expert_offsets, experts_touched, block);
   } else {
     ops::moe_route(topk_weights, topk_ids, logits, options_.scoring, options_.renormalize ? 1 : 0);
     ops::moe_align(sorted_pairs, pair_rows, expert_offsets, experts_touched, topk_ids, block);

@@ -48,8 +48,8 @@ struct FusedMoEOptions {
 };
 
 // Whether a model on `device` folds the pre-norm step after each MoE block into its combine (FusedMoE::forward's
-// next_norm): on the CPU always (the op is the two ops there); on CUDA (one kernel) only with
-// LLMSERVE_FUSED_MOE_COMBINE_NORM=1 until a GPU run has checked and timed it in the model.
+// next_norm): on the CPU always (the op is the two ops there); on CUDA (one kernel) unless
+// LLMSERVE_FUSED_MOE_COMBINE_NORM=0 (the A/B switch; bench/RESULTS.md, eighteenth session).
 bool fold_norm_into_moe_combine(Device device);
 
 class FusedMoE {
