@@ -9,8 +9,9 @@
 // host (under CUDA graphs from the block table's reach, not the context); each request uses only as many splits as
 // its own length fills with min_keys_per_split keys each, and the CTAs past those leave at once. launch_decode sends
 // groups of >= 4 heads whose batch fills the GPU without split-K to the tensor-core kernel (attention_decode_mma.cu).
-// Both decode kernels launch with programmatic dependent launch and wait (pdl_wait) before their first read: they
-// are resident when the rotary + cache write ends, one launch gap less per layer (bench/RESULTS.md, eighth session).
+// Both decode kernels launch with programmatic dependent launch and wait (pdl_wait) before their first read of the
+// queries or the step's keys: they are resident when the rotary + cache write ends, one launch gap less per layer
+// (bench/RESULTS.md, eighth session); this one can also copy the keys earlier steps cached before it (DecodeOverlap).
 // Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
 
@@ -34,6 +35,21 @@ int min_keys_per_split() {
   static const int keys =
       static_cast<int>(int_from_env_or_die("LLMSERVE_DECODE_MIN_KEYS_PER_SPLIT", 1, 4096, kMinKeysPerSplit));
   return keys;
+}
+
+// How a decode CTA overlaps the kernels beside it under programmatic dependent launch. kv_before_wait: the
+// pipeline's first copies (a whole split at batch 1: 32 keys) go out before pdl_wait for the keys earlier steps
+// cached -- only the step's new keys (and the queries) come from the kernel before -- so the cache's latency hides
+// behind the rotary + cache kernel. trigger: the next kernel may start once this one's prologue is in flight.
+// LLMSERVE_DECODE_KV_BEFORE_WAIT / LLMSERVE_DECODE_PDL_TRIGGER (0 or 1; default 0 until measured, bench/RESULTS.md).
+struct DecodeOverlap {
+  bool kv_before_wait = false;
+  bool trigger = false;
+};
+DecodeOverlap decode_overlap() {
+  static const DecodeOverlap overlap{switch_from_env_or_die("LLMSERVE_DECODE_KV_BEFORE_WAIT", false),
+                                     switch_from_env_or_die("LLMSERVE_DECODE_PDL_TRIGGER", false)};
+  return overlap;
 }
 
 // Compile-time shape of one decode CTA: KVH adjacent kv heads (their rows are contiguous in the cache, so one
@@ -88,10 +104,13 @@ __device__ void combine_splits(const float* ws_group, int split_stride, int num_
 
 // At most 128 registers for head groups up to 4 (measured 143 without the bound): 4 CTAs per SM instead of 3.
 // Rows: request blockIdx.y; x: (kv head group of KVH, head chunk); z: split.
+// kv_before_wait: the prologue's copies of keys cached by earlier steps go out before pdl_wait (see DecodeOverlap);
+// trigger: pdl_trigger once the prologue is in flight, so the next kernel (the o projection's GEMV) starts streaming
+// its weights while this one computes.
 template <typename T, int HD, int GH, int KVH, int kStages>
 __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
-    decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split) {
-  pdl_wait();  // launch_pdl: the queries and the cache come from the kernels before
+    decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split, int kv_before_wait,
+                  int trigger) {
   using S = DecodeShape<HD, GH, KVH, kStages>;
   constexpr int kVec = S::kVec, kHeadThreads = S::kHeadThreads, kTpk = S::kTpk, kGroups = S::kGroups;
   constexpr int kUnroll = S::kUnroll, kHeads = S::kHeads;
@@ -102,10 +121,14 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   const int r = blockIdx.y, split = blockIdx.z, split_stride = gridDim.z;
   const int group = p.num_heads / p.num_kv_heads;
   const int gh = min(GH, group - chunk * GH);
-  const int q_end = p.query_start_loc[r + 1];
-  if (q_end <= p.query_start_loc[r]) return;  // empty request: nothing to write, no split counts (all CTAs leave)
+  // The step's metadata (query ranges, lengths, block table) are copied from the host before the step's first
+  // kernel, so they may be read before pdl_wait; the queries and this step's keys may not.
+  const int q_begin = p.query_start_loc[r], q_end = p.query_start_loc[r + 1];
+  if (q_end <= q_begin) return;  // empty request: nothing to write, no split counts (all CTAs leave)
   const int token = q_end - 1;
   const int seq = p.seq_lens[r];
+  // Keys [cached_end, seq) are this step's: the rotary + cache kernel before this one writes them.
+  const int cached_end = kv_before_wait ? seq - (q_end - q_begin) : 0;
   const int lo = p.sliding_window > 0 ? max(0, seq - p.sliding_window) : 0;
   // This request's splits: as many of the grid's as its keys fill with min_keys_per_split each (at least one); the
   // CTAs past them leave before touching anything, and the arrival count and the combine use this number.
@@ -133,16 +156,20 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
       blk[u] = k0 + u < end ? __ldg(bt + b) : 0;
     }
   };
-  auto issue = [&](int step, const int(&blk)[kUnroll], int rem0) {
+  auto key_copy = [&](uint4* buf, int u, int64_t block, int rr, bool valid) {
+    const int64_t off = ((block * bs + rr) * p.num_kv_heads + kv_base) * HD + c * kVec;
+    cp_async16(buf + u * kDecodeThreads + tid, valid ? kc + off : kc, valid);
+    cp_async16(buf + (kUnroll + u) * kDecodeThreads + tid, valid ? vc + off : vc, valid);
+  };
+  // Keys from `skip_from` on (to end) are left out: the prologue before pdl_wait leaves this step's keys alone.
+  auto issue = [&](int step, const int(&blk)[kUnroll], int rem0, int skip_from) {
     uint4* buf = smem + (step % kStages) * 2 * kUnroll * kDecodeThreads;
     const int k0 = start + step * S::kStepKeys + g * kUnroll;
 #pragma unroll
     for (int u = 0, rr = rem0; u < kUnroll; ++u, ++rr) {
       while (rr >= bs) rr -= bs;
-      const bool valid = k0 + u < end;
-      const int64_t off = ((static_cast<int64_t>(blk[u]) * bs + rr) * p.num_kv_heads + kv_base) * HD + c * kVec;
-      cp_async16(buf + u * kDecodeThreads + tid, valid ? kc + off : kc, valid);
-      cp_async16(buf + (kUnroll + u) * kDecodeThreads + tid, valid ? vc + off : vc, valid);
+      if (k0 + u >= skip_from && k0 + u < end) continue;
+      key_copy(buf, u, blk[u], rr, k0 + u < end);
     }
   };
   {
@@ -150,12 +177,35 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st)
       if (st < num_steps) fetch_blocks(st, blk[st], rem[st]);
+    if (!kv_before_wait) pdl_wait();  // launch_pdl: the queries and the cache come from the kernels before
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-      if (st < num_steps) issue(st, blk[st], rem[st]);
+      if (st < num_steps) issue(st, blk[st], rem[st], kv_before_wait ? max(start, cached_end) : end);
       cp_async_commit();
     }
   }
+  if (kv_before_wait) {
+    pdl_wait();  // the queries and this step's keys come from the kernels before
+    // The prologue's keys it left out (at most the request's new ones, in the split holding its end), copied now;
+    // the thread waits for its whole prologue, so the pipeline's group count needs no change.
+    bool late = false;
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      const int k0 = start + st * S::kStepKeys + g * kUnroll;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int key = k0 + u;
+        if (st >= num_steps || key < cached_end || key < start || key >= end) continue;
+        key_copy(smem + (st % kStages) * 2 * kUnroll * kDecodeThreads, u, __ldg(bt + key / bs), key % bs, true);
+        late = true;
+      }
+    }
+    if (late) {
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+  }
+  if (trigger) pdl_trigger();
   int blk[kUnroll], rem0 = 0;
   if (kStages - 1 < num_steps) fetch_blocks(kStages - 1, blk, rem0);
 
@@ -186,7 +236,7 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   for (int i = 0; i < num_steps; ++i) {
     const int ahead = i + kStages - 1;
     if (ahead < num_steps) {
-      issue(ahead, blk, rem0);  // refills the buffer this thread read in step i - 1 (own chunks: no barrier)
+      issue(ahead, blk, rem0, end);  // refills the buffer this thread read in step i - 1 (own chunks: no barrier)
       if (ahead + 1 < num_steps) fetch_blocks(ahead + 1, blk, rem0);
     }
     cp_async_commit();
@@ -340,8 +390,9 @@ void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int split
   dim3 grid(static_cast<unsigned>(p.num_kv_heads / KVH * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
             static_cast<unsigned>(splits));
   CHECK(stream == cuda::stream()) << "decode_kernel: launch_pdl launches on the current stream";
+  const DecodeOverlap overlap = decode_overlap();
   launch_pdl_smem("decode_kernel", decode_kernel<T, HD, GH, KVH, kPipelineStages>, grid, kDecodeThreads, kSmem, p,
-                  num_head_chunks, min_keys_per_split());
+                  num_head_chunks, min_keys_per_split(), overlap.kv_before_wait ? 1 : 0, overlap.trigger ? 1 : 0);
 }
 
 // Two kv heads per CTA halve the CTA count: worth it once one kv head per CTA needs more than one wave of the
