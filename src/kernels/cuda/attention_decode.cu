@@ -11,7 +11,8 @@
 // groups of >= 4 heads whose batch fills the GPU without split-K to the tensor-core kernel (attention_decode_mma.cu).
 // Both decode kernels launch with programmatic dependent launch and wait (pdl_wait) before their first read of the
 // queries or the step's keys: they are resident when the rotary + cache write ends, one launch gap less per layer
-// (bench/RESULTS.md, eighth session); this one can also copy the keys earlier steps cached before it (DecodeOverlap).
+// (bench/RESULTS.md, eighth session); this one can also copy the keys earlier steps cached before it
+// (pdl_early_reads).
 // Invariants: every CTA of a request writes exactly its heads; the counters are zero between calls.
 #include <algorithm>
 
@@ -37,19 +38,12 @@ int min_keys_per_split() {
   return keys;
 }
 
-// How a decode CTA overlaps the kernels beside it under programmatic dependent launch. kv_before_wait: the
-// pipeline's first copies (a whole split at batch 1: 32 keys) go out before pdl_wait for the keys earlier steps
-// cached -- only the step's new keys (and the queries) come from the kernel before -- so the cache's latency hides
-// behind the rotary + cache kernel. trigger: the next kernel may start once this one's prologue is in flight.
-// LLMSERVE_DECODE_KV_BEFORE_WAIT / LLMSERVE_DECODE_PDL_TRIGGER (0 or 1; default 0 until measured, bench/RESULTS.md).
-struct DecodeOverlap {
-  bool kv_before_wait = false;
-  bool trigger = false;
-};
-DecodeOverlap decode_overlap() {
-  static const DecodeOverlap overlap{switch_from_env_or_die("LLMSERVE_DECODE_KV_BEFORE_WAIT", false),
-                                     switch_from_env_or_die("LLMSERVE_DECODE_PDL_TRIGGER", false)};
-  return overlap;
+// Whether a decode CTA lets the next kernel (the o projection's GEMV, which streams its weights before its own
+// pdl_wait) start once this one's first copies are in flight: LLMSERVE_DECODE_PDL_TRIGGER (0 or 1; default 0 until
+// timed, bench/RESULTS.md). Without it the next kernel starts when this one ends.
+bool decode_pdl_trigger() {
+  static const bool trigger = switch_from_env_or_die("LLMSERVE_DECODE_PDL_TRIGGER", false);
+  return trigger;
 }
 
 // Compile-time shape of one decode CTA: KVH adjacent kv heads (their rows are contiguous in the cache, so one
@@ -104,13 +98,14 @@ __device__ void combine_splits(const float* ws_group, int split_stride, int num_
 
 // At most 128 registers for head groups up to 4 (measured 143 without the bound): 4 CTAs per SM instead of 3.
 // Rows: request blockIdx.y; x: (kv head group of KVH, head chunk); z: split.
-// kv_before_wait: the prologue's copies of keys cached by earlier steps go out before pdl_wait (see DecodeOverlap);
-// trigger: pdl_trigger once the prologue is in flight, so the next kernel (the o projection's GEMV) starts streaming
-// its weights while this one computes.
+// early_reads (pdl_early_reads): the prologue's copies (a whole split at batch 1: 32 keys) go out before pdl_wait
+// for the keys earlier steps cached; only the step's new keys (and the queries) come from the kernel before, so the
+// threads owning those copy them after it. trigger: pdl_trigger once the prologue is in flight (decode_pdl_trigger).
 template <typename T, int HD, int GH, int KVH, int kStages>
 __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
-    decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split, int kv_before_wait,
+    decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split, int early_reads,
                   int trigger) {
+  if (!early_reads) pdl_wait();  // launch_pdl: the queries and the cache come from the kernels before
   using S = DecodeShape<HD, GH, KVH, kStages>;
   constexpr int kVec = S::kVec, kHeadThreads = S::kHeadThreads, kTpk = S::kTpk, kGroups = S::kGroups;
   constexpr int kUnroll = S::kUnroll, kHeads = S::kHeads;
@@ -121,14 +116,12 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
   const int r = blockIdx.y, split = blockIdx.z, split_stride = gridDim.z;
   const int group = p.num_heads / p.num_kv_heads;
   const int gh = min(GH, group - chunk * GH);
-  // The step's metadata (query ranges, lengths, block table) are copied from the host before the step's first
-  // kernel, so they may be read before pdl_wait; the queries and this step's keys may not.
   const int q_begin = p.query_start_loc[r], q_end = p.query_start_loc[r + 1];
   if (q_end <= q_begin) return;  // empty request: nothing to write, no split counts (all CTAs leave)
   const int token = q_end - 1;
   const int seq = p.seq_lens[r];
   // Keys [cached_end, seq) are this step's: the rotary + cache kernel before this one writes them.
-  const int cached_end = kv_before_wait ? seq - (q_end - q_begin) : 0;
+  const int cached_end = seq - (q_end - q_begin);
   const int lo = p.sliding_window > 0 ? max(0, seq - p.sliding_window) : 0;
   // This request's splits: as many of the grid's as its keys fill with min_keys_per_split each (at least one); the
   // CTAs past them leave before touching anything, and the arrival count and the combine use this number.
@@ -177,14 +170,13 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st)
       if (st < num_steps) fetch_blocks(st, blk[st], rem[st]);
-    if (!kv_before_wait) pdl_wait();  // launch_pdl: the queries and the cache come from the kernels before
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-      if (st < num_steps) issue(st, blk[st], rem[st], kv_before_wait ? max(start, cached_end) : end);
+      if (st < num_steps) issue(st, blk[st], rem[st], early_reads ? max(start, cached_end) : end);
       cp_async_commit();
     }
   }
-  if (kv_before_wait) {
+  if (early_reads) {
     pdl_wait();  // the queries and this step's keys come from the kernels before
     // The prologue's keys it left out (at most the request's new ones, in the split holding its end), copied now;
     // the thread waits for its whole prologue, so the pipeline's group count needs no change.
@@ -195,7 +187,7 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int key = k0 + u;
-        if (st >= num_steps || key < cached_end || key < start || key >= end) continue;
+        if (st >= num_steps || key < cached_end || key >= end) continue;
         key_copy(smem + (st % kStages) * 2 * kUnroll * kDecodeThreads, u, __ldg(bt + key / bs), key % bs, true);
         late = true;
       }
@@ -390,9 +382,8 @@ void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int split
   dim3 grid(static_cast<unsigned>(p.num_kv_heads / KVH * num_head_chunks), static_cast<unsigned>(p.num_decode_reqs),
             static_cast<unsigned>(splits));
   CHECK(stream == cuda::stream()) << "decode_kernel: launch_pdl launches on the current stream";
-  const DecodeOverlap overlap = decode_overlap();
   launch_pdl_smem("decode_kernel", decode_kernel<T, HD, GH, KVH, kPipelineStages>, grid, kDecodeThreads, kSmem, p,
-                  num_head_chunks, min_keys_per_split(), overlap.kv_before_wait ? 1 : 0, overlap.trigger ? 1 : 0);
+                  num_head_chunks, min_keys_per_split(), pdl_early_reads() ? 1 : 0, decode_pdl_trigger() ? 1 : 0);
 }
 
 // Two kv heads per CTA halve the CTA count: worth it once one kv head per CTA needs more than one wave of the

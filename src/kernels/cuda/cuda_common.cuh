@@ -252,6 +252,12 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 bool pdl_enabled();
+// Whether the decode-path kernels that can (the rotary + cache kernel, the CUDA-core decode attention) also read the
+// step's own inputs before pdl_wait: the rows copied from the host before the step's first kernel (positions, slot
+// mapping, query ranges, lengths, block tables), constants derived from them (cos / sin rows), and KV cache rows
+// earlier steps wrote -- none of which a kernel of this step writes -- so their latency hides behind the kernel
+// before. LLMSERVE_PDL_EARLY_READS=1 (default off until timed; bench/RESULTS.md).
+bool pdl_early_reads();
 // launch_pdl with `smem_bytes` of dynamic shared memory.
 template <typename... Params, typename... Args>
 void launch_pdl_smem(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,

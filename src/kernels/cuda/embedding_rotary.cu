@@ -2,6 +2,8 @@
 // q/k RMSNorm first and writes the rotated key and the value into the paged KV cache: one launch where a decode step
 // would pay three), on the current stream. One block per token; f32 math (rotary: x1' = x1 cos - x2 sin,
 // x2' = x2 cos + x1 sin, the CPU formula), rounded once on store. Out-of-range ids / positions trap (device_check).
+#include <algorithm>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -78,6 +80,13 @@ struct HeadNorm {
   float eps;
 };
 
+// The constants one (head, piece) pair of a token needs: its cos / sin halves and, with kNorm, its norm weights.
+template <typename W, int V, bool kNorm>
+struct PieceConsts {
+  float c[V], s[V];
+  float wp[kNorm ? V : 1], wq[kNorm ? V : 1];
+};
+
 // Threads walk (head, V-wide piece of the first half) pairs over the query heads then the key heads; a cached
 // key piece is stored twice (in place and into its slot), then the value row is copied into its slot.
 // kNorm (V = 8, head_dim / 8 a power of two from 2 to 32): each head is first normalised exactly as rms_norm's
@@ -85,11 +94,16 @@ struct HeadNorm {
 // this thread holds that kernel's lanes l and l + pieces, whose sums meet in its first shuffle step, and the same
 // shuffle tree follows over the head's `pieces` threads (adjacent lanes, a whole group in every round); the normed
 // values are rounded to T, as rms_norm stores them, before the rotation reads them. Same bits as the unfused ops.
-template <typename T, typename W, int V, bool kNorm>
+// kEarly (pdl_early_reads; the launch then gives every pair its own thread where it can): the position, the slot
+// and the first pair's constants are read before pdl_wait, and the value row before the stores that would
+// otherwise hold its load back -- after the wait only q, k and v are on the critical path.
+template <typename T, typename W, int V, bool kNorm, bool kEarly>
 __global__ void rotary_kernel(const RotaryArgs<T> a, const HeadNorm<W> norm) {
   static_assert(!kNorm || V == 8, "the fused norm takes the vector path");
-  pdl_wait();  // q, k and v come from the previous kernel
-  pdl_trigger();
+  if constexpr (!kEarly) {
+    pdl_wait();  // q, k and v come from the previous kernel
+    pdl_trigger();
+  }
   const int t = blockIdx.x;
   const int64_t pos = a.positions[t];
   device_check(pos >= 0 && pos < a.max_position);
@@ -104,14 +118,40 @@ __global__ void rotary_kernel(const RotaryArgs<T> a, const HeadNorm<W> norm) {
   const int64_t row = static_cast<int64_t>(a.num_kv_heads) * a.head_dim;
   const int pieces = half / V;
   const int total = (a.num_heads + a.num_kv_heads) * pieces;
-  for (int u = threadIdx.x; u < total; u += blockDim.x) {
+  auto piece_consts = [&](int u, PieceConsts<W, V, kNorm>& k) {
+    const int h = u / pieces, j = (u % pieces) * V;
+    load_v<V>(cos + j, k.c);
+    load_v<V>(sin + j, k.s);
+    if constexpr (kNorm) {
+      const W* w = (h >= a.num_heads ? norm.k_weight : norm.q_weight) + j;
+      load_v<V>(w, k.wp);
+      load_v<V>(w + half, k.wq);
+    }
+  };
+  const int first = static_cast<int>(threadIdx.x);
+  PieceConsts<W, V, kNorm> first_consts;
+  float v0[V];
+  const bool first_value = kEarly && slot >= 0 && first * V < row;
+  if constexpr (kEarly) {
+    if (first < total) piece_consts(first, first_consts);
+    pdl_wait();  // q, k and v come from the previous kernel
+    pdl_trigger();
+    if (first_value) load_v<V>(a.value + t * a.v_stride + first * V, v0);
+  }
+  for (int u = first; u < total; u += blockDim.x) {
     const int h = u / pieces, j = (u % pieces) * V;
     const bool is_key = h >= a.num_heads;
     const int kh = h - a.num_heads;
     T* x1 = is_key ? a.key + t * a.k_stride + kh * a.head_dim + j : a.query + t * a.q_stride + h * a.head_dim + j;
-    float p[V], q[V], c[V], s[V], r1[V], r2[V];
+    float p[V], q[V], r1[V], r2[V];
     load_v<V>(x1, p);
     load_v<V>(x1 + half, q);
+    PieceConsts<W, V, kNorm> k;
+    if (kEarly && u == first) {
+      k = first_consts;
+    } else {
+      piece_consts(u, k);
+    }
     if constexpr (kNorm) {
       float ss_p = 0.f, ss_q = 0.f;
 #pragma unroll
@@ -124,22 +164,16 @@ __global__ void rotary_kernel(const RotaryArgs<T> a, const HeadNorm<W> norm) {
       const unsigned group = ((2u << (pieces - 1)) - 1) << (lane & ~(pieces - 1));
       for (int o = pieces / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(group, ss, o, pieces);
       const float scale = rsqrtf(ss / static_cast<float>(a.head_dim) + norm.eps);
-      const W* w = (is_key ? norm.k_weight : norm.q_weight) + j;
-      float wp[V], wq[V];
-      load_v<V>(w, wp);
-      load_v<V>(w + half, wq);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        p[e] = round_to<T>(p[e] * scale * wp[e]);
-        q[e] = round_to<T>(q[e] * scale * wq[e]);
+        p[e] = round_to<T>(p[e] * scale * k.wp[e]);
+        q[e] = round_to<T>(q[e] * scale * k.wq[e]);
       }
     }
-    load_v<V>(cos + j, c);
-    load_v<V>(sin + j, s);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      r1[e] = p[e] * c[e] - q[e] * s[e];
-      r2[e] = q[e] * c[e] + p[e] * s[e];
+      r1[e] = p[e] * k.c[e] - q[e] * k.s[e];
+      r2[e] = q[e] * k.c[e] + p[e] * k.s[e];
     }
     store_v<V>(x1, r1);
     store_v<V>(x1 + half, r2);
@@ -150,7 +184,8 @@ __global__ void rotary_kernel(const RotaryArgs<T> a, const HeadNorm<W> norm) {
     }
   }
   if (slot < 0) return;
-  for (int64_t e = threadIdx.x * V; e < row; e += blockDim.x * V) {
+  if (first_value) store_v<V>(a.value_cache + slot * row + first * V, v0);
+  for (int64_t e = (first_value ? first + static_cast<int64_t>(blockDim.x) : first) * V; e < row; e += blockDim.x * V) {
     float f[V];
     load_v<V>(a.value + t * a.v_stride + e, f);
     store_v<V>(a.value_cache + slot * row + e, f);
@@ -168,11 +203,28 @@ bool rotary_vec(const RotaryArgs<T>& a) {
   return vec;
 }
 
+// Launches rotary_kernel<T, W, V, kNorm, kEarly> over n tokens, one block each: kThreads threads, or with early reads
+// (pdl_early_reads) one per (head, piece) pair where a block holds them -- a decode step's token is a single block,
+// and a thread's second pair would wait behind its first pair's stores -- within what the kernel's registers allow.
+template <typename T, typename W, int V, bool kNorm>
+void launch_rotary_kernel(const RotaryArgs<T>& a, const HeadNorm<W>& norm, int64_t n) {
+  const unsigned grid = static_cast<unsigned>(n);
+  if (!pdl_early_reads())
+    return launch_pdl("rotary_kernel", rotary_kernel<T, W, V, kNorm, false>, grid, kThreads, a, norm);
+  static const int max_threads = [] {
+    cudaFuncAttributes attr{};
+    CHECK(cudaFuncGetAttributes(&attr, rotary_kernel<T, W, V, kNorm, true>) == cudaSuccess) << "rotary_kernel";
+    return attr.maxThreadsPerBlock / 32 * 32;
+  }();
+  const int pairs = (a.num_heads + a.num_kv_heads) * (a.head_dim / 2 / V);
+  const int threads = std::min(std::max((pairs + 31) / 32 * 32, kThreads), max_threads);
+  launch_pdl("rotary_kernel", rotary_kernel<T, W, V, kNorm, true>, grid, static_cast<unsigned>(threads), a, norm);
+}
+
 template <typename T>
 void launch_rotary(const RotaryArgs<T>& a, int64_t n) {
-  const unsigned grid = static_cast<unsigned>(n);
-  launch_pdl("rotary_kernel", rotary_vec(a) ? rotary_kernel<T, T, 8, false> : rotary_kernel<T, T, 1, false>, grid,
-             kThreads, a, HeadNorm<T>{});
+  if (rotary_vec(a)) return launch_rotary_kernel<T, T, 8, false>(a, HeadNorm<T>{}, n);
+  launch_rotary_kernel<T, T, 1, false>(a, HeadNorm<T>{}, n);
 }
 
 template <typename T>
@@ -294,8 +346,7 @@ void qk_norm_rotary_embedding_and_cache(const Tensor& positions, Tensor& query, 
     if (!fused) return;
     dispatch_float(q_weight.dtype(), "qk_norm_rotary_embedding_and_cache", [&](auto w) {
       using W = decltype(w);
-      launch_pdl("rotary_kernel", rotary_kernel<T, W, 8, true>, static_cast<unsigned>(n), kThreads, a,
-                 HeadNorm<W>{q_weight.data<W>(), k_weight.data<W>(), eps});
+      launch_rotary_kernel<T, W, 8, true>(a, HeadNorm<W>{q_weight.data<W>(), k_weight.data<W>(), eps}, n);
     });
   });
   if (fused) return;
