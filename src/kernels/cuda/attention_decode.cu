@@ -38,14 +38,6 @@ int min_keys_per_split() {
   return keys;
 }
 
-// Whether a decode CTA lets the next kernel (the o projection's GEMV, which streams its weights before its own
-// pdl_wait) start once this one's first copies are in flight: LLMSERVE_DECODE_PDL_TRIGGER (0 or 1; default 0 until
-// timed, bench/RESULTS.md). Without it the next kernel starts when this one ends.
-bool decode_pdl_trigger() {
-  static const bool trigger = switch_from_env_or_die("LLMSERVE_DECODE_PDL_TRIGGER", false);
-  return trigger;
-}
-
 // Compile-time shape of one decode CTA: KVH adjacent kv heads (their rows are contiguous in the cache, so one
 // key's KVH * HD values are one coalesced read), GH query heads of each.
 template <int HD, int GH, int KVH, int kStages>
@@ -100,11 +92,12 @@ __device__ void combine_splits(const float* ws_group, int split_stride, int num_
 // Rows: request blockIdx.y; x: (kv head group of KVH, head chunk); z: split.
 // early_reads (pdl_early_reads): the prologue's copies (a whole split at batch 1: 32 keys) go out before pdl_wait
 // for the keys earlier steps cached; only the step's new keys (and the queries) come from the kernel before, so the
-// threads owning those copy them after it. trigger: pdl_trigger once the prologue is in flight (decode_pdl_trigger).
+// threads owning those copy them after it. No pdl_trigger: the next kernel (the o projection's GEMV) starts when
+// this one ends -- triggering early let its weight loads compete with this latency-bound kernel's, neutral to
+// slower in two measurements (bench/RESULTS.md, third and eighth sessions).
 template <typename T, int HD, int GH, int KVH, int kStages>
 __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
-    decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split, int early_reads,
-                  int trigger) {
+    decode_kernel(const PagedAttentionParams p, int num_head_chunks, int min_keys_per_split, int early_reads) {
   if (!early_reads) pdl_wait();  // launch_pdl: the queries and the cache come from the kernels before
   using S = DecodeShape<HD, GH, KVH, kStages>;
   constexpr int kVec = S::kVec, kHeadThreads = S::kHeadThreads, kTpk = S::kTpk, kGroups = S::kGroups;
@@ -197,7 +190,6 @@ __global__ void __launch_bounds__(kDecodeThreads, GH <= 4 ? 4 : 2)
       cp_async_wait<0>();
     }
   }
-  if (trigger) pdl_trigger();
   int blk[kUnroll], rem0 = 0;
   if (kStages - 1 < num_steps) fetch_blocks(kStages - 1, blk, rem0);
 
@@ -383,7 +375,7 @@ void launch_kernel(const PagedAttentionParams& p, int num_head_chunks, int split
             static_cast<unsigned>(splits));
   CHECK(stream == cuda::stream()) << "decode_kernel: launch_pdl launches on the current stream";
   launch_pdl_smem("decode_kernel", decode_kernel<T, HD, GH, KVH, kPipelineStages>, grid, kDecodeThreads, kSmem, p,
-                  num_head_chunks, min_keys_per_split(), pdl_early_reads() ? 1 : 0, decode_pdl_trigger() ? 1 : 0);
+                  num_head_chunks, min_keys_per_split(), pdl_early_reads() ? 1 : 0);
 }
 
 // Two kv heads per CTA halve the CTA count: worth it once one kv head per CTA needs more than one wave of the
