@@ -184,8 +184,12 @@ __global__ void rotary_kernel(const RotaryArgs<T> a, const HeadNorm<W> norm) {
     }
   }
   if (slot < 0) return;
-  if (first_value) store_v<V>(a.value_cache + slot * row + first * V, v0);
-  for (int64_t e = (first_value ? first + static_cast<int64_t>(blockDim.x) : first) * V; e < row; e += blockDim.x * V) {
+  int64_t e = int64_t{first} * V;
+  if (first_value) {  // loaded before the loop above
+    store_v<V>(a.value_cache + slot * row + e, v0);
+    e += int64_t{blockDim.x} * V;
+  }
+  for (; e < row; e += blockDim.x * V) {
     float f[V];
     load_v<V>(a.value + t * a.v_stride + e, f);
     store_v<V>(a.value_cache + slot * row + e, f);
